@@ -1,0 +1,1 @@
+"""Read-only collectors: sysfs, procfs, netlink and ioctl readers. Nothing here writes."""

@@ -1,0 +1,128 @@
+"""Shared test plumbing.
+
+Tiers: unit tests need nothing; ``@pytest.mark.netns`` tests need root, iproute2 and network
+namespaces. On a laptop those skip with a reason; under ``CI=true`` a missing capability is a
+failure, because CI must run them. The session also checks that the suite leaves no lab
+namespace behind and does not change the root namespace's TCP sysctls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_FIXTURES = (REPO.parent / "shared" / "fixtures").resolve()
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# Every lab a test creates carries this prefix, so the end-of-session check finds strays.
+TEST_LAB_PREFIX = f"t{os.getpid() % 100000}"
+
+ROOT_SYSCTLS = (
+    "net/ipv4/tcp_congestion_control", "net/ipv4/tcp_rmem", "net/ipv4/tcp_wmem",
+    "net/core/rmem_max", "net/core/wmem_max", "net/core/default_qdisc",
+    "net/ipv4/tcp_mtu_probing", "net/ipv4/tcp_slow_start_after_idle",
+    "net/ipv4/tcp_notsent_lowat", "net/core/netdev_max_backlog", "net/ipv4/tcp_no_metrics_save",
+)
+
+
+def netns_unavailable_reason() -> str | None:
+    """Why namespace tests cannot run here, or None when they can."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    if shutil.which("ip") is None:
+        return "needs iproute2 (`ip`)"
+    if not Path("/dev/net/tun").exists():
+        return "needs /dev/net/tun"
+    return None
+
+
+def require(reason: str | None) -> None:
+    """Skip with ``reason`` on a laptop; fail under CI=true."""
+    if reason is None:
+        return
+    if IN_CI:
+        pytest.fail(f"CI must run this test but cannot: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_tool(name: str) -> str:
+    """Return the path of an external tool, or skip/fail as :func:`require` does."""
+    path = shutil.which(name)
+    require(None if path else f"needs `{name}` installed")
+    return path  # type: ignore[return-value]
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("netns") is not None:
+        require(netns_unavailable_reason())
+
+
+_lab_counter = itertools.count()
+
+
+def new_lab_name() -> str:
+    """A unique, short lab name for this test session."""
+    return f"{TEST_LAB_PREFIX}x{next(_lab_counter)}"
+
+
+@pytest.fixture
+def lab_factory():
+    """Build labs with ``lab_factory(rtt_ms=60, loss=0.01, ...)``; all are torn down afterwards,
+    also when the test fails."""
+    from wanprobe.lab import Lab
+
+    labs = []
+
+    def make(**kwargs):
+        kwargs.setdefault("name", new_lab_name())
+        lab = Lab(**kwargs)
+        labs.append(lab)
+        lab.up()
+        return lab
+
+    yield make
+    errors = []
+    for lab in reversed(labs):
+        try:
+            lab.down()
+        except Exception as exc:  # keep tearing down the others
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+def _read_root_sysctls() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for key in ROOT_SYSCTLS:
+        try:
+            out[key] = " ".join(Path("/proc/sys", key).read_text().split())
+        except OSError:
+            out[key] = None
+    return out
+
+
+def _our_namespaces() -> list[str]:
+    try:
+        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    except OSError:
+        return []
+    return [line.split()[0] for line in names.splitlines()
+            if line.strip() and TEST_LAB_PREFIX in line.split()[0]]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _root_namespace_untouched():
+    """The suite must leave the root namespace's sysctls exactly as it found them, and leave
+    no namespace it created behind."""
+    before = _read_root_sysctls()
+    yield
+    after = _read_root_sysctls()
+    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    assert not changed, f"tests changed root-namespace sysctls: {changed}"
+    left = _our_namespaces()
+    assert not left, f"tests left network namespaces behind: {left}"

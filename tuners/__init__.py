@@ -1,0 +1,1 @@
+"""Tuners: read current, plan, apply, verify and roll back host network settings."""

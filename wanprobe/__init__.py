@@ -1,0 +1,3 @@
+"""wanprobe: measure, diagnose and tune datacenter-to-datacenter links for distributed training."""
+
+__version__ = "0.1.0"

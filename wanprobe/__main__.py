@@ -1,0 +1,3 @@
+from wanprobe.cli import main
+
+main()

@@ -1,0 +1,161 @@
+"""The only parser of human units: "60ms", "100mbit", "0.5%", "64MiB", "AF31".
+
+Every function raises UsageError with a one-line message naming the bad text, so the CLI can
+print it as is. Rates follow SI (1 mbit = 10**6 bit/s); sizes accept SI (k, M, G = 10**3...)
+and IEC (KiB, MiB, GiB = 2**10...). Unlike tc(8), ``bps`` here means *bits* per second.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from wanprobe.errors import UsageError
+
+_NUM = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+
+_DURATION_S = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0,
+    "m": 60.0, "min": 60.0, "h": 3600.0,
+}
+_RATE_BPS = {
+    "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+    "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9, "tbps": 1e12,
+    "b/s": 1, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
+    "bit/s": 1, "kbit/s": 1e3, "mbit/s": 1e6, "gbit/s": 1e9, "tbit/s": 1e12,
+    "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
+}
+_SIZE_BYTES = {
+    "b": 1, "": 1,
+    "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+# RFC 2474 class selectors, RFC 2597 AF, RFC 3246 EF, RFC 5865 VOICE-ADMIT, RFC 8622 LE.
+DSCP_NAMES: dict[str, int] = {
+    "BE": 0, "DF": 0, "CS0": 0, "LE": 1, "EF": 46, "VA": 44, "VOICE-ADMIT": 44,
+    **{f"CS{i}": 8 * i for i in range(1, 8)},
+    **{f"AF{c}{d}": 8 * c + 2 * d for c in range(1, 5) for d in range(1, 4)},
+}
+
+
+def _split(text: str, what: str) -> tuple[float, str]:
+    m = re.fullmatch(_NUM + r"\s*([A-Za-zµ/%]*)", str(text).strip())
+    if not m:
+        raise UsageError(f"cannot parse {what} {text!r}")
+    value = float(m.group(1))
+    if not math.isfinite(value):
+        raise UsageError(f"cannot parse {what} {text!r}")
+    return value, m.group(2)
+
+
+def parse_duration_s(text: str, *, default_unit: str | None = None, allow_zero: bool = True) -> float:
+    """Parse a duration such as ``"60ms"``, ``"1.5s"`` or ``"200us"`` into seconds.
+
+    A bare number takes ``default_unit`` (e.g. ``"s"``); without one it is an error.
+    """
+    value, unit = _split(text, "duration")
+    unit = unit.lower()
+    if not unit:
+        if default_unit is None:
+            raise UsageError(f"duration {text!r} needs a unit (ns, us, ms, s, m, h)")
+        unit = default_unit
+    if unit not in _DURATION_S:
+        raise UsageError(f"unknown duration unit in {text!r} (use ns, us, ms, s, m, h)")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise UsageError(f"duration {text!r} must be {'≥' if allow_zero else '>'} 0")
+    return value * _DURATION_S[unit]
+
+
+def parse_duration_ms(text: str, *, default_unit: str | None = None, allow_zero: bool = True) -> float:
+    """Like :func:`parse_duration_s`, in milliseconds."""
+    return parse_duration_s(text, default_unit=default_unit, allow_zero=allow_zero) * 1e3
+
+
+def parse_rate_bps(text: str, *, allow_zero: bool = False) -> float:
+    """Parse a bit rate such as ``"100mbit"``, ``"10gbit"``, ``"2.5Gbps"`` into bits per second.
+
+    A bare number is refused: a rate without a unit is ambiguous (bits? bytes? per second?).
+    """
+    value, unit = _split(text, "rate")
+    unit = unit.lower()
+    if not unit:
+        raise UsageError(f"rate {text!r} needs a unit, e.g. 100mbit or 10gbit")
+    if unit not in _RATE_BPS:
+        raise UsageError(f"unknown rate unit in {text!r} (use bit, kbit, mbit, gbit, tbit)")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise UsageError(f"rate {text!r} must be > 0")
+    return value * _RATE_BPS[unit]
+
+
+def parse_ratio(text: str) -> float:
+    """Parse a probability: ``"0.5%"`` → 0.005, ``"0.005"`` → 0.005. Must lie in [0, 1]."""
+    value, unit = _split(text, "ratio")
+    if unit == "%":
+        value /= 100.0
+    elif unit:
+        raise UsageError(f"cannot parse ratio {text!r} (use e.g. 0.5% or 0.005)")
+    if not 0.0 <= value <= 1.0:
+        raise UsageError(f"ratio {text!r} must lie between 0 and 100%")
+    return value
+
+
+def parse_bytes(text: str, *, allow_bare: bool = True, allow_zero: bool = False) -> int:
+    """Parse a size: ``"64MiB"``, ``"4M"`` (SI), ``"1500"`` (bytes, if ``allow_bare``)."""
+    value, unit = _split(text, "size")
+    if not unit and not allow_bare:
+        raise UsageError(f"size {text!r} needs a unit, e.g. 4MiB or 512KiB")
+    key = unit.lower()
+    if key not in _SIZE_BYTES:
+        raise UsageError(f"unknown size unit in {text!r} (use B, KiB, MiB, GiB, k, M, G)")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise UsageError(f"size {text!r} must be > 0")
+    return int(round(value * _SIZE_BYTES[key]))
+
+
+def parse_dscp(text: str | int) -> int:
+    """Parse a DSCP code point: a number 0–63 or a name (EF, AF31, CS5, BE, LE)."""
+    s = str(text).strip().upper()
+    if s in DSCP_NAMES:
+        return DSCP_NAMES[s]
+    try:
+        value = int(s, 0)
+    except ValueError:
+        raise UsageError(f"unknown DSCP {text!r} (use 0-63 or a name such as EF, AF31, CS5)") from None
+    if not 0 <= value <= 63:
+        raise UsageError(f"DSCP {text!r} out of range 0-63")
+    return value
+
+
+def dscp_name(value: int) -> str:
+    """Canonical name of a DSCP value, or its number as text."""
+    for name, v in DSCP_NAMES.items():
+        if v == value and name not in ("DF", "CS0", "VOICE-ADMIT"):
+            return name
+    return str(value)
+
+
+def parse_port(text: str | int) -> int:
+    """Parse a UDP/TCP port 1–65535."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise UsageError(f"port {text!r} is not a number") from None
+    if not 1 <= value <= 65535:
+        raise UsageError(f"port {text!r} out of range 1-65535")
+    return value
+
+
+def format_rate(bits_per_second: float) -> str:
+    """``123456789`` → ``"123.5 Mbit/s"``."""
+    for unit, scale in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if abs(bits_per_second) >= scale:
+            return f"{bits_per_second / scale:.1f} {unit}"
+    return f"{bits_per_second:.0f} bit/s"
+
+
+def format_bytes(n: float) -> str:
+    """``6291456`` → ``"6.0 MiB"``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
