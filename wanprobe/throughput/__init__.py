@@ -1,0 +1,1 @@
+"""Multi-stream TCP/UDP throughput tests that explain what limits the transfer."""
