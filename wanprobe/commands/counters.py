@@ -1,9 +1,216 @@
-"""CLI commands: counters (placeholder until its issue lands)."""
+"""``wanprobe counters``: RoCE/PFC/ECN/NIC/TCP counters grouped by device, with rates and
+health findings. The logic lives in ``collectors/``; this module parses options and renders."""
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from wanprobe.errors import UsageError
+from wanprobe.units import format_bytes, parse_duration_s
+
+TCP_KEYS = ("InSegs", "OutSegs", "RetransSegs", "TCPTimeouts", "TCPLostRetransmit",
+            "TCPSynRetrans", "TCPBacklogDrop", "ListenDrops", "ListenOverflows", "TCPOFOQueue")
+SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+MAX_ROWS = 40
+
+
+def _root(value: str | None, default: str, what: str) -> Path:
+    path = Path(value or default)
+    if not path.is_dir():
+        raise UsageError(f"{what} {str(path)!r} is not a directory")
+    return path
+
+
+def document(snapshot, rates=None, findings=()) -> dict:
+    """The JSON document of one run: the snapshot, ``rates`` (or null) and ``findings``."""
+    doc = snapshot.to_json()
+    doc["rates"] = rates.to_json() if rates is not None else None
+    doc["findings"] = [f.to_json() for f in findings]
+    return doc
+
+
+def _fmt_value(value: int, unit: str | None) -> str:
+    if unit == "4-byte words":
+        return f"{value} ({format_bytes(value * 4)})"
+    if unit == "bytes":
+        return format_bytes(value)
+    if unit == "us":
+        return f"{value / 1e6:.3f} s"
+    return str(value)
+
+
+def _fmt_rate(r) -> str:
+    if r is None:
+        return ""
+    if r.status == "reset":
+        return "[magenta]reset[/]"
+    return f"{r.per_s:,.1f}/s" + (" (wrapped)" if r.status == "wrapped" else "")
+
+
+def _counter_table(title: str, key: tuple, cs, rates) -> Table | None:
+    if cs is None:
+        return None
+    rows = []
+    for name, value in cs.values.items():
+        r = rates.get(key, name) if rates is not None else None
+        if value or (r is not None and (r.delta or r.status == "reset")):
+            rows.append((name, value, r))
+    if not rows:
+        return None
+    rows.sort(key=lambda x: (-(x[2].per_s or 0) if x[2] else 0, x[0]))
+    t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("counter")
+    t.add_column("value", justify="right")
+    t.add_column("rate", justify="right")
+    for name, value, r in rows[:MAX_ROWS]:
+        t.add_row(name, _fmt_value(value, cs.units.get(name)), _fmt_rate(r))
+    if len(rows) > MAX_ROWS:
+        t.add_row(f"… {len(rows) - MAX_ROWS} more non-zero (see --json)", "", "")
+    return t
+
+
+def render(snapshot, rates=None, findings=()) -> Group:
+    """A rich renderable: one section per RDMA port and netdev, TCP, findings, errors."""
+    parts: list = []
+    head = f"sys-root {snapshot.sys_root}  proc-root {snapshot.proc_root}"
+    if rates is not None:
+        head += f"  window {rates.interval_s:.2f} s"
+    parts.append(Text(head, style="dim"))
+    for dname, dev in sorted(snapshot.rdma.items()):
+        for pnum, port in sorted(dev.ports.items()):
+            parts.append(Text(
+                f"\nRDMA {dname} port {pnum}: {port.state or '?'} {port.rate_gbps or '?'} Gb/s "
+                f"{port.link_layer or ''} netdev={port.netdev or '-'} "
+                f"roce_v2_gid_index={port.roce_v2_gid_index} active_mtu={port.active_mtu_bytes}",
+                style="bold"))
+            base = ("rdma", dname, "ports", str(pnum))
+            for kind in ("counters", "hw_counters"):
+                t = _counter_table(kind, base + (kind,), getattr(port, kind), rates)
+                if t is not None:
+                    parts.append(t)
+    for name, nd in sorted(snapshot.netdevs.items()):
+        line = (f"\nnetdev {name}: {nd.operstate or '?'} mtu={nd.mtu} "
+                f"speed={nd.speed_mbps or '-'}Mb/s driver={nd.driver or '-'}")
+        if nd.rings:
+            line += f" rings rx={nd.rings.rx_pending}/{nd.rings.rx_max_pending} " \
+                    f"tx={nd.rings.tx_pending}/{nd.rings.tx_max_pending}"
+        if nd.ecn:
+            on = [f"{r}:{','.join(str(p) for p, v in sorted(nd.ecn.enabled.get(r, {}).items()) if v)}"
+                  for r in ("roce_np", "roce_rp")]
+            line += " ecn " + " ".join(on)
+        parts.append(Text(line, style="bold"))
+        for kind in ("stats", "ethtool"):
+            t = _counter_table(kind, ("netdevs", name, kind), getattr(nd, kind), rates)
+            if t is not None:
+                parts.append(t)
+        if snapshot.qdisc.get(name):
+            parts.append(Text("qdisc " + ", ".join(f"{q['kind']} {q['handle']} parent {q['parent']}"
+                                                  for q in snapshot.qdisc[name])))
+    if snapshot.tcp is not None:
+        t = Table(title="\nTCP", title_justify="left", show_edge=False, pad_edge=False)
+        t.add_column("counter")
+        t.add_column("value", justify="right")
+        t.add_column("rate", justify="right")
+        for k in TCP_KEYS:
+            if k in snapshot.tcp.values:
+                t.add_row(k, str(snapshot.tcp.values[k]),
+                          _fmt_rate(rates.get(("tcp",), k) if rates is not None else None))
+        parts.append(t)
+    ft = Table(title="\nfindings", title_justify="left", show_edge=False, pad_edge=False)
+    ft.add_column("severity")
+    ft.add_column("id")
+    ft.add_column("title")
+    ft.add_column("evidence")
+    for f in findings:
+        ev = f.evidence
+        if ev.get("delta") is not None:
+            detail = f"{ev.get('counter')} Δ{ev.get('delta')} ({ev.get('rate_per_s')}/s)"
+        else:
+            detail = f"{ev.get('counter')}={ev.get('value')}"
+        ft.add_row(Text(f.severity, style=SEV_STYLE.get(f.severity, "")), f.id, f.title, detail)
+    if not findings:
+        ft.add_row("", "", "none" + ("" if rates is not None else
+                                     " (single sample: use --interval for rate rules)"), "")
+    parts.append(ft)
+    if snapshot.errors:
+        parts.append(Text(f"\n{len(snapshot.errors)} unreadable values, e.g. "
+                          + "; ".join(f"{e.path}: {e.reason}" for e in snapshot.errors[:3]),
+                          style="red"))
+    return Group(*parts)
+
+
+def run(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: float | None):
+    """Take one sample (or two, ``interval_s`` apart) → ``(snapshot, rates, findings)``."""
+    from collectors.health import evaluate
+    from collectors.rates import rates as make_rates
+    from collectors.snapshot import Collector
+
+    with Collector(sys_root, proc_root, ethtool_root) as c:
+        first = c.sample()
+        if not interval_s:
+            return first, None, evaluate(first)
+        time.sleep(interval_s)
+        second = c.sample()
+    r = make_rates(first, second)
+    return second, r, evaluate(second, r, r.interval_s)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
+
+    @app.command("counters")
+    def counters(
+        sys_root: Annotated[str | None, typer.Option("--sys-root", help="sysfs root (default /sys)")] = None,
+        proc_root: Annotated[str | None, typer.Option("--proc-root", help="procfs root (default /proc)")] = None,
+        ethtool_root: Annotated[str | None, typer.Option(
+            "--ethtool-root", help="captured `ethtool -S` texts: DIR/<if>/statistics")] = None,
+        interval: Annotated[str | None, typer.Option(
+            "--interval", help="take two samples this far apart (e.g. 2s, 500ms) for rates")] = None,
+        watch: Annotated[bool, typer.Option("--watch", help="refresh in place every interval")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+    ) -> None:
+        """RoCE, PFC, ECN, NIC and TCP counters by device, with rates and health findings."""
+        sys_path = _root(sys_root, "/sys", "--sys-root")
+        proc_path = _root(proc_root, "/proc", "--proc-root")
+        eth_path = _root(ethtool_root, "", "--ethtool-root") if ethtool_root else None
+        interval_s = parse_duration_s(interval, default_unit="s", allow_zero=False) if interval else None
+        if watch and as_json:
+            raise UsageError("--watch refreshes a screen; use --interval with --json instead")
+        if watch:
+            _watch(sys_path, proc_path, eth_path, interval_s or 2.0)
+            return
+        snap, r, findings = run(sys_path, proc_path, eth_path, interval_s)
+        if as_json:
+            typer.echo(json.dumps(document(snap, r, findings), indent=2, sort_keys=False))
+        else:
+            Console().print(render(snap, r, findings))
+
+
+def _watch(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: float) -> None:
+    from rich.live import Live
+
+    from collectors.health import evaluate
+    from collectors.rates import rates as make_rates
+    from collectors.snapshot import Collector
+
+    with Collector(sys_root, proc_root, ethtool_root) as c:
+        prev = c.sample()
+        with Live(render(prev, None, evaluate(prev)), auto_refresh=False,
+                  screen=False, transient=False) as live:
+            try:
+                while True:
+                    time.sleep(interval_s)
+                    cur = c.sample()
+                    r = make_rates(prev, cur)
+                    live.update(render(cur, r, evaluate(cur, r, r.interval_s)), refresh=True)
+                    prev = cur
+            except KeyboardInterrupt:
+                pass

@@ -1,9 +1,121 @@
-"""CLI commands: daemon (placeholder until its issue lands)."""
+"""CLI commands: ``wanprobe daemon`` (run, or check the config) and ``wanprobe history PEER``."""
 
 from __future__ import annotations
 
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from wanprobe import units
+from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _print_problems(exc: ConfigInvalid) -> None:
+    """One line per bad key, so each is greppable in the journal."""
+    for problem in exc.problems:
+        err_console.print(f"[bold red]wanprobe: error:[/] {escape(exc.source)}: {escape(problem)}",
+                          markup=True)
+
+
+def daemon(
+    config: Annotated[Path, typer.Option("--config", "-c", help="TOML configuration file.")] = DEFAULT_CONFIG_PATH,
+    check: Annotated[bool, typer.Option("--check", help="Validate the config (and mesh file), "
+                                        "print the peers it selects, and exit.")] = False,
+    check_plan: Annotated[bool, typer.Option("--check-plan", help="Exit 0 only if the "
+                                             "auto-apply plan is signed off and whitelisted "
+                                             "(for wanprobe-tune.service's ExecCondition).")] = False,
+) -> None:
+    """Run the measurement daemon: reflector, mesh probing, counters, history, /metrics.
+
+    SIGHUP reloads (a bad config is refused and the running one stays); SIGTERM stops; speaks
+    sd_notify to systemd (Type=notify, watchdog)."""
+    from wanprobe.daemon import main as dmain
+    from wanprobe.daemon.auto_apply import check_plan as gate
+
+    try:
+        if check or check_plan:
+            cfg, peers = dmain.load_runtime(config)
+            if check_plan:
+                changes = gate(cfg.auto_apply)
+                typer.echo(f"plan {cfg.auto_apply.plan}: signed off, {len(changes)} changes, "
+                           f"tuners {', '.join(sorted({c['tuner'] for c in changes})) or '-'}")
+                return
+            typer.echo(f"{config}: ok, {len(peers)} peers: " +
+                       ", ".join(f"{p.name}={p.address}" for p in peers))
+            return
+        dmain.run(config)
+    except ConfigInvalid as exc:
+        _print_problems(exc)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def history(
+    peer: Annotated[str, typer.Argument(help="Peer name as in the config or mesh file.")],
+    state_dir: Annotated[Path, typer.Option("--state-dir", help="The daemon's state_dir.")] = Path("/var/lib/wanprobe"),
+    since: Annotated[str, typer.Option("--since", help="How far back, e.g. 30m, 1h or 168h (7 days).")] = "24h",
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows (newest).")] = 1000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Show a peer's probe history from the daemon's store (newest last)."""
+    from wanprobe.daemon.store import open_readonly
+
+    since_s = units.parse_duration_s(since, default_unit="s")
+    store = open_readonly(state_dir / "history.sqlite3")
+    try:
+        start = time.time() - since_s
+        rows = store.probes(peer, since=start, limit=limit)
+        tput = store.throughput(peer, since=start)
+        findings = store.findings(peer, since=start)
+    finally:
+        store.close()
+    if as_json:
+        typer.echo(json.dumps({"peer": peer, "since_s": since_s,
+                               "probes": [r.to_json() for r in rows], "throughput": tput,
+                               "findings": findings}, indent=2))
+        return
+    console = Console()
+    if not rows and not tput:
+        console.print(f"no history for peer {peer!r} in the last {since}")
+        return
+    table = Table(title=f"{peer}: probe sessions", show_lines=False)
+    for col in ("time (UTC)", "method", "p50 ms", "p99 ms", "loss", "fwd", "rev", "note"):
+        table.add_column(col, no_wrap=col != "note",
+                         justify="right" if "ms" in col or col in ("loss", "fwd", "rev") else "left")
+    for r in rows:
+        table.add_row(_ts(r.ts), r.method, _f(r.rtt_p50_ms), _f(r.rtt_p99_ms), _pct(r.loss_ratio),
+                      _pct(r.loss_forward_ratio), _pct(r.loss_reverse_ratio),
+                      r.error or (f"{r.sessions} sessions / {r.resolution_s:g} s" if r.resolution_s else ""))
+    console.print(table)
+    for t in tput:
+        rate = units.format_rate(t["bits_per_second"]) if t["bits_per_second"] else t["error"]
+        console.print(f"throughput {_ts(t['ts'])}: {rate} (limited by {t['limited_by'] or '?'})")
+    for f in findings:
+        console.print(f"[bold]{f['severity']}[/] {_ts(f['ts'])} {escape(f['title'])} "
+                      f"{escape(f['report_path'] or '')}")
+
+
+def _ts(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.2f}%"
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
+    app.command("daemon")(daemon)
+    app.command("history")(history)

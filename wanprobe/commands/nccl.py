@@ -1,9 +1,67 @@
-"""CLI commands: nccl (placeholder until its issue lands)."""
+"""CLI: ``wanprobe nccl-env`` — NCCL variables for this host and path, each with its reason."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+
+from wanprobe.errors import UsageError
+
+
+def _version(text: str) -> tuple[int, int]:
+    try:
+        major, minor = (int(x) for x in text.split(".")[:2])
+    except ValueError:
+        raise UsageError(f"bad NCCL version {text!r} (want e.g. 2.21)") from None
+    return major, minor
+
+
+def nccl_env(
+    report: Annotated[str | None, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose` (RTT, loss, link, DSCP).")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="env | nccl.conf | shell | systemd | k8s")] = "env",
+    sys_root: Annotated[str, typer.Option("--sys-root", help="sysfs root to read RDMA ports from.")] = "/sys",
+    proc_root: Annotated[str, typer.Option("--proc-root", help="procfs root for tcp_rmem/tcp_wmem/cc when the report has none.")] = "/proc",
+    iface: Annotated[str | None, typer.Option("--iface", help="Interface toward the peer (overrides the report).")] = None,
+    rtt: Annotated[str | None, typer.Option("--rtt", help="Path RTT, e.g. 130ms (overrides the report).")] = None,
+    link_rate: Annotated[str | None, typer.Option("--link-rate", help="Link rate, e.g. 10gbit (overrides the report).")] = None,
+    nccl_version: Annotated[str, typer.Option("--nccl-version", help="NCCL release the job uses (GID index logic changed in 2.21).")] = "2.21",
+    transport: Annotated[str, typer.Option("--transport", help="auto | ib | socket")] = "auto",
+    ecmp: Annotated[bool, typer.Option("--ecmp", help="The fabric hashes flows over ECMP paths.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Compute NCCL_SOCKET_IFNAME, NCCL_IB_HCA/TC/TIMEOUT/QPS/GID_INDEX and socket counts."""
+    from dataclasses import replace
+
+    from tuners.from_report import load_report
+    from tuners.nccl_env import FORMATS, compute, facts_from_report, render, with_live_sysctls
+    from wanprobe.units import parse_duration_ms, parse_rate_bps
+
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    if transport not in ("auto", "ib", "socket"):
+        raise UsageError(f"unknown transport {transport!r} (auto, ib or socket)")
+    facts = facts_from_report(load_report(report) if report else None)
+    if facts.tcp_rmem_max is None or facts.cc is None:
+        facts = with_live_sysctls(facts, Path(proc_root))
+    if iface:
+        facts = replace(facts, iface=iface)
+    if rtt:
+        facts = replace(facts, rtt_ms=parse_duration_ms(rtt))
+    if link_rate:
+        facts = replace(facts, link_bps=parse_rate_bps(link_rate))
+    if ecmp:
+        facts = replace(facts, ecmp=True)
+    variables = compute(facts, Path(sys_root), nccl_version=_version(nccl_version), transport=transport)
+    if as_json:
+        typer.echo(json.dumps({"format": fmt, "variables": [v.to_json() for v in variables],
+                               "text": render(variables, fmt)}, indent=2))
+        return
+    typer.echo(render(variables, fmt), nl=False)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
+    app.command("nccl-env")(nccl_env)

@@ -1,9 +1,196 @@
-"""CLI commands: probe (placeholder until its issue lands)."""
+"""CLI commands: ``reflect`` (STAMP reflector + throughput server), ``probe`` and ``mtu``."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from wanprobe.errors import UsageError
+from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
+
+DEFAULT_PORT = "862"
+PROGRESS_MIN_S = 3.0
+
+
+def _opt(option: str, parse, *args, **kw):
+    """Run a units parser and name the option in its error message."""
+    try:
+        return parse(*args, **kw)
+    except UsageError as exc:
+        raise UsageError(f"{option}: {exc}") from None
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
+    app.command("reflect")(reflect)
+    app.command("probe")(probe)
+    app.command("mtu")(mtu)
+
+
+def reflect(
+    bind: Annotated[str, typer.Option("--bind", help="Address to listen on (:: for IPv6).")] = "0.0.0.0",
+    port: Annotated[str, typer.Option("--port", help="UDP (STAMP) and TCP (throughput) port.")] = DEFAULT_PORT,
+    max_test_duration: Annotated[str, typer.Option(
+        "--max-test-duration", help="Longest throughput test a client may run, e.g. 60s.")] = "60s",
+    max_test_bytes: Annotated[str, typer.Option(
+        "--max-test-bytes", help="Most bytes one throughput test may move, e.g. 10GiB.")] = "10GiB",
+    rate_pps: Annotated[str, typer.Option(
+        "--rate-limit", help="STAMP replies per second per source address.")] = "5000",
+) -> None:
+    """Run a STAMP (RFC 8762/8972) / TWAMP-Light reflector and the throughput server."""
+    port_n = _opt("--port", parse_port, port)
+    duration_s = _opt("--max-test-duration", parse_duration_s, max_test_duration,
+                      default_unit="s", allow_zero=False)
+    max_bytes = _opt("--max-test-bytes", parse_bytes, max_test_bytes)
+    try:
+        rate = float(rate_pps)
+    except ValueError:
+        raise UsageError(f"--rate-limit {rate_pps!r} is not a number") from None
+    if rate <= 0:
+        raise UsageError("--rate-limit must be > 0")
+    asyncio.run(_serve(bind, port_n, duration_s, max_bytes, rate))
+
+
+async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: float) -> None:
+    from wanprobe.probe.reflector import Reflector
+    from wanprobe.throughput.server import ThroughputServer
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = ThroughputServer(max_duration_s=duration_s, max_bytes=max_bytes)
+    reflector = Reflector(udp_tap=server.udp_tap, rate_pps=rate, burst=max(100, int(rate / 5)))
+    await reflector.start(bind, port)
+    try:
+        await server.start(bind, port)
+        err = Console(stderr=True, highlight=False)
+        err.print(f"wanprobe reflect: STAMP on udp {bind}:{port}, throughput on tcp {bind}:{port}")
+        await stop.wait()
+    finally:
+        await reflector.close()
+        with contextlib.suppress(Exception):
+            await server.close()
+    s = reflector.stats()
+    Console(stderr=True, highlight=False).print(
+        f"wanprobe reflect: stopped; {s.reflected} reflected, {s.short + s.oversize} short/oversize,"
+        f" {s.malformed} malformed, {s.rate_limited} rate-limited")
+
+
+def probe(
+    host: Annotated[str, typer.Argument(help="Peer to probe (name or address).")],
+    port: Annotated[str, typer.Option("--port", help="STAMP or TCP port.")] = DEFAULT_PORT,
+    count: Annotated[int | None, typer.Option("--count", "-c", help="Number of probes.")] = None,
+    duration: Annotated[str | None, typer.Option("--duration", help="Probe for this long, e.g. 30s.")] = None,
+    interval: Annotated[str, typer.Option("--interval", "-i", help="Time between probes, e.g. 100ms.")] = "1s",
+    size: Annotated[str | None, typer.Option("--size", help="IP packet size in bytes.")] = None,
+    dscp: Annotated[str, typer.Option("--dscp", help="DSCP: 0-63 or a name (EF, AF31).")] = "0",
+    method: Annotated[str, typer.Option("--method", help="stamp, icmp or tcp.")] = "stamp",
+    timeout: Annotated[str, typer.Option("--timeout", help="A reply later than this is lost.")] = "2s",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Measure RTT, loss per direction, jitter, reordering and DSCP treatment to HOST."""
+    from wanprobe.probe.api import METHODS
+    from wanprobe.probe.api import probe as run
+
+    if method not in METHODS:
+        raise UsageError(f"unknown --method {method!r} (use stamp, icmp or tcp)")
+    kw = dict(
+        port=_opt("--port", parse_port, port), count=count,
+        duration_s=(_opt("--duration", parse_duration_s, duration, default_unit="s",
+                         allow_zero=False) if duration else None),
+        interval_s=_opt("--interval", parse_duration_s, interval, default_unit="s",
+                        allow_zero=False),
+        size=_opt("--size", parse_bytes, size) if size is not None else None,
+        dscp=_opt("--dscp", parse_dscp, dscp),
+        timeout_s=_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False),
+    )
+    if count is not None and count < 1:
+        raise UsageError(f"--count must be >= 1 (got {count})")
+    if count is not None and duration:
+        raise UsageError("give either --count or --duration, not both")
+    expected_s = (kw["duration_s"] if kw["duration_s"] else (count or 10) * kw["interval_s"])
+    err = Console(stderr=True, highlight=False)
+    if as_json or expected_s < PROGRESS_MIN_S or not err.is_terminal:
+        result = asyncio.run(run(host, method, **kw))
+    else:
+        with Progress(TextColumn(f"probing {host} ({method})"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[rx]} replies"), TimeRemainingColumn(),
+                      console=err, transient=True) as bar:
+            task = bar.add_task("probe", total=None, rx=0)
+
+            def progress(sent: int, received: int, total: int) -> None:
+                bar.update(task, completed=sent, total=total, rx=received)
+
+            result = asyncio.run(run(host, method, on_progress=progress, **kw))
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        return
+    _print_probe(result)
+
+
+def _fmt(x, unit: str = "", digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}{unit}"
+
+
+def _print_probe(r) -> None:
+    out = Console(highlight=False)
+    t = Table(title=f"{r.method} probe to {r.peer}" + (f" port {r.port}" if r.port else ""),
+              show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    j = r.to_json()
+    for k in ("min", "p50", "p90", "p99", "max", "mean", "stdev"):
+        t.add_row(f"rtt {k}", _fmt(j["rtt_ms"][k], " ms"))
+    loss = r.loss
+    lo, hi = loss.ci95
+    t.add_row("sent / received", f"{loss.sent} / {loss.received}")
+    t.add_row("loss", f"{loss.ratio:.3%}  (95% CI {lo:.3%}-{hi:.3%})")
+    t.add_row("loss forward", "-" if loss.forward_ratio is None else f"{loss.forward_ratio:.3%}")
+    t.add_row("loss reverse", "-" if loss.reverse_ratio is None else f"{loss.reverse_ratio:.3%}")
+    t.add_row("jitter (IPDV)", _fmt(r.jitter_ms, " ms"))
+    t.add_row("reordered / duplicates", f"{r.reordered} / {r.duplicates}")
+    d = r.dscp
+
+    def name(v):
+        return "-" if v is None else f"{dscp_name(v)} ({v})"
+
+    t.add_row("dscp sent / at reflector / returned",
+              f"{name(d.sent)} / {name(d.at_reflector)} / {name(d.returned)}")
+    t.add_row("dscp bleached", d.bleached or "unknown")
+    t.add_row("started", r.started_at)
+    out.print(t)
+
+
+def mtu(
+    host: Annotated[str, typer.Argument(help="Peer running a STAMP reflector.")],
+    port: Annotated[str, typer.Option("--port", help="STAMP port.")] = DEFAULT_PORT,
+    timeout: Annotated[str | None, typer.Option(
+        "--timeout", help="Wait per try (default: 3x the measured RTT + 50 ms).")] = None,
+    tries: Annotated[int, typer.Option("--tries", help="Tries per size before it counts as lost.")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Find the path MTU to HOST by DF-bit search (works through ICMP black holes)."""
+    from wanprobe.probe.mtu import probe_path_mtu
+
+    port_n = _opt("--port", parse_port, port)
+    timeout_s = (_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False)
+                 if timeout else None)
+    if tries < 1:
+        raise UsageError("--tries must be >= 1")
+    result = asyncio.run(probe_path_mtu(host, port=port_n, timeout_s=timeout_s, tries=tries))
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        return
+    Console(highlight=False).print(
+        f"path MTU to {host}: [bold]{result.path_mtu}[/] bytes (local MTU {result.local_mtu}; "
+        f"{result.found_by}; {len(result.steps)} sizes tried)")

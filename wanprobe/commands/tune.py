@@ -1,9 +1,229 @@
-"""CLI commands: tune (placeholder until its issue lands)."""
+"""CLI: ``wanprobe tune plan|apply|rollback|status`` — a thin shell over ``tuners``."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from wanprobe.errors import ConfigError
+
+tune_app = typer.Typer(help="Plan, apply (as a transaction), roll back and check host tuning.",
+                       no_args_is_help=True)
+console = Console(highlight=False, soft_wrap=True)
+
+StateDir = Annotated[str | None, typer.Option("--state-dir", help="Journal directory (default $WANPROBE_STATE_DIR or /var/lib/wanprobe).")]
+Netns = Annotated[str | None, typer.Option("--netns", help="Act in this named network namespace (setns).")]
+ProcRoot = Annotated[str, typer.Option("--proc-root", hidden=True)]
+SysRoot = Annotated[str, typer.Option("--sys-root", hidden=True)]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
+def _setup(netns: str | None, proc_root: str, sys_root: str):
+    from tuners import netns as ns
+    from tuners.registry import build_tuners
+
+    if netns:
+        ns.enter(netns)
+    nft = os.environ.get("WANPROBE_NFT", "nft")
+    return build_tuners(Path(proc_root), Path(sys_root), nft=nft or None)
+
+
+def _store(state_dir: str | None):
+    from tuners.journal import JournalStore, state_dir_from
+    return JournalStore(state_dir_from(state_dir))
+
+
+def _recover(store, tuners) -> None:
+    """Finish the rollback of an apply that crashed in this namespace; say so on stderr."""
+    from tuners import transaction
+
+    if store.dir.is_dir():
+        with store.locked():
+            for j in transaction.recover(store, tuners):
+                typer.echo(f"wanprobe: {j.message} (journal {j.id})", err=True)
+
+
+def _interrupted(store) -> list[str]:
+    from tuners.netns import current_cookie, current_inode
+
+    if not store.dir.is_dir():
+        return []
+    inode, cookie = current_inode(), current_cookie()
+    return [j.id for j in store.all() if j.state == "applying" and j.belongs_to(inode, cookie)]
+
+
+def _emit(doc: Any) -> None:
+    typer.echo(json.dumps(doc, indent=2, default=str))
+
+
+def _diff_table(rows: list[dict[str, Any]], title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("tuner", "key", "live", "new", "reason"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(*(escape(str(r[k])) for k in ("tuner", "key", "live", "new", "reason")))
+    return t
+
+
+@tune_app.command("plan")
+def plan_cmd(
+    report: Annotated[str, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose`.")],
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan here.")] = None,
+    side: Annotated[str, typer.Option("--side", help="local: the host that ran diagnose; peer: the far end.")] = "local",
+    netns: Netns = None, state_dir: StateDir = None,
+    proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
+) -> None:
+    """Turn a report's findings into a validated plan (changes nothing, except finishing the
+    rollback of an apply that crashed here, so the plan is made from the real originals)."""
+    from tuners.from_report import build_plan, load_report
+    from tuners.plan import host_id, save
+
+    tuners = _setup(netns, proc_root, sys_root)
+    _recover(_store(state_dir), tuners)
+    data = load_report(report)
+    plan = build_plan(data, tuners, host_id=host_id(), report_path=Path(report), side=side)
+    if output:
+        save(plan, output)
+    if as_json:
+        _emit(plan.to_json())
+        return
+    rows = [{"tuner": c.tuner, "key": c.key, "live": c.old, "new": c.new, "reason": c.reason}
+            for c in plan.changes]
+    console.print(_diff_table(rows, f"plan {plan.id}: {len(rows)} change(s)"))
+    for s in plan.skipped:
+        console.print(escape(f"  skipped {s.tuner} {s.key}: {s.reason}"))
+    for m in plan.manual:
+        console.print(escape(f"  manual {m.tuner} {m.key}={m.value}: {m.reason}; " + " && ".join(m.commands)))
+    if output:
+        console.print(f"wrote {output}; review, then `wanprobe tune apply {output}` (add --yes to change the host)")
+
+
+@tune_app.command("apply")
+def apply_cmd(
+    plan_file: Annotated[str, typer.Argument(help="Plan JSON from `wanprobe tune plan`.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Really change the host; without it: a diff only.")] = False,
+    persist: Annotated[bool, typer.Option("--persist", help="Also write <sysctl.d>/90-wanprobe.conf.")] = False,
+    sysctl_d: Annotated[str | None, typer.Option("--sysctl-d", help="sysctl.d directory for --persist (default $WANPROBE_SYSCTL_D or /etc/sysctl.d).")] = None,
+    netns: Netns = None, state_dir: StateDir = None,
+    proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
+) -> None:
+    """Show the diff, or with --yes apply the plan as a transaction (journal first, verify, undo on failure)."""
+    from tuners import plan as plan_mod
+    from tuners import transaction
+    from tuners.netns import is_init_netns
+
+    tuners = _setup(netns, proc_root, sys_root)
+    plan = plan_mod.load(plan_file)
+    store = _store(state_dir)
+    if not yes:
+        for jid in _interrupted(store):
+            typer.echo(f"wanprobe: note: apply {jid} was interrupted here; the next `tune apply --yes`, "
+                       "`rollback` or `status` rolls it back first", err=True)
+        prep = transaction.prepare(plan, tuners, host_id=plan_mod.host_id())
+        rows = [{"tuner": c.tuner, "key": c.key, "live": c.old, "new": c.new, "reason": c.reason}
+                for c in prep.changes]
+        if as_json:
+            _emit({"dry_run": True, "plan_id": plan.id, "changes": rows,
+                   "skipped": [s.to_json() for s in prep.skipped]})
+            return
+        console.print(_diff_table(rows, f"dry run of plan {plan.id}: {len(rows)} change(s), nothing changed"))
+        for s in prep.skipped:
+            console.print(escape(f"  skipped {s.tuner} {s.key}: {s.reason}"))
+        console.print("re-run with --yes to apply")
+        return
+    persist_dir = None
+    if persist:
+        chosen = sysctl_d or os.environ.get("WANPROBE_SYSCTL_D")
+        if not chosen and not is_init_netns():
+            raise ConfigError("--persist from a non-init network namespace would write the host's "
+                              "/etc/sysctl.d; pass --sysctl-d for this container's own directory")
+        persist_dir = Path(chosen or "/etc/sysctl.d")
+    _recover(store, tuners)
+    journal, prep = transaction.apply_plan(plan, tuners, store, host_id=plan_mod.host_id(),
+                                           persist_dir=persist_dir)
+    if as_json:
+        _emit({"journal": journal.to_json() if journal else None, "skipped": [s.to_json() for s in prep.skipped]})
+        return
+    for s in prep.skipped:
+        console.print(escape(f"  skipped {s.tuner} {s.key}: {s.reason}"))
+    if journal is None:
+        console.print("nothing to change: every setting of the plan is already in place")
+        return
+    for e in journal.entries:
+        console.print(escape(f"  set {e.change.tuner} {e.change.key}: {e.change.old} -> {e.change.new} (verified)"))
+    if journal.persist.get("path"):
+        console.print(f"  persisted to {journal.persist['path']}")
+        if Path("/etc/tuned/active_profile").exists():  # R-27: tuned may re-apply over it
+            active = Path("/etc/tuned/active_profile").read_text().strip() or "?"
+            console.print(f"  note: tuned profile {escape(active)} is active; with reapply_sysctl=1 it may override these")
+    console.print(f"applied {len(journal.entries)} change(s); journal {journal.id} in "
+                  f"{store.dir}; undo with `wanprobe tune rollback {journal.id}`")
+
+
+@tune_app.command("rollback")
+def rollback_cmd(
+    journal_id: Annotated[str | None, typer.Argument(help="Journal id (default: latest applied here).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Restore values someone else changed since.")] = False,
+    print_only: Annotated[bool, typer.Option("--print", help="Print the rollback as shell commands; change nothing.")] = False,
+    netns: Netns = None, state_dir: StateDir = None,
+    proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
+) -> None:
+    """Restore the previous values of an applied plan in this network namespace, newest first."""
+    from tuners import transaction
+
+    tuners = _setup(netns, proc_root, sys_root)
+    store = _store(state_dir)
+    if print_only:
+        j = store.load(journal_id) if journal_id else transaction.latest_applied(store)
+        typer.echo(transaction.restore_script(j, tuners), nl=False)
+        return
+    _recover(store, tuners)
+    j = transaction.rollback(store, tuners, journal_id, force=force)
+    if as_json:
+        _emit(j.to_json())
+        return
+    for e in reversed(j.entries):
+        console.print(escape(f"  {e.status} {e.change.tuner} {e.change.key} = {e.change.old}" + (f" ({e.note})" if e.note else "")))
+    console.print(f"rolled back journal {j.id}")
+
+
+@tune_app.command("status")
+def status_cmd(
+    netns: Netns = None, state_dir: StateDir = None,
+    proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
+) -> None:
+    """Drift between what the applied plans set and the live values in this namespace."""
+    from tuners import transaction
+    from tuners.netns import current_inode
+
+    tuners = _setup(netns, proc_root, sys_root)
+    rows = transaction.status(_store(state_dir), tuners)
+    if as_json:
+        _emit({"netns_inode": current_inode(), "journals": rows,
+               "drift": any(r["drift"] for r in rows)})
+        return
+    if not rows:
+        console.print(f"nothing applied in this network namespace (inode {current_inode()})")
+    for r in rows:
+        if r.get("recovered"):
+            console.print(f"journal {r['journal']}: {r['message']}")
+            continue
+        t = Table(title=f"journal {r['journal']} (plan {r['plan_id']}, {r['created_at']})", title_justify="left")
+        for col in ("tuner", "key", "wanted", "live", "state"):
+            t.add_column(col, overflow="fold")
+        for e in r["entries"]:
+            t.add_row(*(escape(str(e[k])) for k in ("tuner", "key", "wanted", "live")),
+                      "[red]drift[/]" if e["drift"] else "ok")
+        console.print(t)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
+    app.add_typer(tune_app, name="tune")

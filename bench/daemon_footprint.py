@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Daemon footprint: `wanprobe daemon` probing N peers (default 200) every second, measured for
+its resident memory (VmRSS, VmHWM) and CPU share of one core.
+
+Setup (as root): one network namespace with N addresses from 198.18.0.0/15 on its loopback and one
+`wanprobe reflect` bound to 0.0.0.0, so every peer is a distinct address answered by a real STAMP
+reflector; the daemon runs in the same namespace with its defaults (history, counters every 15 s,
+baselines, /metrics) except the probe schedule. For scale, fping probing the same N targets at the
+same per-target rate in the same namespace is measured too and printed as a ratio.
+
+Targets (issue 7): RSS < 80 MiB and CPU < 5 % of one core.
+
+By default each peer gets one probe per second, summarised every 10 s (``--interval 10 --count
+10``); ``--interval 1 --count 1`` makes every 1 s probe its own session (row, metrics, baseline).
+
+    python bench/daemon_footprint.py [--peers 200] [--seconds 30] [--interval 10 --count 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, capture_output=True)
+
+
+def cpu_s(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of ``pid`` from /proc/<pid>/stat fields 14 and 15."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+def status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def addresses(n: int) -> list[str]:
+    return [f"198.18.{100 + i // 250}.{1 + i % 250}" for i in range(n)]
+
+
+def measure(pid: int, seconds: float) -> tuple[float, float, float]:
+    """(user s, system s, wall s) used by ``pid`` over ``seconds``."""
+    (u0, s0), t0 = cpu_s(pid), time.monotonic()
+    time.sleep(seconds)
+    u1, s1 = cpu_s(pid)
+    return u1 - u0, s1 - s0, time.monotonic() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--peers", type=int, default=200)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--warmup", type=float, default=25.0,
+                    help="seconds before measuring: every peer has completed a session by then")
+    ap.add_argument("--interval", type=float, default=10.0,
+                    help="seconds per probe session (summary row, metrics update)")
+    ap.add_argument("--count", type=int, default=10,
+                    help="STAMP packets per session, spread evenly: count/interval = probes/s per peer")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("needs root (network namespace)", file=sys.stderr)
+        return 2
+    ns = f"wpbench{os.getpid()}"
+    tmp = Path(tempfile.mkdtemp(prefix="wanprobe-footprint-"))
+    procs: list[subprocess.Popen] = []
+    sh("ip", "netns", "add", ns)
+    try:
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        batch = "".join(f"address add {a}/32 dev lo\n" for a in addresses(args.peers))
+        subprocess.run(["ip", "-n", ns, "-batch", "-"], input=batch, text=True, check=True)
+        exec_ns = ["ip", "netns", "exec", ns]
+        procs.append(subprocess.Popen(exec_ns + [sys.executable, "-m", "wanprobe", "reflect",
+                                                 "--bind", "0.0.0.0", "--rate-limit", "100000"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        peers = "".join(f'[[peers]]\nname = "p{i}"\naddress = "{a}"\n'
+                        for i, a in enumerate(addresses(args.peers)))
+        cfg = tmp / "wanprobe.toml"
+        cfg.write_text(f"""[daemon]
+state_dir = "{tmp / 'state'}"
+metrics_listen = "127.0.0.1:9862"
+reflector = false
+[probe]
+interval = "{args.interval}s"
+jitter = "{args.interval / 10}s"
+count = {args.count}
+packet_interval = "{args.interval / args.count}s"
+timeout = "1s"
+{peers}""")
+        daemon = subprocess.Popen(exec_ns + [sys.executable, "-m", "wanprobe", "daemon", "--config",
+                                             str(cfg)], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        procs.append(daemon)
+        time.sleep(args.warmup)
+        if daemon.poll() is not None:
+            print("daemon exited early", file=sys.stderr)
+            return 1
+        user, system, wall = measure(daemon.pid, args.seconds)
+        cpu = user + system
+        rss_mib = status_kib(daemon.pid, "VmRSS") / 1024
+        hwm_mib = status_kib(daemon.pid, "VmHWM") / 1024
+        import sqlite3
+
+        con = sqlite3.connect(tmp / "state" / "history.sqlite3")
+        sessions, answered = con.execute(
+            "SELECT count(*), sum(received > 0) FROM probes WHERE ts >= ?",
+            (time.time() - wall,)).fetchone()
+        con.close()
+        t_stop = time.monotonic()
+        daemon.send_signal(signal.SIGTERM)
+        rc = daemon.wait(10)
+        stop_s = time.monotonic() - t_stop
+
+        fping_cpu_pct = None
+        if shutil.which("fping"):
+            n_probes = max(1, int(args.seconds))
+            period_ms = str(int(1000 * args.interval / args.count))
+            fp = subprocess.Popen(exec_ns + ["fping", "-q", "-C", str(n_probes), "-p", period_ms,
+                                             "-i", "1", *addresses(args.peers)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(fp)
+            time.sleep(1.0)
+            fu, fs, fwall = measure(fp.pid, min(args.seconds, n_probes - 2))
+            fping_cpu_pct = 100 * (fu + fs) / fwall
+            fp.kill()
+            fp.wait(10)
+
+        cpu_pct = 100 * cpu / wall
+        per_peer = args.count / args.interval
+        print(f"daemon probing {args.peers} peers at {per_peer:g} probe/s each "
+              f"({args.peers * per_peer:g} STAMP probes/s; a session of {args.count} every "
+              f"{args.interval:g} s) for {wall:.1f} s:")
+        print(f"  sessions stored {sessions} ({sessions / wall:.0f}/s, {answered} answered)")
+        print(f"  RSS {rss_mib:.1f} MiB (peak {hwm_mib:.1f} MiB)   target < 80 MiB   "
+              f"{'OK' if hwm_mib < 80 else 'OVER'}")
+        print(f"  CPU {cpu_pct:.2f} % of one core (user {user:.2f} s + system {system:.2f} s)   "
+              f"target < 5 %   "
+              f"{'OK' if cpu_pct < 5 else 'OVER'}")
+        print(f"  SIGTERM with {args.peers} sessions in flight: exit {rc} after {stop_s:.2f} s "
+              f"(limit 2 s)")
+        if fping_cpu_pct is not None:
+            print(f"  fping, same targets and rate: CPU {fping_cpu_pct:.2f} % of one core; "
+                  f"daemon/fping = {cpu_pct / max(fping_cpu_pct, 1e-3):.1f}x "
+                  f"(the daemon also stores, exports and baselines every session)")
+        return 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""sd_notify against a real AF_UNIX datagram socket, journald log lines, systemd unit hardening,
+the auto-apply gate."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import require_tool
+
+from wanprobe.daemon import logging as dlog
+from wanprobe.daemon.auto_apply import check_plan
+from wanprobe.daemon.config import AutoApply
+from wanprobe.daemon.sd_notify import Notifier, socket_address, watchdog_interval_s
+from wanprobe.errors import ConfigError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def notify_socket(tmp_path):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = tmp_path / "notify.sock"
+    sock.bind(str(path))
+    sock.settimeout(2.0)
+    yield str(path), sock
+    sock.close()
+
+
+def test_sd_notify_datagrams_on_a_real_socket(notify_socket):
+    path, sock = notify_socket
+    n = Notifier({"NOTIFY_SOCKET": path})
+    assert n.ready("probing 3 peers every 10 s")
+    assert sock.recv(4096) == b"READY=1\nSTATUS=probing 3 peers every 10 s"
+    assert n.watchdog()
+    assert sock.recv(4096) == b"WATCHDOG=1"
+    assert n.status("line one\nline two")  # a newline would start a new assignment
+    assert sock.recv(4096) == b"STATUS=line one line two"
+    assert n.stopping()
+    assert sock.recv(4096).split(b"\n") == [b"STOPPING=1", b"STATUS=stopping"]
+    n.close()
+
+
+def test_sd_notify_abstract_namespace():
+    name = f"wanprobe-test-{os.getpid()}"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(b"\0" + name.encode())
+    sock.settimeout(2.0)
+    try:
+        assert socket_address("@" + name) == b"\0" + name.encode()
+        n = Notifier({"NOTIFY_SOCKET": "@" + name})
+        assert n.ready()
+        assert sock.recv(4096) == b"READY=1"
+    finally:
+        sock.close()
+
+
+def test_sd_notify_without_systemd_or_with_a_dead_socket_never_raises(tmp_path):
+    assert Notifier({}).ready() is False
+    n = Notifier({"NOTIFY_SOCKET": str(tmp_path / "nobody-listens")})
+    assert n.ready() is False and "failed" in n.last_error
+
+
+def test_watchdog_interval_is_half_of_watchdog_usec():
+    assert watchdog_interval_s({"WATCHDOG_USEC": "30000000"}) == 15.0
+    assert watchdog_interval_s({"WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "42"}, pid=42) == 2.0
+    assert watchdog_interval_s({"WATCHDOG_USEC": "4000000", "WATCHDOG_PID": "43"}, pid=42) is None
+    assert watchdog_interval_s({}) is None
+    assert watchdog_interval_s({"WATCHDOG_USEC": "junk"}) is None
+
+
+def test_journal_and_logfmt_lines():
+    buf = io.StringIO()
+    dlog.setup("journal", stream=buf)
+    dlog.log(logging.WARNING, "probe failed", peer="tokyo-1", error="no answer within 2.2 s")
+    dlog.log(logging.ERROR, "reload refused", problem="probe.interval: bad")
+    lines = buf.getvalue().splitlines()
+    assert lines[0] == '<4>probe failed peer=tokyo-1 error="no answer within 2.2 s"'
+    assert lines[1].startswith("<3>reload refused problem=")
+    dlog.set_style("logfmt")
+    dlog.log(logging.INFO, "started", peers=2)
+    assert re.fullmatch(r'ts=\S+Z level=info msg=started peers=2', buf.getvalue().splitlines()[2])
+
+
+def test_systemd_analyze_security_exposure_at_most_3():
+    tool = require_tool("systemd-analyze")
+    r = subprocess.run([tool, "security", "--offline=true", "--no-pager",
+                        str(REPO / "systemd" / "wanprobe.service")],
+                       capture_output=True, text=True, timeout=60)
+    m = re.search(r"Overall exposure level for wanprobe\.service: (\d+\.\d+)", r.stdout)
+    assert m, r.stdout + r.stderr
+    exposure = float(m.group(1))
+    print(f"\nsystemd-analyze security --offline=true systemd/wanprobe.service: exposure {exposure}")
+    assert exposure <= 3.0
+
+
+def test_units_grant_only_the_capabilities_they_need():
+    def keys(name: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for line in (REPO / "systemd" / name).read_text().splitlines():
+            if "=" in line and not line.startswith("#"):
+                k, v = line.split("=", 1)
+                out.setdefault(k.strip(), []).append(v.strip())
+        return out
+
+    svc, tune = keys("wanprobe.service"), keys("wanprobe-tune.service")
+    assert svc["Type"] == ["notify"] and svc["Restart"] == ["on-failure"] and "WatchdogSec" in svc
+    assert set(svc["CapabilityBoundingSet"][0].split()) == {"CAP_NET_RAW", "CAP_NET_BIND_SERVICE"}
+    assert set(svc["AmbientCapabilities"][0].split()) == {"CAP_NET_RAW", "CAP_NET_BIND_SERVICE"}
+    assert "CAP_NET_ADMIN" not in " ".join(sum(svc.values(), []))
+    assert tune["Type"] == ["oneshot"] and tune["CapabilityBoundingSet"] == ["CAP_NET_ADMIN"]
+    assert "--check-plan" in tune["ExecCondition"][0]
+
+
+def test_auto_apply_gate_checks_sign_off_and_whitelist(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"changes": [{"tuner": "sysctl", "key": "net.ipv4.tcp_rmem",
+                                             "new": "4096 131072 67108864"}]}))
+    digest = hashlib.sha256(plan.read_bytes()).hexdigest()
+    assert len(check_plan(AutoApply(True, ("sysctl",), plan, digest))) == 1
+    with pytest.raises(ConfigError, match="not in auto_apply.tuners"):
+        check_plan(AutoApply(True, ("link",), plan, digest))
+    plan.write_text(plan.read_text().replace("67108864", "134217728"))  # edited after review
+    with pytest.raises(ConfigError, match="not the signed-off plan"):
+        check_plan(AutoApply(True, ("sysctl",), plan, digest))
+    with pytest.raises(ConfigError, match="off"):
+        check_plan(AutoApply())
+
+
+def test_metrics_exposition_names_units_and_forgetting_a_peer():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from wanprobe.daemon.metrics import DaemonMetrics
+
+    m = DaemonMetrics()
+    doc = {"rtt_ms": {"min": 35.0, "p50": 36.0, "p90": 37.0, "p99": 40.0, "max": 41.0},
+           "loss": {"sent": 100, "received": 99, "ratio": 0.01, "forward_ratio": 0.01,
+                    "reverse_ratio": 0.0}, "jitter_ms": 0.5}
+    m.observe_probe("tokyo-1", "stamp", doc)
+    m.observe_probe_error("tokyo-1", "stamp")
+    m.observe_throughput("tokyo-1", {"bits_per_second": 9.4e8, "bytes_sent": 5, "bytes_received": 4})
+    m.observe_rates({("netdevs.eth0.stats", "rx_bytes"): 1250.0})
+    m.set_findings({"warning": 2})
+    fams = {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}
+    value = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in fams.values()
+             for s in f.samples}
+    lab = (("method", "stamp"), ("peer", "tokyo-1"))
+    assert value[("wanprobe_rtt_seconds", tuple(sorted(lab + (("quantile", "0.99"),))))] == 0.040
+    assert value[("wanprobe_loss_ratio", tuple(sorted(lab + (("direction", "forward"),))))] == 0.01
+    assert value[("wanprobe_jitter_seconds", lab)] == 0.0005
+    assert value[("wanprobe_probe_errors_total", (("peer", "tokyo-1"),))] == 1
+    assert value[("wanprobe_throughput_bits_per_second", (("peer", "tokyo-1"),))] == 9.4e8
+    assert value[("wanprobe_findings", (("severity", "warning"),))] == 2
+    assert value[("wanprobe_counter_rate_per_second", (("counter", "rx_bytes"),
+                                                        ("source", "netdevs.eth0.stats")))] == 1250
+    for name in fams:  # Prometheus conventions: prefix, base units, no ms/percent
+        assert name.startswith("wanprobe_") and not re.search(r"_(ms|milliseconds|percent)\b", name)
+    m.forget_peer("tokyo-1")
+    text = m.exposition().decode()
+    assert 'wanprobe_rtt_seconds{' not in text and 'wanprobe_loss_ratio{' not in text
+    assert 'wanprobe_probe_errors_total{peer="tokyo-1"}' in text  # counters keep their history

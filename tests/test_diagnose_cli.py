@@ -1,0 +1,73 @@
+"""`wanprobe diagnose` bad input: one-line errors, non-zero exit, no traceback; and a diagnose
+against loopback with no reflector still produces a valid report marking what was not measured."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from wanprobe.diagnose.run import DiagnoseOptions, diagnose, parse_route_get
+from wanprobe.report.document import Report
+
+
+def run(*args):
+    """The CLI in-process (same entry point as the console script; starting a fresh
+    interpreter per case costs seconds): a CompletedProcess-like result."""
+    import contextlib
+    import io
+
+    from wanprobe.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(["diagnose", *args])
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["127.0.0.1", "--quick", "--full"], "exclude each other"),
+    (["127.0.0.1", "--port", "70000"], "out of range"),
+    (["127.0.0.1", "--dscp", "AF99"], "DSCP"),
+    (["127.0.0.1", "--link-rate", "fast"], "rate"),
+    (["no-such-host.invalid"], "cannot resolve"),
+    (["127.0.0.1", "--netns", "no-such-ns-wanprobe"], "no network namespace"),
+])
+def test_bad_input_is_one_line_error(args, needle):
+    r = run(*args)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert needle.lower() in lines[0].lower()
+
+
+def test_peer_without_reflector_is_not_measured_not_a_crash(tmp_path):
+    """Nothing listens on this port: path, mtu and throughput are marked not measured, the host
+    rules still run, and the document is valid."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound by us and never answered
+        report = diagnose(DiagnoseOptions(peer="127.0.0.1", port=port, counters=False))
+    doc = json.loads(json.dumps(report.to_json()))
+    Report.from_json(doc)  # validates against the schema
+    errors = doc["measurements"]["errors"]
+    assert set(errors) >= {"path", "mtu", "throughput"}
+    assert doc["measurements"]["path"] is None and doc["measurements"]["throughput"] is None
+    assert all(not f["id"].startswith("path.") for f in doc["findings"])
+    assert all(f["id"] != "engine.rule_error" for f in doc["findings"])
+
+
+def test_parse_route_get():
+    cached = ('[{"dst":"198.18.0.2","dev":"wp0","prefsrc":"198.18.0.1","flags":[],'
+              '"metrics":[{"mtu":1380}],"cache":["expires 597sec"],"uid":0}]')
+    assert parse_route_get(cached) == {"iface": "wp0", "route_mtu": 1380}
+    plain = '[{"dst":"198.18.0.2","dev":"wp0","prefsrc":"198.18.0.1","flags":[],"uid":0,"cache":[]}]'
+    assert parse_route_get(plain) == {"iface": "wp0", "route_mtu": None}
+    assert parse_route_get("garbage") == {}

@@ -1,0 +1,125 @@
+"""Training-impact model: step time, idle share, cost and strategies against hand arithmetic."""
+
+import pytest
+
+from wanprobe.errors import ConfigError, UsageError
+from wanprobe.models import impact as m
+from wanprobe.models.impact_inputs import candidate_from_report, planned_settings, slowest
+
+
+def test_gradient_bytes():
+    assert m.gradient_bytes(100e9, "bf16") == 200e9
+    assert m.gradient_bytes(70e9, "fp32") == 280e9
+    assert m.gradient_bytes(70e9, "int8") == 70e9
+    with pytest.raises(UsageError, match="dtype"):
+        m.gradient_bytes(70e9, "fp8")
+    with pytest.raises(UsageError):
+        m.gradient_bytes(0, "bf16")
+    with pytest.raises(UsageError):
+        m.gradient_bytes(-1e9, "bf16")
+
+
+def test_step_time_definition():
+    assert m.step_time_s(0.9, 0.3, 0.0) == pytest.approx(1.2)        # compute + comm
+    assert m.step_time_s(0.9, 0.3, 1.0) == pytest.approx(0.9)        # max(compute, comm)
+    assert m.step_time_s(0.9, 2.0, 1.0) == pytest.approx(2.0)
+    assert m.step_time_s(0.9, 1.0, 0.5) == pytest.approx(1.4)        # 0.5 s of comm hidden
+    assert m.step_time_s(0.2, 1.0, 0.5) == pytest.approx(1.0)        # hides at most the compute
+    with pytest.raises(UsageError, match="compute"):
+        m.step_time_s(None, 1.0)
+    with pytest.raises(UsageError, match="overlap"):
+        m.step_time_s(0.9, 1.0, 1.5)
+
+
+def test_idle_share_and_cost():
+    # step 1.2 s with 0.9 s compute: 25 % idle; 16 GPUs · 24 h · $2.5 · 0.25 = $240/day
+    idle = m.gpu_idle_share(0.9, 1.2)
+    assert idle == pytest.approx(0.25)
+    assert m.idle_cost_per_day(idle, 16, 2.5) == pytest.approx(240.0)
+
+
+def _by_name(results):
+    return {r.name: r for r in results}
+
+
+def test_strategies_hand_values():
+    # 1e9 params bf16 = 2 GB; 2 sites × 8 GPUs; link 1 Gbit/s, RTT 100 ms, no loss, window
+    # 2 MiB per flow → one flow 167.8 Mbit/s; flat ring: 2·15/16·2e9·8/167.8e6 + 30·0.05 s.
+    job = m.Job(params=1e9, dtype="bf16", sites=2, gpus_per_site=8, compute_s=1.0,
+                gpu_hour_cost=2.0, local_rate_bps=400e9)
+    path = m.Path(rtt_s=0.1, link_bps=1e9, loss=0.0, cc="cubic", window_bytes=2 * 2**20)
+    res = _by_name(m.strategies(job, path))
+    flow = 2 * 2**20 * 8 / 0.1
+    as_is = 2 * 15 / 16 * 2e9 * 8 / flow + 30 * 0.05
+    assert res["as-is"].comm_time_s == pytest.approx(as_is)
+    assert res["as-is"].step_time_s == pytest.approx(1.0 + as_is)
+    assert res["as-is"].gpu_idle_share == pytest.approx(as_is / (1.0 + as_is))
+    assert res["as-is"].idle_cost_per_day == pytest.approx(as_is / (1 + as_is) * 16 * 24 * 2.0)
+    # tuned hosts: BDP-sized windows, the flow fills the 1 Gbit/s link
+    assert res["tuned hosts"].comm_time_s == pytest.approx(2 * 15 / 16 * 16.0 + 1.5)
+    # hierarchical: 8 flows of 167.8 Mbit/s capped at 1 Gbit/s; WAN term 2e9·8/1e9 = 16 s
+    h = res["hierarchical"]
+    assert h.wan_rate_bps == pytest.approx(1e9)
+    assert h.comm_time_s == pytest.approx(2 * (7 / 8 * 16e9 / 400e9 + 7 * 10e-6) + 16.0 + 2 * 0.05)
+    # int8: half the bytes of bf16
+    assert res["int8 gradients"].bytes_per_sync == 1e9
+    assert "fp16 gradients" not in res  # same size as bf16
+    # sync every 500 steps: comm / 500
+    assert res["sync every 500 steps"].comm_time_s == pytest.approx(as_is / 500)
+    # top-k 1 %: 1e9·0.01·(2+4) = 60 MB all-gathered over 8 flows: 60e6·8/1e9 + 0.05
+    assert res["top-k 0.01"].comm_time_s == pytest.approx(0.48 + 0.05)
+    # more bandwidth does not help a window-limited flow
+    assert res["more bandwidth"].comm_time_s == pytest.approx(as_is)
+
+
+def test_without_compute_only_comm_is_predicted():
+    job = m.Job(params=1e9, compute_s=None)
+    res = m.strategies(job, m.Path(rtt_s=0.05, link_bps=1e9))
+    assert all(r.step_time_s is None and r.gpu_idle_share is None for r in res)
+    assert all(r.comm_time_s > 0 for r in res)
+
+
+def _report(rtt_p99=130.0, loss=0.001, bps=5e6, rmem="4096 131072 6291456", cc="cubic", peer="tokyo"):
+    return {
+        "peer": {"address": peer},
+        "measurements": {"path": {"rtt_ms": {"p50": rtt_p99 * 0.8, "p99": rtt_p99},
+                                  "loss": {"ratio": loss}},
+                         "throughput": {"bits_per_second": bps}},
+        "host": {"sysctls": {"net.ipv4.tcp_rmem": rmem, "net.ipv4.tcp_congestion_control": cc}},
+        "plan": {"changes": [{"tuner": "sysctl", "key": "net.ipv4.tcp_rmem", "value": "4096 131072 268435456"},
+                             {"tuner": "sysctl", "key": "net.ipv4.tcp_congestion_control", "value": "bbr"}]},
+    }
+
+
+def test_candidate_from_report_uses_p99_and_measured_rate():
+    c = candidate_from_report(_report(), "r.json", link_bps=10e9)
+    assert c.name == "tokyo"
+    assert c.path.rtt_s == pytest.approx(0.13)
+    assert c.path.flow_rate(1) == 5e6
+    assert c.path.window_bytes == pytest.approx(6291456 / 2)
+    assert c.tuned_window_bytes == pytest.approx(268435456 / 2)
+    assert c.tuned_cc == "bbr"
+    assert planned_settings({"plan": None}) == {}
+
+
+def test_report_missing_key_names_it():
+    doc = _report()
+    del doc["measurements"]["path"]["rtt_ms"]["p99"]
+    with pytest.raises(ConfigError, match=r"measurements\.path\.rtt_ms\.p99"):
+        candidate_from_report(doc, "r.json")
+    doc = _report()
+    del doc["host"]["sysctls"]["net.ipv4.tcp_rmem"]
+    with pytest.raises(ConfigError, match="net.ipv4.tcp_rmem"):
+        candidate_from_report(doc, "r.json")
+    doc = _report()
+    doc["measurements"]["throughput"] = None
+    with pytest.raises(ConfigError, match="bits_per_second"):
+        candidate_from_report(doc, "r.json")  # no --bandwidth either
+
+
+def test_slowest_peer_governs_a_joint_job():
+    a = candidate_from_report(_report(rtt_p99=40, bps=500e6, peer="tokyo"), "a", 10e9)
+    b = candidate_from_report(_report(rtt_p99=150, bps=20e6, peer="uswest"), "b", 10e9)
+    p = slowest([a, b])
+    assert p.rtt_s == pytest.approx(0.15)
+    assert p.flow_rate(1) == 20e6

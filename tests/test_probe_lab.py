@@ -1,0 +1,186 @@
+"""Acceptance tests in the emulated WAN lab (issue 3): RTT accuracy against iputils ping measured
+in the same run, directional loss, DSCP bleaching, path MTU through a black hole."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import select
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from wanprobe.probe.sender import probe_stamp
+from wanprobe.probe.tcp_connect import probe_tcp
+
+pytestmark = pytest.mark.netns
+PORT = 862
+
+
+@contextlib.contextmanager
+def reflector(lab):
+    """`wanprobe reflect` in namespace b; waits until it listens; always stopped."""
+    proc = lab.b.popen([sys.executable, "-m", "wanprobe", "reflect", "--bind", lab.b.addr,
+                        "--port", str(PORT)], stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stderr], [], [], 30)
+        line = proc.stderr.readline() if ready else ""
+        assert "STAMP on udp" in line, f"reflector did not start: {line!r}"
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def ping_rtts_ms(out: str) -> tuple[np.ndarray, float]:
+    """Per-reply times from iputils ping and their print resolution (ms): ping prints 3
+    decimals below 1 ms... 1 decimal from 10 ms, none from 100 ms (ping_common.c)."""
+    vals = np.array([float(x) for x in re.findall(r"time=([\d.]+) ms", out)])
+    res = 1.0 if np.median(vals) >= 100 else 0.1 if np.median(vals) >= 10 else 0.01
+    return vals, res
+
+
+def _accuracy_run(lab, rtt_ms: float, n: int = 600, interval: float = 0.005) -> dict:
+    """STAMP and iputils ping side by side, same rate, same time, same path."""
+    ping = lab.a.popen(["ping", "-n", "-i", str(interval), "-c", str(n), "-W", "2", lab.b.addr],
+                       stdout=subprocess.PIPE, text=True)
+    with lab.a.entered():
+        res = asyncio.run(probe_stamp(lab.b.addr, port=PORT, count=n, interval_s=interval))
+    out, _ = ping.communicate(timeout=60)
+    pings, resolution = ping_rtts_ms(out)
+    ours = np.array(res.rtt_samples_ms)
+    assert len(ours) >= 0.95 * n and len(pings) >= 0.95 * n
+    m = {"rtt_ms": rtt_ms, "stamp_p50": float(np.median(ours)),
+         "ping_p50": float(np.median(pings)), "ping_resolution": resolution,
+         "stamp_p99_p50": float(np.percentile(ours, 99) - np.median(ours)),
+         "ping_p99_p50": float(np.percentile(pings, 99) - np.median(pings))}
+    m["stamp_err"] = abs(m["stamp_p50"] - rtt_ms)
+    m["ping_err"] = abs(m["ping_p50"] - rtt_ms)
+    # ping prints rounded times, so its error and spread are known to within its resolution
+    m["ok_abs"] = m["stamp_err"] <= max(0.2, 0.01 * rtt_ms)
+    # The lab calibrates its delay line so that a ping-style measurement (clock read before
+    # sendto, kernel RX stamp) reads the configured RTT: it removes 2 x offset_ns of host
+    # overhead measured that way (wanprobe/lab/calibrate.py). STAMP with kernel TX stamps does
+    # not pay the sender's send path, so it may read up to that much *below* the setting.
+    offset_ms = 2 * (lab.stats().get("offset_ns") or 0) / 1e6
+    m["lab_calibration_ms"] = offset_ms
+    m["ok_vs_ping"] = m["stamp_err"] <= m["ping_err"] + resolution / 2 + (
+        offset_ms if m["stamp_p50"] < rtt_ms else 0.0)
+    m["ok_spread"] = m["stamp_p99_p50"] <= m["ping_p99_p50"] + resolution
+    print(json.dumps(m))
+    return m
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rtt_ms", [10, 60, 200])
+def test_rtt_accuracy_against_ping(lab_factory, rtt_ms):
+    lab = lab_factory(rtt_ms=rtt_ms, jitter_ms=0)
+    with reflector(lab):
+        m = _accuracy_run(lab, rtt_ms)
+        if not (m["ok_abs"] and m["ok_vs_ping"] and m["ok_spread"]):
+            # On a loaded 2-core host the tail is set by the userspace delay line being
+            # descheduled, which hits both tools at random: measure once more, fresh.
+            m = _accuracy_run(lab, rtt_ms)
+    assert m["ok_abs"], m
+    assert m["ok_vs_ping"], m
+    assert m["ok_spread"], m
+
+
+def _loss_run(lab):
+    with lab.a.entered():
+        return asyncio.run(probe_stamp(lab.b.addr, port=PORT, count=2000, interval_s=0.002,
+                                       timeout_s=1.0))
+
+
+def _inside(ci, p):
+    return ci[0] <= p <= ci[1]
+
+
+@pytest.mark.slow
+def test_loss_per_direction(lab_factory):
+    lab = lab_factory(rtt_ms=2, loss_ab=0.01, loss_ba=0.0)
+    with reflector(lab):
+        fwd = _loss_run(lab)
+        if not _inside(fwd.loss.forward_ci95, 0.01):   # a 95 % interval misses 1 time in 20
+            fwd = _loss_run(lab)
+        lab.update(loss_ab=0.0, loss_ba=0.01)
+        rev = _loss_run(lab)
+        if not _inside(rev.loss.reverse_ci95, 0.01):
+            rev = _loss_run(lab)
+    print(json.dumps({"a_to_b": fwd.loss.to_json(), "b_to_a": rev.loss.to_json()}))
+    assert _inside(fwd.loss.forward_ci95, 0.01) and fwd.loss.reverse_lost == 0
+    assert _inside(rev.loss.reverse_ci95, 0.01) and rev.loss.forward_lost == 0
+    assert 0.003 < fwd.loss.forward_ratio < 0.03 and 0.003 < rev.loss.reverse_ratio < 0.03
+
+
+def test_dscp_bleaching_is_attributed_to_the_forward_path(lab_factory):
+    lab = lab_factory(rtt_ms=4, bleach_dscp=True)
+    with reflector(lab):
+        with lab.a.entered():
+            res = asyncio.run(probe_stamp(lab.b.addr, port=PORT, count=20, interval_s=0.01,
+                                          dscp=26))
+        cli = lab.a.run([sys.executable, "-m", "wanprobe", "probe", lab.b.addr, "--count", "5",
+                         "--interval", "10ms", "--dscp", "AF31", "--json"],
+                        capture_output=True, text=True, timeout=60)
+    assert res.dscp.sent == 26 and res.dscp.at_reflector == 0
+    assert res.dscp.bleached in ("forward", "both")
+    doc = json.loads(cli.stdout)
+    assert doc["dscp"]["sent"] == 26 and doc["dscp"]["at_reflector"] == 0
+    assert doc["dscp"]["bleached"] in ("forward", "both")
+
+
+def test_no_bleaching_without_remarking(lab_factory):
+    lab = lab_factory(rtt_ms=4)
+    with reflector(lab), lab.a.entered():
+        res = asyncio.run(probe_stamp(lab.b.addr, port=PORT, count=10, interval_s=0.01, dscp=46))
+    assert (res.dscp.at_reflector, res.dscp.returned, res.dscp.bleached) == (46, 46, "none")
+
+
+@pytest.mark.parametrize("settings, expected", [({"mtu": 1400}, 1400),
+                                                ({"black_hole_mtu": 1380}, 1380)])
+def test_path_mtu(lab_factory, settings, expected):
+    lab = lab_factory(rtt_ms=4, **settings)
+    with reflector(lab):
+        t = time.monotonic()
+        cli = lab.a.run([sys.executable, "-m", "wanprobe", "mtu", lab.b.addr, "--json"],
+                        capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t
+    assert cli.returncode == 0, cli.stderr
+    doc = json.loads(cli.stdout)
+    print(json.dumps({"expected": expected, "path_mtu": doc["path_mtu"],
+                      "found_by": doc["found_by"], "sizes": len(doc["steps"]), "s": took}))
+    assert doc["path_mtu"] == expected
+    if "black_hole_mtu" in settings:
+        assert doc["local_mtu"] == 1500 and "binary search" in doc["found_by"]
+        assert any(not s["passed"] and s["size_bytes"] == expected + 1 for s in doc["steps"])
+
+
+def test_icmp_and_tcp_methods_in_lab(lab_factory):
+    lab = lab_factory(rtt_ms=20)
+    with reflector(lab):
+        with lab.a.entered():
+            icmp = asyncio.run(_icmp(lab.b.addr))
+            srv = lab.b.popen([sys.executable, "-c", "import socket,time;s=socket.socket();"
+                               f"s.bind(('{lab.b.addr}',8622));s.listen(64);time.sleep(30)"])
+            try:
+                time.sleep(1.0)  # the listener starts
+                tcp = asyncio.run(probe_tcp(lab.b.addr, port=8622, count=20, interval_s=0.02))
+            finally:
+                srv.kill()
+                srv.wait()
+    assert icmp.loss.received == 20 and abs(icmp.rtt.p50 - 20) < 0.5
+    assert tcp.loss.received == 20 and abs(tcp.rtt.p50 - 20) < 1.0
+
+
+async def _icmp(addr):
+    from wanprobe.probe.icmp import probe_icmp
+    return await probe_icmp(addr, count=20, interval_s=0.02)

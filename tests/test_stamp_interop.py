@@ -1,0 +1,175 @@
+"""Interop on loopback: our sender against independent reflectors written here from the RFC
+layouts (scapy.contrib.stamp, and a bare TWAMP-Light one with struct), and our reflector
+answering packets built byte by byte with scapy."""
+
+import asyncio
+import contextlib
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+from wanprobe.probe import stamp_packet as sp
+from wanprobe.probe.reflector import Reflector
+from wanprobe.probe.sender import probe_stamp
+
+scapy_stamp = pytest.importorskip("scapy.contrib.stamp")
+NTP_OFFSET = 2208988800
+
+
+@contextlib.contextmanager
+def udp_server(handler):
+    """A blocking UDP server thread on 127.0.0.1; ``handler(data, state) -> bytes | None``."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.1)
+    stop = threading.Event()
+    state = {"count": 0}
+
+    def serve():
+        while not stop.is_set():
+            try:
+                data, addr = sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            t2 = time.time()
+            reply = handler(data, state, t2)
+            state["count"] += 1
+            if reply is not None:
+                sock.sendto(reply, addr)
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        stop.set()
+        th.join()
+        sock.close()
+
+
+def scapy_reflector(stateful):
+    """RFC 8762 §4.3 reflector built from scapy's layer: copies TLVs untouched (so U stays set)."""
+    def handle(data, state, t2):
+        s = scapy_stamp.STAMPSessionSenderTestUnauthenticated(data)
+        reply = scapy_stamp.STAMPSessionReflectorTestUnauthenticated(
+            seq=state["count"] if stateful else s.seq, ts=time.time() + NTP_OFFSET, ssid=s.ssid,
+            ts_rx=t2 + NTP_OFFSET, seq_sender=s.seq, ts_sender=s.ts,
+            err_estimate_sender=s.err_estimate, ttl_sender=64, tlv_objects=s.tlv_objects)
+        return bytes(reply)[:len(data)]
+    return handle
+
+
+def twamp_light_reflector(data, state, t2):
+    """RFC 5357 §4.2.1 reflector: 41-octet header, then the request's padding; no SSID, no TLVs."""
+    seq, t1, err = struct.unpack_from("!IQH", data)
+    t2n = sp.ntp_from_ns(int(t2 * 1e9))
+    head = struct.pack("!IQHHQIQH2xB", state["count"], sp.ntp_from_ns(time.time_ns()), 1, 0, t2n,
+                       seq, t1, err, 64)
+    return head + data[41:]
+
+
+def test_sender_against_scapy_stateful_reflector():
+    with udp_server(scapy_reflector(stateful=True)) as port:
+        r = asyncio.run(probe_stamp("127.0.0.1", port=port, count=30, interval_s=0.02, dscp=10))
+    assert r.loss.sent == 30 and r.loss.received == 30
+    assert r.loss.forward_ratio == 0.0 and r.loss.reverse_ratio == 0.0
+    assert 0 < r.rtt.min <= r.rtt.p50 < 1000   # a slow Python reflector; accuracy is tested in the lab
+    assert r.dscp.at_reflector is None          # TLV echoed with U=1: reflector did not process it
+    assert r.dscp.returned == 0
+
+
+def test_sender_splits_forward_loss_with_stateful_scapy_reflector():
+    def lossy(data, state, t2):
+        state["n"] = state.get("n", 0) + 1
+        if state["n"] % 3 == 0:          # "lost on the way there": not counted, not answered
+            state["count"] -= 1
+            return None
+        return scapy_reflector(True)(data, state, t2)
+    with udp_server(lossy) as port:
+        r = asyncio.run(probe_stamp("127.0.0.1", port=port, count=30, interval_s=0.02,
+                                    timeout_s=1.0))
+    # probe 29 is the last and is lost: it cannot be attributed, the 9 before it are forward
+    assert r.loss.received == 20 and r.loss.forward_lost == 9 and r.loss.reverse_lost == 0
+    assert r.loss.forward_ratio == pytest.approx(9 / 29)
+
+
+def test_sender_against_twamp_light_reflector_without_ssid():
+    with udp_server(twamp_light_reflector) as port:
+        r = asyncio.run(probe_stamp("127.0.0.1", port=port, count=20, interval_s=0.005))
+    assert r.loss.received == 20 and r.rtt is not None and r.rtt.p50 > 0
+
+
+@contextlib.contextmanager
+def our_reflector(**kw):
+    loop = asyncio.new_event_loop()
+    refl = Reflector(**kw)
+    loop.run_until_complete(refl.start("127.0.0.1", 0))
+    th = threading.Thread(target=loop.run_forever, daemon=True)
+    th.start()
+    try:
+        yield refl
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        th.join()
+        loop.run_until_complete(refl.close())
+        loop.close()
+
+
+def test_our_reflector_answers_scapy_built_packets():
+    s = scapy_stamp
+    with our_reflector() as refl:
+        port = refl.address[1]
+        cli = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        cli.settimeout(2)
+        cli.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 26 << 2)
+        try:
+            for i in range(3):
+                req = s.STAMPSessionSenderTestUnauthenticated(
+                    seq=100 + i, ssid=4242, ts=time.time() + NTP_OFFSET,
+                    tlv_objects=[s.STAMPTestTLV(flags="U", type=4, len=4,
+                                                value=struct.pack("!HH", 46 << 10, 0)),
+                                 s.STAMPTestTLV(flags="U", type=250, len=3, value=b"xyz")])
+                raw = bytes(req)
+                cli.sendto(raw, ("127.0.0.1", port))
+                data, _ = cli.recvfrom(65536)
+                rep = s.STAMPSessionReflectorTestUnauthenticated(data)
+                assert len(data) == len(raw)
+                assert rep.seq == i and rep.seq_sender == 100 + i and rep.ssid == 4242
+                assert rep.ttl_sender == 64
+                cos, unknown = rep.tlv_objects
+                assert int(cos.flags) & 0x80 == 0 and int(unknown.flags) & 0x80
+                word = struct.unpack("!H", bytes(cos.value)[:2])[0]
+                assert word >> 10 == 46 and (word >> 4) & 0x3F == 26
+                assert rep.ts_rx >= req.ts        # T2 after T1 (same clock on loopback)
+        finally:
+            cli.close()
+    st = refl.stats()  # read after the reflector's loop stopped: its counters are final
+    assert st.reflected == 3 and st.sessions[0].rx == 3 and st.sessions[0].ssid == 4242
+
+
+def test_rate_limit_and_tap():
+    seen = []
+
+    def tap(data, addr, rx_ns):
+        seen.append(rx_ns)
+        return data.startswith(b"TPUT")
+
+    with our_reflector(rate_pps=1, burst=5, udp_tap=tap) as refl:
+        cli = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        cli.settimeout(0.3)
+        try:
+            cli.sendto(b"TPUT" + bytes(60), refl.address)
+            for i in range(20):
+                cli.sendto(sp.pack_sender(sp.SenderPacket(i, 0, 1)), refl.address)
+            got = 0
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    cli.recvfrom(2048)
+                    got += 1
+        finally:
+            cli.close()
+        st = refl.stats()
+    assert got == 5 and st.rate_limited == 15 and st.tapped == 1 and len(seen) == 21

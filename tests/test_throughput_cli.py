@@ -1,0 +1,148 @@
+"""Bad input to `wanprobe throughput`: one line on stderr, non-zero exit, no traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from wanprobe.errors import ProbeError, UsageError
+from wanprobe.throughput.client import run_throughput
+from wanprobe.throughput.server import ThroughputServer
+
+
+def wanprobe(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wanprobe", "throughput", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("wanprobe: error:")
+    return lines[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def in_process(capsys, *args: str) -> subprocess.CompletedProcess:
+    """Run the CLI in this process (fast) and capture it like a subprocess."""
+    from wanprobe.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["throughput", *args])
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, exc.value.code, out.out, out.err)
+
+
+def test_unknown_cc_lists_the_available_ones(capsys):
+    line = one_line_error(in_process(capsys, "127.0.0.1", "--cc", "vegas-nope", "--duration", "1s"))
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    assert "vegas-nope" in line
+    for cc in available:
+        assert cc in line
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--window", "65536"], "needs a unit"),
+    (["--pacing-rate", "100"], "needs a unit"),
+    (["--udp", "--rate", "50"], "needs a unit"),
+    (["--duration", "90s"], "exceeds the cap"),
+    (["--duration", "5s", "--max-duration", "2s"], "exceeds the cap"),
+    (["--reverse", "--bidir"], "mutually exclusive"),
+    (["--udp"], "--rate"),
+    (["--engine", "netperf"], "unknown engine"),
+    (["--dscp", "XX"], "DSCP"),
+    (["--streams", "0"], "--streams"),
+])
+def test_bad_options_give_one_line(capsys, args, needle):
+    line = one_line_error(in_process(capsys, "127.0.0.1", "--port", str(free_port()), *args))
+    assert needle in line
+
+
+def test_peer_not_listening_is_one_line_probe_error():
+    r = wanprobe("127.0.0.1", "--port", str(free_port()), "--duration", "1s")
+    line = one_line_error(r)
+    assert "connection refused" in line and r.returncode == ProbeError.exit_code
+
+
+def test_library_raises_usage_error_before_connecting():
+    with pytest.raises(UsageError):
+        run_throughput("127.0.0.1", port=free_port(), duration_s=120, max_duration_s=60)
+
+
+@pytest.fixture
+def loopback_server():
+    """A ThroughputServer with a 2 s / 1 MB limit on loopback, in a background event loop."""
+    server = ThroughputServer(max_duration_s=2.0, max_bytes=10**6)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.start("127.0.0.1", 0))
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(5)
+    yield server
+    asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def test_server_refuses_tests_beyond_its_limits(capsys, loopback_server):
+    port = str(loopback_server.port)
+    line = one_line_error(in_process(capsys, "127.0.0.1", "--port", port, "--duration", "3s"))
+    assert "refused the test" in line and "limit of 2 s" in line
+    line = one_line_error(in_process(capsys, "127.0.0.1", "--port", port, "--duration", "1s",
+                                     "--max-bytes", "5MB"))
+    assert "refused the test" in line and "byte cap" in line
+
+
+def test_byte_cap_stops_the_sender(loopback_server):
+    r = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=2.0, max_bytes=10**6)
+    assert not r.partial
+    assert 0 < r.bytes_sent <= 10**6 and r.bytes_received == r.bytes_sent
+
+
+def test_server_survives_malformed_clients(loopback_server):
+    port = loopback_server.port
+    for raw in (b"GET / HTTP/1.0\r\n\r\n", b"WPTD" + b"\0" * 11,
+                b'WPTC{"op":"hello","version":1,"test":{"duration_s":"ten"}}\n',
+                b'WPTC{"op":"hello","version":1,"test":{"duration_s":1,"streams":"x"}}\n',
+                b"WPTCnot json\n"):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(raw)
+            s.shutdown(socket.SHUT_WR)
+            try:
+                reply = s.makefile("rb").read()
+            except ConnectionResetError:  # closed with our unread bytes pending: fine
+                reply = b""
+        if b"hello" in raw:
+            assert b'"refused"' in reply and b"malformed" in reply
+    r = run_throughput("127.0.0.1", port=port, duration_s=1.0, max_bytes=10**6)
+    assert r.bytes_received > 0 and not r.partial
+
+
+def test_window_capped_by_rmem_max_is_reported(loopback_server):
+    rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
+    r = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=0.5, max_bytes=10**6,
+                       window_bytes=4 * rmem_max)
+    assert any("rmem_max" in note for note in r.notes)
+    small = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=0.5,
+                           max_bytes=10**6, window_bytes=64 * 1024)
+    assert small.notes == ()

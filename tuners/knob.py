@@ -1,0 +1,99 @@
+"""The tuner protocol and the one record every tuner exchanges: a frozen ``Change``.
+
+Design after tuned's plugin base (get/set pairs; the original saved before a write, restored in
+reverse order; verify compares the wanted value with the live one), with the original kept on
+disk (``tuners.journal``) instead of in RAM (tcp-tuning.md §2.2, R-24).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from wanprobe.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Change:
+    """One planned or journalled write: ``key`` of ``tuner`` goes from ``old`` to ``new``.
+
+    ``old`` is None when the setting does not exist yet (e.g. no nft table). ``netns_inode`` is
+    the namespace the change belongs to (0 in a plan not yet bound to a namespace).
+    """
+
+    tuner: str
+    key: str
+    old: str | None
+    new: str
+    reason: str = ""
+    netns_inode: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Change:
+        if not isinstance(d, dict):
+            raise ConfigError(f"a change must be an object, got {type(d).__name__}")
+        try:
+            old = d.get("old")
+            return cls(tuner=str(d["tuner"]), key=str(d["key"]),
+                       old=None if old is None else str(old), new=str(d["new"]),
+                       reason=str(d.get("reason", "")), netns_inode=int(d.get("netns_inode", 0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"bad change {d!r:.80}: missing or bad field {exc}") from None
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A knob the planner or the validator left out, with the one-line reason."""
+
+    tuner: str
+    key: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Tuner(Protocol):
+    """current / plan / apply / verify / rollback for one area (sysctl, link, dscp, roce)."""
+
+    name: str
+
+    def current(self, key: str) -> str | None:
+        """The live value of ``key`` (normalised), None when absent."""
+
+    def plan(self, key: str, value: Any, reason: str) -> Change | Skip:
+        """Turn a recommended knob into a validated change, or a skip with a reason."""
+
+    def validate(self, change: Change) -> None:
+        """Raise ConfigError with one line when ``change`` may not be applied here."""
+
+    def apply(self, change: Change) -> None:
+        """Write ``change.new``; raise TuneError on failure."""
+
+    def verify(self, key: str, wanted: str | None) -> bool:
+        """True when the live value equals ``wanted`` (normalised)."""
+
+    def rollback(self, change: Change) -> None:
+        """Write ``change.old`` back (or remove what ``apply`` created when old is None)."""
+
+
+def normalise(value: str | None) -> str | None:
+    """Whitespace-normalised text: tab-separated tcp_rmem compares equal to space-separated."""
+    return None if value is None else " ".join(str(value).split())
+
+
+def same_value(a: str | None, b: str | None) -> bool:
+    """tuned-style verify: normalise whitespace, compare field-wise as ints where both are ints."""
+    a, b = normalise(a), normalise(b)
+    if a is None or b is None:
+        return a is b
+    fa, fb = a.split(), b.split()
+    if len(fa) == len(fb):
+        try:
+            return [int(x) for x in fa] == [int(x) for x in fb]
+        except ValueError:
+            pass
+    return a == b

@@ -1,0 +1,304 @@
+"""NCCL settings for this host and path, each with the reason, in five file formats.
+
+Rules (roce-nccl.md §1.5, §2.6, §4.1-4.4; tcp-tuning.md R-4, R-33):
+* NCCL_SOCKET_IFNAME=``=<if>`` (exact match) for the interface that reaches the peer;
+* NCCL_IB_HCA=``=<dev>:<port>`` for active RDMA ports on that interface;
+* NCCL_IB_TC = DSCP<<2 | ECN, ECN = ECT(0) (2) unless ECN is known to be off for the priority
+  (DSCP 26 → 106; 104 without ECT);
+* NCCL_IB_TIMEOUT: smallest t with 4.096 µs·2^t ≥ 4·RTT, never below 20 (the NCCL ≥ 2.23
+  default; older releases default to 18/14, i.e. 1.07 s/67 ms, too short on long paths);
+* NCCL_IB_QPS_PER_CONNECTION=4 on ECMP fabrics (more QPs = more hash entropy);
+* NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD ≤ 64 sockets, enough that the per-socket
+  ceiling min(window/RTT, cc loss bound) adds up to the link rate;
+* NCCL_IB_GID_INDEX only where NCCL's own choice (≥ 2.21) is wrong: NCCL < 2.21, or the
+  automatic pick lands on another netdev/VLAN than the one NCCL should use;
+* NCCL_BUFFSIZE / NCCL_ALGO / NCCL_PROTO only when a report finding asks, with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuners import sysfs_path
+from tuners.rdma_sysfs import RdmaPort, best_gid_for_netdev, nccl_gid_index, read_ports
+from wanprobe.errors import UsageError
+
+FORMATS = ("env", "nccl.conf", "shell", "systemd", "k8s")
+MAX_SOCKETS = 64  # NCCL MAX_SOCKETS (net_socket.cc); NTHREADS ≤ 16
+IB_TIMEOUT_UNIT_S = 4.096e-6
+IB_TIMEOUT_DEFAULT = 20
+DEFAULT_ROCE_DSCP = 26  # AF31: priority 3 with the default dscp>>3 map (roce-nccl.md §2.6)
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    value: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "value": self.value, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class PathFacts:
+    """What the computation needs, from a report and/or sysfs; None = unknown."""
+
+    iface: str | None = None
+    rtt_ms: float | None = None
+    loss: float | None = None
+    link_bps: float | None = None
+    tcp_rmem_max: int | None = None
+    tcp_wmem_max: int | None = None
+    mtu: int | None = None
+    cc: str | None = None
+    dscp: int | None = None
+    ecmp: bool = False
+    nccl_knobs: tuple[tuple[str, str, str], ...] = ()
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def _pick(d: Any, *keys: str) -> float | None:
+    if not isinstance(d, dict):
+        return _num(d)
+    for k in keys:
+        v = _num(d.get(k))
+        if v is not None:
+            return v
+    return None
+
+
+def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
+    """Lenient read of a diagnose report: every part is optional."""
+    if not report:
+        return PathFacts()
+    host, peer = report.get("host") or {}, report.get("peer") or {}
+    meas = report.get("measurements") or {}
+    path = meas.get("path") or {}
+    ifaces = host.get("ifaces") or {}
+    iface = peer.get("iface") or host.get("route_iface") or (meas.get("mtu") or {}).get("iface")
+    if not iface:
+        real = [n for n in ifaces if n != "lo"]
+        iface = real[0] if len(real) == 1 else None
+    info = ifaces.get(iface) or {} if iface else {}
+    rtt = _pick(path.get("rtt_ms"), "p99", "p95", "max", "p50", "median", "mean")
+    loss = _pick(path.get("loss"), "ratio", "fraction", "total", "ab", "ba")
+    if loss is not None and loss > 1:
+        loss = loss / 100  # given in percent
+    speed = _num(info.get("speed_mbps"))
+    link = speed * 1e6 if speed and speed > 0 else _pick(meas.get("throughput") or {}, "link_bits_per_second")
+    for f in report.get("findings") or []:  # the rate diagnose sized for, unless it only assumed it
+        ev = (f or {}).get("evidence") or {}
+        if isinstance(ev, dict) and _num(ev.get("link_rate_bps")) and ev.get("link_rate_assumed") is not True:
+            link = _num(ev["link_rate_bps"])
+            break
+    sysctls = host.get("sysctls") or {}
+
+    def field_max(key: str) -> int | None:
+        try:
+            return int(str(sysctls[key]).split()[-1])
+        except (KeyError, ValueError, IndexError):
+            return None
+
+    dscp, ecmp, knobs = None, bool(path.get("ecmp") or (_num(path.get("ecmp_paths")) or 0) > 1), []
+    for f in report.get("findings") or []:
+        for k in (f or {}).get("knobs") or []:
+            if not isinstance(k, dict):
+                continue
+            reason = k.get("reason") or f.get("title", "")
+            if k.get("tuner") == "dscp" and dscp is None:
+                v = k.get("value")
+                if isinstance(v, str) and v.lstrip().startswith(("[", "{")):
+                    try:
+                        v = json.loads(v)
+                    except json.JSONDecodeError:
+                        v = None
+                first = (v[0] if isinstance(v, list) and v else v) or {}
+                if isinstance(first, dict) and isinstance(first.get("dscp"), int | str):
+                    from wanprobe.units import parse_dscp
+                    dscp = parse_dscp(first["dscp"])
+            if k.get("tuner") == "nccl":
+                knobs.append((str(k.get("key")), str(k.get("value")), f"[{f.get('id', '?')}] {reason}"))
+                if k.get("key") == "NCCL_IB_QPS_PER_CONNECTION":
+                    ecmp = True
+    return PathFacts(iface=iface, rtt_ms=rtt, loss=loss, link_bps=link,
+                     tcp_rmem_max=field_max("net.ipv4.tcp_rmem"), tcp_wmem_max=field_max("net.ipv4.tcp_wmem"),
+                     mtu=int(info["mtu"]) if isinstance(info.get("mtu"), int) else None,
+                     cc=sysctls.get("net.ipv4.tcp_congestion_control"), dscp=dscp, ecmp=ecmp,
+                     nccl_knobs=tuple(knobs))
+
+
+def with_live_sysctls(facts: PathFacts, proc_root: Path) -> PathFacts:
+    """Fill buffer maxima and cc from this host's /proc when the report did not carry them."""
+    from dataclasses import replace
+
+    from tuners.sysctl import SysctlTuner
+
+    t = SysctlTuner(proc_root, init_netns=True)
+
+    def last(key: str) -> int | None:
+        v = t.current(key)
+        return int(v.split()[-1]) if v and v.split()[-1].isdigit() else None
+
+    return replace(facts, tcp_rmem_max=facts.tcp_rmem_max or last("net.ipv4.tcp_rmem"),
+                   tcp_wmem_max=facts.tcp_wmem_max or last("net.ipv4.tcp_wmem"),
+                   cc=facts.cc or t.current("net.ipv4.tcp_congestion_control"))
+
+
+def ib_timeout(rtt_ms: float, rtts: int = 4) -> int:
+    """Smallest t with 4.096 µs · 2^t ≥ ``rtts`` × RTT (IB spec local ACK timeout), in 1..31."""
+    need_s = rtts * rtt_ms / 1e3
+    return max(1, min(31, math.ceil(math.log2(need_s / IB_TIMEOUT_UNIT_S))))
+
+
+def sockets_needed(f: PathFacts) -> tuple[int, float] | None:
+    """(sockets, per-socket ceiling bit/s) so that sockets × ceiling ≥ link rate (not capped)."""
+    if not f.rtt_ms or not f.link_bps:
+        return None
+    from wanprobe.models.bdp import window_from_buffer_bytes, window_limited_rate_bps
+    from wanprobe.models.tcp_rate import cc_limited_rate_bps
+
+    rtt_s = f.rtt_ms / 1e3
+    ceiling = f.link_bps
+    bufs = [b for b in (f.tcp_rmem_max, f.tcp_wmem_max) if b]
+    if bufs:
+        ceiling = min(ceiling, window_limited_rate_bps(window_from_buffer_bytes(min(bufs)), rtt_s))
+    if f.loss:
+        mss = (f.mtu or 1500) - 52
+        ceiling = min(ceiling, cc_limited_rate_bps(f.cc or "cubic", f.link_bps, mss, rtt_s, min(f.loss, 1.0)))
+    if ceiling <= 0:
+        return MAX_SOCKETS + 1, 0.0
+    return max(1, math.ceil(f.link_bps / ceiling)), ceiling
+
+
+def split_sockets(n: int) -> tuple[int, int]:
+    """NTHREADS ≤ 16 helper threads × NSOCKS_PERTHREAD sockets ≥ n, product ≤ 64."""
+    threads = min(16, max(1, math.ceil(n / 4)))
+    per = min(MAX_SOCKETS // threads, math.ceil(n / threads))
+    return threads, per
+
+
+def _ecn_on(sys_root: Path, netdev: str, prio: int) -> bool | None:
+    vals = [sysfs_path.read(sys_root, "class/net", netdev, "ecn", sub, "enable", str(prio))
+            for sub in ("roce_np", "roce_rp")]
+    if all(v is None for v in vals):
+        return None
+    return any(v == "1" for v in vals)
+
+
+def compute(facts: PathFacts, sys_root: Path = Path("/sys"), *,
+            nccl_version: tuple[int, int] = (2, 21), transport: str = "auto") -> list[EnvVar]:
+    """The variables to set, in a stable order; nothing is emitted without a reason."""
+    out: list[EnvVar] = []
+    ports = [p for p in read_ports(sys_root) if p.active]
+    iface = facts.iface
+    roce = [p for p in ports if p.link_layer == "Ethernet" and (iface is None or iface in p.netdevs
+                                                                 or any(g.ndev == iface for g in p.gids))]
+    ib = [p for p in ports if p.link_layer == "InfiniBand"]
+    rdma = (roce or ib) if transport in ("auto", "ib") else []
+    if iface is None and roce:
+        iface = roce[0].netdevs[0] if roce[0].netdevs else None
+    if iface:
+        out.append(EnvVar("NCCL_SOCKET_IFNAME", f"={iface}",
+                          f"bootstrap/socket traffic on {iface}, the interface toward the peer (exact match, "
+                          "no prefix surprises)"))
+    if rdma:
+        hcas = ",".join(f"{p.device}:{p.port}" for p in rdma)
+        out.append(EnvVar("NCCL_IB_HCA", f"={hcas}", f"active {'RoCE' if roce else 'IB'} port(s) "
+                          f"{hcas}{' bound to ' + iface if roce and iface else ''}"))
+    if roce:
+        out += _roce_vars(roce, iface, facts, sys_root, nccl_version)
+    if rdma and facts.rtt_ms:
+        t = ib_timeout(facts.rtt_ms)
+        chosen = max(t, IB_TIMEOUT_DEFAULT)
+        out.append(EnvVar("NCCL_IB_TIMEOUT", str(chosen),
+                          f"4.096 µs × 2^{chosen} = {IB_TIMEOUT_UNIT_S * 2**chosen:.3g} s ≥ 4 × RTT "
+                          f"({facts.rtt_ms:.3g} ms needs t ≥ {t}); NCCL < 2.23 defaults to 18 or 14 (67 ms)"))
+    if rdma and facts.ecmp:
+        out.append(EnvVar("NCCL_IB_QPS_PER_CONNECTION", "4",
+                          "ECMP fabric: 4 QPs per connection give the switch hash 4× the entropy"))
+    if not rdma or transport == "socket":
+        need = sockets_needed(facts)
+        if need and need[0] > 1:
+            n, ceiling = need
+            threads, per = split_sockets(min(n, MAX_SOCKETS))
+            total = threads * per
+            why = (f"one socket tops out at ~{ceiling / 1e6:.0f} Mbit/s (window/RTT"
+                   f"{', loss' if facts.loss else ''}) at {facts.rtt_ms:.3g} ms; {threads}×{per}={total} sockets ")
+            if n <= MAX_SOCKETS:
+                why += f"cover {facts.link_bps / 1e9:g} Gbit/s (≤ 64)"
+            else:
+                why += (f"(NCCL's cap of 64) reach ~{total * ceiling / 1e9:.2g} of {facts.link_bps / 1e9:g} "
+                        f"Gbit/s; {n} would be needed: raise tcp_rmem/tcp_wmem max")
+            out.append(EnvVar("NCCL_SOCKET_NTHREADS", str(threads), why))
+            out.append(EnvVar("NCCL_NSOCKS_PERTHREAD", str(per), why))
+    have = {v.name for v in out}
+    for name, value, reason in facts.nccl_knobs:
+        if name in have:
+            continue
+        if name.startswith("NCCL_") and reason.strip():  # e.g. BUFFSIZE/ALGO/PROTO: only with a reason
+            out.append(EnvVar(name, value, reason))
+            have.add(name)
+    return out
+
+
+def _roce_vars(roce: list[RdmaPort], iface: str | None, facts: PathFacts, sys_root: Path,
+               nccl_version: tuple[int, int]) -> list[EnvVar]:
+    out = []
+    dscp = facts.dscp if facts.dscp is not None else DEFAULT_ROCE_DSCP
+    netdev = iface or (roce[0].netdevs[0] if roce[0].netdevs else None)
+    ecn = _ecn_on(sys_root, netdev, dscp >> 3) if netdev else None
+    tc = dscp << 2 | (0 if ecn is False else 2)
+    why_ecn = (f"ECN off for priority {dscp >> 3}, so no ECT" if ecn is False
+               else "ECT(0) so switches can ECN-mark (DCQCN)")
+    out.append(EnvVar("NCCL_IB_TC", str(tc), f"DSCP {dscp} << 2 | {tc & 3}: {why_ecn}; "
+                      f"priority {dscp >> 3} with the default dscp>>3 map"))
+    for p in roce:
+        auto = nccl_gid_index(p.gids)
+        auto_gid = next((g for g in p.gids if g.index == auto), None)
+        want = best_gid_for_netdev(p.gids, netdev) if netdev else None
+        if nccl_version < (2, 21) and want is not None:
+            out.append(EnvVar("NCCL_IB_GID_INDEX", str(want),
+                              f"NCCL < 2.21 does not pick the GID: {p.device} index {want} is RoCE v2 IPv4 on {netdev}"))
+        elif want is not None and auto_gid is not None and auto_gid.ndev != netdev:
+            out.append(EnvVar("NCCL_IB_GID_INDEX", str(want),
+                              f"NCCL's automatic choice on {p.device} (index {auto}) is bound to "
+                              f"{auto_gid.ndev}, not {netdev}; index {want} is RoCE v2 IPv4 on {netdev}"))
+        if any(v.name == "NCCL_IB_GID_INDEX" for v in out):
+            break
+    return out
+
+
+def _quote_sh(v: str) -> str:
+    return "'" + v.replace("'", "'\\''") + "'"
+
+
+def render(variables: list[EnvVar], fmt: str, *, header: str = "generated by wanprobe nccl-env") -> str:
+    """``env``/``nccl.conf``: NAME=VALUE with ``#`` comment lines (NCCL's parser: no quoting);
+    ``shell``: export lines; ``systemd``: Environment= lines; ``k8s``: a container ``env:`` list."""
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    lines = [f"# {header}"]
+    if fmt == "k8s":
+        lines.append("env:")
+        for v in variables:
+            lines += [f"  # {v.reason}", f"  - name: {v.name}", f"    value: {json.dumps(v.value)}"]
+        return "\n".join(lines) + "\n"
+    for v in variables:
+        lines.append(f"# {v.reason}")
+        if fmt in ("env", "nccl.conf"):
+            lines.append(f"{v.name}={v.value}")
+        elif fmt == "shell":
+            lines.append(f"export {v.name}={_quote_sh(v.value)}")
+        else:
+            lines.append(f'Environment="{v.name}={v.value}"')
+    if fmt == "systemd":
+        lines.insert(1, "[Service]")
+    return "\n".join(lines) + "\n"

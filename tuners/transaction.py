@@ -1,0 +1,255 @@
+"""Apply a plan as a transaction; roll back, recover and report drift, per network namespace.
+
+Order of events (tcp-tuning.md R-24..R-26): validate everything (one line, nothing written) →
+recover any journal a crashed run left in ``applying`` here → read the live value of every key →
+journal them (atomic, fsync) → per change: mark ``writing``, write, read back and compare →
+``applied``. A failure midway restores what was touched in reverse order and raises one line.
+Rollback leaves a value someone else changed since (drift) alone and says so (do not fight).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tuners.journal import TOUCHED, Entry, Journal, JournalStore, atomic_write
+from tuners.knob import Change, Skip, Tuner
+from tuners.netns import current_cookie, current_inode
+from tuners.plan import Plan, check_host, now_iso
+from wanprobe.errors import ConfigError, TuneError, WanprobeError
+
+PERSIST_NAME = "90-wanprobe.conf"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Changes bound to this namespace's live values, and what was dropped and why."""
+
+    changes: tuple[Change, ...]
+    skipped: tuple[Skip, ...]
+
+
+def prepare(plan: Plan, tuners: Mapping[str, Tuner], *, host_id: str) -> Prepared:
+    """Validate the whole plan against this host and namespace before anything is written."""
+    check_host(plan, host_id)
+    inode = current_inode()
+    bound, skipped = [], []
+    for c in plan.changes:
+        tuner = tuners.get(c.tuner)
+        if tuner is None:
+            raise ConfigError(f"tuner {c.tuner!r} is not available here (key {c.key!r})")
+        tuner.validate(c)
+        lowers = getattr(tuner, "lowers_admin_value", None)
+        if lowers is not None and lowers(c.key, c.new):
+            skipped.append(Skip(c.tuner, c.key, f"live {tuner.current(c.key)} is higher than "
+                                f"{c.new}; an administrator's higher value is never lowered"))
+            continue
+        live = tuner.current(c.key)
+        if tuner.verify(c.key, c.new):
+            skipped.append(Skip(c.tuner, c.key, f"already {live}"))
+            continue
+        bound.append(replace(c, old=live, netns_inode=inode))
+    return Prepared(tuple(bound), tuple(skipped))
+
+
+def _restore(journal: Journal, tuners: Mapping[str, Tuner], store: JournalStore,
+             *, force: bool = False) -> tuple[Journal, list[str]]:
+    """Undo touched entries in reverse order; returns the journal and one note per problem."""
+    problems: list[str] = []
+    for i in reversed(range(len(journal.entries))):
+        entry = journal.entries[i]
+        if entry.status not in TOUCHED and not (force and entry.status == "skipped"):
+            continue
+        c = entry.change
+        tuner = tuners.get(c.tuner)
+        if tuner is None:
+            problems.append(f"{c.key}: tuner {c.tuner} unavailable")
+            continue
+        try:
+            live = tuner.current(c.key)
+            if tuner.verify(c.key, c.old):
+                journal = store.save(journal.with_entry(i, status="restored", note="already at old value"))
+                continue
+            if not force and entry.status == "written" and not tuner.verify(c.key, c.new):
+                note = f"changed by someone else since (live {live!r}); left alone"
+                journal = store.save(journal.with_entry(i, status="skipped", note=note))
+                problems.append(f"{c.key}: {note}")
+                continue
+            tuner.rollback(c)
+            if not tuner.verify(c.key, c.old):
+                raise TuneError(f"reads {tuner.current(c.key)!r} after restoring {c.old!r}")
+            journal = store.save(journal.with_entry(i, status="restored"))
+        except (WanprobeError, OSError) as exc:
+            journal = store.save(journal.with_entry(i, note=f"restore failed: {exc}"))
+            problems.append(f"{c.key}: {exc}")
+    if journal.persist.get("path"):
+        try:
+            _unpersist(journal.persist)
+        except OSError as exc:
+            problems.append(f"persist file {journal.persist['path']}: {exc.strerror}")
+    return journal, problems
+
+
+def recover(store: JournalStore, tuners: Mapping[str, Tuner]) -> list[Journal]:
+    """Roll back journals a crashed run left in ``applying`` in this namespace (call locked)."""
+    inode, cookie = current_inode(), current_cookie()
+    done = []
+    for j in store.all():
+        if j.state == "applying" and j.belongs_to(inode, cookie):
+            j, problems = _restore(j, tuners, store, force=True)
+            msg = "recovered after an interrupted apply" + (f"; {'; '.join(problems)}" if problems else "")
+            done.append(store.save(replace(j, state="recovered" if not problems else "rollback_incomplete",
+                                           message=msg)))
+    return done
+
+
+def _persist(path: Path, changes: tuple[Change, ...], previous: str | None) -> None:
+    """Merge our sysctl lines into the dedicated file (R-27); written atomically."""
+    lines: dict[str, str] = {}
+    for line in (previous or "").splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";")):
+            k, v = line.split("=", 1)
+            lines[k.strip()] = v.strip()
+    for c in changes:
+        if c.tuner == "sysctl":
+            lines[c.key] = c.new
+    body = "".join(f"{k} = {v}\n" for k, v in lines.items())
+    atomic_write(path, "# written by wanprobe tune apply --persist; removed by wanprobe tune rollback\n" + body)
+
+
+def _unpersist(persist: dict[str, Any]) -> None:
+    path, previous = Path(persist["path"]), persist.get("previous")
+    if previous is None:
+        if path.exists():  # never written (e.g. the failure was writing it): nothing to undo
+            path.unlink()
+    else:
+        atomic_write(path, previous)
+
+
+def apply_plan(plan: Plan, tuners: Mapping[str, Tuner], store: JournalStore, *, host_id: str,
+               persist_dir: Path | None = None,
+               fault: Callable[[int, Change], None] | None = None) -> tuple[Journal | None, Prepared]:
+    """Apply ``plan`` here as a transaction. ``fault(i, change)`` is a test hook run before write i.
+    Returns (None, prepared) when every change is already in place (no journal is written)."""
+    with store.locked():
+        recover(store, tuners)
+        prep = prepare(plan, tuners, host_id=host_id)
+        if not prep.changes:
+            return None, prep
+        journal = store.save(Journal(
+            id=store.new_id(), state="applying", netns_inode=current_inode(),
+            netns_cookie=current_cookie(), host_id=host_id, plan_id=plan.id,
+            created_at=now_iso(), entries=tuple(Entry(c) for c in prep.changes), pid=os.getpid()))
+        where = ""
+        try:
+            for step, c in enumerate(prep.changes):
+                where = f"step {step + 1}/{len(prep.changes)} {c.tuner} {c.key}"
+                journal = store.save(journal.with_entry(step, status="writing"))
+                if fault is not None:
+                    fault(step, c)
+                tuner = tuners[c.tuner]
+                tuner.apply(c)
+                if not tuner.verify(c.key, c.new):
+                    raise TuneError(f"verify failed: reads {tuner.current(c.key)!r} after writing {c.new!r}")
+                journal = store.save(journal.with_entry(step, status="written"))
+            if persist_dir is not None and any(c.tuner == "sysctl" for c in prep.changes):
+                path = Path(persist_dir) / PERSIST_NAME
+                where = f"persisting to {path}"
+                previous = path.read_text() if path.exists() else None
+                journal = store.save(replace(journal, persist={"path": os.fspath(path), "previous": previous}))
+                _persist(path, prep.changes, previous)
+        except (WanprobeError, OSError) as exc:
+            journal, problems = _restore(journal, tuners, store, force=True)
+            restored = sum(1 for e in journal.entries if e.status == "restored" and not e.note)
+            tail = f"; restore problems: {'; '.join(problems)}" if problems else ""
+            msg = f"apply failed at {where}: {exc}; rolled back ({restored} restored){tail}"
+            store.save(replace(journal, state="failed" if not problems else "rollback_incomplete",
+                               message=msg))
+            raise TuneError(msg) from None
+        journal = store.save(replace(journal, state="applied"))
+    return journal, prep
+
+
+def _here(journals: list[Journal]) -> list[Journal]:
+    inode, cookie = current_inode(), current_cookie()
+    return [j for j in journals if j.belongs_to(inode, cookie)]
+
+
+def rollback(store: JournalStore, tuners: Mapping[str, Tuner], jid: str | None = None,
+             *, force: bool = False) -> Journal:
+    """Undo the latest applied journal of this namespace (or ``jid``), newest first."""
+    with store.locked():
+        recover(store, tuners)
+        mine = _here(store.all())
+        if jid is not None:
+            j = store.load(jid)
+            if j.id not in {m.id for m in mine}:
+                raise ConfigError(f"journal {jid} belongs to network namespace inode {j.netns_inode}, "
+                                  f"this is {current_inode()}; run it there or use --netns")
+        else:
+            applied = [j for j in mine if j.state in ("applied", "rollback_incomplete")]
+            if not applied:
+                raise ConfigError(f"nothing applied to roll back in this network namespace (inode {current_inode()})")
+            j = applied[-1]
+        if j.state not in ("applied", "rollback_incomplete"):  # incomplete: retry what is left
+            raise ConfigError(f"journal {j.id} is {j.state}, not applied; nothing to roll back")
+        keys = {(e.change.tuner, e.change.key) for e in j.entries}
+        for newer in mine:
+            if newer.id > j.id and newer.state == "applied" and keys & {
+                    (e.change.tuner, e.change.key) for e in newer.entries}:
+                raise ConfigError(f"journal {newer.id} changed the same keys later; roll it back first")
+        j, problems = _restore(j, tuners, store, force=force)
+        state = "rolled_back" if not problems else "rollback_incomplete"
+        j = store.save(replace(j, state=state, message="; ".join(problems)))
+        if problems:
+            hint = "" if force else " (--force restores anyway)"
+            raise TuneError(f"rollback of {j.id} incomplete: {'; '.join(problems)}{hint}")
+        return j
+
+
+def restore_script(journal: Journal, tuners: Mapping[str, Tuner]) -> str:
+    """The rollback of ``journal`` as paste-able shell commands, newest change first (R-25)."""
+    lines = [f"# wanprobe rollback of journal {journal.id} (netns inode {journal.netns_inode})"]
+    for e in reversed(journal.entries):
+        if e.status in TOUCHED:
+            cmd = getattr(tuners.get(e.change.tuner), "restore_command", None)
+            lines.append(cmd(e.change) if cmd else f"# {e.change.tuner} {e.change.key}: restore {e.change.old!r}")
+    if journal.persist.get("path"):
+        p = journal.persist["path"]
+        lines.append(f"rm -f {p}" if journal.persist.get("previous") is None else f"# restore {p} from the journal")
+    return "\n".join(lines) + "\n"
+
+
+def latest_applied(store: JournalStore) -> Journal:
+    mine = [j for j in _here(store.all()) if j.state in ("applied", "rollback_incomplete")]
+    if not mine:
+        raise ConfigError(f"nothing applied to roll back in this network namespace (inode {current_inode()})")
+    return mine[-1]
+
+
+def status(store: JournalStore, tuners: Mapping[str, Tuner]) -> list[dict[str, Any]]:
+    """Per applied journal in this namespace: each key's wanted, live and drift."""
+    out = []
+    with store.locked():
+        recovered = recover(store, tuners)
+        for j in _here(store.all()):
+            if j.state != "applied":
+                continue
+            rows = []
+            for e in j.entries:
+                c = e.change
+                tuner = tuners.get(c.tuner)
+                live = tuner.current(c.key) if tuner else None
+                ok = tuner is not None and tuner.verify(c.key, c.new)
+                rows.append({"tuner": c.tuner, "key": c.key, "old": c.old, "wanted": c.new,
+                             "live": live, "drift": not ok})
+            out.append({"journal": j.id, "plan_id": j.plan_id, "created_at": j.created_at,
+                        "netns_inode": j.netns_inode, "persist": j.persist.get("path"),
+                        "entries": rows, "drift": any(r["drift"] for r in rows)})
+    for j in recovered:
+        out.append({"journal": j.id, "recovered": True, "message": j.message, "entries": [],
+                    "drift": False})
+    return out

@@ -1,0 +1,42 @@
+"""The auto-apply gate: which signed-off plan may ``wanprobe-tune.service`` apply unattended.
+
+The daemon itself holds no CAP_NET_ADMIN and never writes a setting. With ``[auto_apply]``
+enabled it checks, at start and on every reload, that the plan file is exactly the one the
+operator signed off (its sha256 pinned in the config) and that every change in it belongs to a
+whitelisted tuner; ``wanprobe daemon --check-plan`` runs the same gate as the tune unit's
+``ExecCondition=``, so a plan edited after review or touching another tuner is never applied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from wanprobe.daemon.config import AutoApply
+from wanprobe.errors import ConfigError
+
+
+def check_plan(auto: AutoApply) -> list[dict]:
+    """Return the plan's changes if it may be applied; raise ConfigError (one line) if not."""
+    if not auto.enabled:
+        raise ConfigError("auto_apply is off in the config (the default)")
+    assert auto.plan is not None and auto.plan_sha256 is not None  # validated by config
+    try:
+        raw = auto.plan.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"auto_apply.plan {auto.plan}: {exc.strerror or exc}") from None
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != auto.plan_sha256:
+        raise ConfigError(f"auto_apply.plan {auto.plan} is not the signed-off plan "
+                          f"(sha256 {digest[:12]}…, signed off {auto.plan_sha256[:12]}…)")
+    try:
+        plan = json.loads(raw)
+        changes = list(plan["changes"])
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(f"auto_apply.plan {auto.plan} is not a wanprobe plan (no changes[])") from None
+    for change in changes:
+        tuner = change.get("tuner") if isinstance(change, dict) else None
+        if tuner not in auto.tuners:
+            raise ConfigError(f"auto_apply.plan {auto.plan} changes {change.get('key') if isinstance(change, dict) else change!r} "
+                              f"with tuner {tuner!r}, which is not in auto_apply.tuners")
+    return changes

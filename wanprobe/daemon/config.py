@@ -1,0 +1,560 @@
+"""Daemon configuration: one TOML file, validated whole before it takes effect.
+
+Every problem becomes one line naming the key (``probe.interval: duration 'fast' ...``), all
+problems are reported together, and nothing is half-applied: :func:`load_config` either returns a
+complete :class:`DaemonConfig` or raises :class:`ConfigInvalid`. Everything but one peer (or a
+mesh file) has a default, so the issue's six-line config works as is.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wanprobe import units
+from wanprobe.errors import ConfigError, WanprobeError
+
+DEFAULT_CONFIG_PATH = Path("/etc/wanprobe/wanprobe.toml")
+METHODS = ("stamp", "icmp", "tcp")
+AUTO_APPLY_TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
+
+
+class ConfigInvalid(ConfigError):
+    """The configuration has one or more bad keys; ``problems`` holds one line per key."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        super().__init__(f"{source}: " + "; ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One peer to probe; ``port`` is its STAMP reflector port (IANA 862)."""
+
+    name: str
+    address: str
+    site: str = ""
+    methods: tuple[str, ...] = ("stamp",)
+    port: int = 862
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """A probe session every ``interval_s`` ± ``jitter_s``: ``count`` packets ``packet_interval_s``
+    apart, each waited for ``timeout_s``."""
+
+    interval_s: float = 10.0
+    jitter_s: float = 1.0
+    count: int = 10
+    packet_interval_s: float = 0.02
+    timeout_s: float = 1.0
+    dscp: int = 0
+    methods: tuple[str, ...] = ("stamp",)
+    port: int = 862
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """A daily window in local minutes since midnight; ``end < start`` wraps past midnight."""
+
+    start_min: int
+    end_min: int
+
+    def contains(self, minute_of_day: int) -> bool:
+        if self.start_min <= self.end_min:
+            return self.start_min <= minute_of_day < self.end_min
+        return minute_of_day >= self.start_min or minute_of_day < self.end_min
+
+
+@dataclass(frozen=True)
+class ThroughputSettings:
+    """Scheduled throughput tests: off by default; when on, each peer at most every
+    ``interval_s``, only inside ``windows`` (empty = any time), never over ``budget_bytes_per_day``."""
+
+    enabled: bool = False
+    interval_s: float = 6 * 3600.0
+    duration_s: float = 5.0
+    streams: int = 4
+    budget_bytes_per_day: int = 10 * 2**30
+    max_bytes_per_test: int = 2 * 2**30
+    windows: tuple[TimeWindow, ...] = ()
+
+
+@dataclass(frozen=True)
+class CounterSettings:
+    """Counter sampling (collectors/), rates between consecutive samples."""
+
+    enabled: bool = True
+    interval_s: float = 15.0
+    sys_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """Raw rows live ``raw_s``; older ones are folded into ``bucket_s`` buckets kept ``downsampled_s``."""
+
+    raw_s: float = 7 * 86400.0
+    downsampled_s: float = 90 * 86400.0
+    bucket_s: float = 300.0
+    maintenance_interval_s: float = 3600.0
+
+
+@dataclass(frozen=True)
+class BaselineSettings:
+    """Regression detection: compare the median of the last ``recent`` sessions with the rolling
+    baseline of up to ``window`` earlier ones; enter above a threshold, clear below
+    ``clear_fraction`` of it (hysteresis)."""
+
+    window: int = 60
+    recent: int = 5
+    min_samples: int = 10
+    rtt_increase_ratio: float = 0.25
+    rtt_increase_min_ms: float = 1.0
+    loss_increase: float = 0.01
+    throughput_drop_ratio: float = 0.3
+    clear_fraction: float = 0.5
+
+
+@dataclass(frozen=True)
+class AutoApply:
+    """Automatic tuning: off unless enabled, then only whitelisted tuners from a signed-off plan."""
+
+    enabled: bool = False
+    tuners: tuple[str, ...] = ()
+    plan: Path | None = None
+    plan_sha256: str | None = None  # the sign-off: the operator pins the reviewed plan's hash
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """The whole, validated configuration."""
+
+    state_dir: Path
+    metrics_listen: tuple[str, int] = ("127.0.0.1", 9862)
+    reflector_listen: tuple[tuple[str, int], ...] = (("0.0.0.0", 862),)
+    reflector_enabled: bool = True
+    hmac_key: bytes | None = None
+    hostname: str = ""
+    mesh_file: Path | None = None
+    log_format: str = "journal"
+    peers: tuple[Peer, ...] = ()
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
+    throughput: ThroughputSettings = field(default_factory=ThroughputSettings)
+    counters: CounterSettings = field(default_factory=CounterSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    baseline: BaselineSettings = field(default_factory=BaselineSettings)
+    auto_apply: AutoApply = field(default_factory=AutoApply)
+    source: str = "<memory>"
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.state_dir / "reports"
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "history.sqlite3"
+
+
+def load_config(path: Path | str) -> DaemonConfig:
+    """Read and validate ``path``; raise :class:`ConfigInvalid` listing every bad key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config {path} is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigInvalid(str(path), [f"not valid TOML: {exc}"]) from None
+    return parse_config(data, source=str(path), base_dir=path.parent)
+
+
+def parse_config(data: dict[str, Any], *, source: str = "<memory>",
+                 base_dir: Path | None = None) -> DaemonConfig:
+    """Validate a TOML document (already parsed) into a :class:`DaemonConfig`."""
+    v = _Validator(base_dir or Path.cwd())
+    v.known(data, "", {"daemon", "peers", "probe", "throughput", "counters", "retention",
+                       "baseline", "auto_apply"})
+    d = v.table(data, "daemon")
+    v.known(d, "daemon", {"state_dir", "metrics_listen", "reflector_listen", "reflector",
+                          "hmac_key", "hmac_key_file", "hostname", "mesh_file", "log_format"})
+    state_dir = v.path(d, "daemon.state_dir", None)
+    if state_dir is None and "state_dir" not in d:
+        v.problem("daemon.state_dir", "is required (e.g. \"/var/lib/wanprobe\")")
+    probe = _probe(v, v.table(data, "probe"))
+    cfg_kwargs: dict[str, Any] = dict(
+        metrics_listen=v.listen("daemon.metrics_listen",
+                                v.string(d, "daemon.metrics_listen", "127.0.0.1:9862")),
+        reflector_listen=tuple(v.listen("daemon.reflector_listen", x) for x in
+                               v.str_list(d, "daemon.reflector_listen", ["0.0.0.0:862"])),
+        reflector_enabled=v.boolean(d, "daemon.reflector", True),
+        hmac_key=_hmac_key(v, d),
+        hostname=v.string(d, "daemon.hostname", ""),
+        mesh_file=v.path(d, "daemon.mesh_file", None),
+        log_format=v.choice(d, "daemon.log_format", "journal", ("journal", "logfmt")),
+        peers=_peers(v, data.get("peers", []), probe),
+        probe=probe,
+        throughput=_throughput(v, v.table(data, "throughput")),
+        counters=_counters(v, v.table(data, "counters")),
+        retention=_retention(v, v.table(data, "retention")),
+        baseline=_baseline(v, v.table(data, "baseline")),
+        auto_apply=_auto_apply(v, v.table(data, "auto_apply")),
+    )
+    if not data.get("peers") and cfg_kwargs["mesh_file"] is None and "peers" not in v.bad:
+        v.problem("peers", "no [[peers]] and no daemon.mesh_file: nothing to probe")
+    if v.problems:
+        raise ConfigInvalid(source, v.problems)
+    return DaemonConfig(state_dir=state_dir, source=source, **cfg_kwargs)
+
+
+def _probe(v: _Validator, t: dict) -> ProbeSettings:
+    v.known(t, "probe", {"interval", "jitter", "count", "packet_interval", "timeout", "dscp",
+                         "methods", "port"})
+    interval_s = v.duration(t, "probe.interval", 10.0, positive=True)
+    jitter_s = v.duration(t, "probe.jitter", min(1.0, interval_s / 10))
+    if jitter_s >= interval_s and "jitter" in t:
+        v.problem("probe.jitter", f"must be smaller than probe.interval ({interval_s:g} s)")
+    return ProbeSettings(
+        interval_s=interval_s, jitter_s=jitter_s,
+        count=v.integer(t, "probe.count", 10, lo=1, hi=10000),
+        packet_interval_s=v.duration(t, "probe.packet_interval", 0.02, positive=True),
+        timeout_s=v.duration(t, "probe.timeout", 1.0, positive=True),
+        dscp=v.dscp(t, "probe.dscp", 0),
+        methods=v.methods(t, "probe.methods", ("stamp",)),
+        port=v.port(t, "probe.port", 862),
+    )
+
+
+def _peers(v: _Validator, raw: Any, probe: ProbeSettings) -> tuple[Peer, ...]:
+    if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
+        v.problem("peers", "must be an array of tables ([[peers]])")
+        return ()
+    peers, names = [], set()
+    for i, p in enumerate(raw):
+        key = f"peers[{i}]"
+        v.known(p, key, {"name", "address", "site", "methods", "port"})
+        name = v.string(p, f"{key}.name", None)
+        address = v.address(p, f"{key}.address")
+        site = v.string(p, f"{key}.site", "")
+        methods = v.methods(p, f"{key}.methods", probe.methods)
+        port = v.port(p, f"{key}.port", probe.port)
+        if name is None:
+            if "name" not in p:
+                v.problem(f"{key}.name", "is required")
+        elif not name.strip():
+            v.problem(f"{key}.name", "must not be empty")
+        elif name in names:
+            v.problem(f"{key}.name", f"duplicate peer name {name!r}")
+        if name and address:
+            names.add(name)
+            peers.append(Peer(name=name, address=address, site=site, methods=methods, port=port))
+    return tuple(peers)
+
+
+def _throughput(v: _Validator, t: dict) -> ThroughputSettings:
+    v.known(t, "throughput", {"enabled", "interval", "duration", "streams", "budget_per_day",
+                              "max_bytes_per_test", "windows"})
+    windows = tuple(w for w in (v.window(f"throughput.windows[{i}]", s) for i, s in
+                                enumerate(v.str_list(t, "throughput.windows", []))) if w)
+    return ThroughputSettings(
+        enabled=v.boolean(t, "throughput.enabled", False),
+        interval_s=v.duration(t, "throughput.interval", 6 * 3600.0, positive=True),
+        duration_s=v.duration(t, "throughput.duration", 5.0, positive=True),
+        streams=v.integer(t, "throughput.streams", 4, lo=1, hi=64),
+        budget_bytes_per_day=v.size(t, "throughput.budget_per_day", 10 * 2**30),
+        max_bytes_per_test=v.size(t, "throughput.max_bytes_per_test", 2 * 2**30),
+        windows=windows,
+    )
+
+
+def _counters(v: _Validator, t: dict) -> CounterSettings:
+    v.known(t, "counters", {"enabled", "interval", "sys_root", "proc_root"})
+    return CounterSettings(
+        enabled=v.boolean(t, "counters.enabled", True),
+        interval_s=v.duration(t, "counters.interval", 15.0, positive=True),
+        sys_root=v.path(t, "counters.sys_root", Path("/sys")),
+        proc_root=v.path(t, "counters.proc_root", Path("/proc")),
+    )
+
+
+def _retention(v: _Validator, t: dict) -> RetentionSettings:
+    v.known(t, "retention", {"raw", "downsampled", "bucket", "maintenance_interval"})
+    raw_s = v.duration(t, "retention.raw", 7 * 86400.0, positive=True)
+    down_s = v.duration(t, "retention.downsampled", 90 * 86400.0, positive=True)
+    if down_s < raw_s:
+        v.problem("retention.downsampled", "must be at least retention.raw")
+    return RetentionSettings(raw_s=raw_s, downsampled_s=down_s,
+                             bucket_s=v.duration(t, "retention.bucket", 300.0, positive=True),
+                             maintenance_interval_s=v.duration(
+                                 t, "retention.maintenance_interval", 3600.0, positive=True))
+
+
+def _baseline(v: _Validator, t: dict) -> BaselineSettings:
+    v.known(t, "baseline", {"window", "recent", "min_samples", "rtt_increase",
+                            "rtt_increase_min", "loss_increase", "throughput_drop",
+                            "clear_fraction"})
+    return BaselineSettings(
+        window=v.integer(t, "baseline.window", 60, lo=2, hi=100000),
+        recent=v.integer(t, "baseline.recent", 5, lo=1, hi=1000),
+        min_samples=v.integer(t, "baseline.min_samples", 10, lo=1, hi=100000),
+        rtt_increase_ratio=v.ratio(t, "baseline.rtt_increase", 0.25),
+        rtt_increase_min_ms=v.duration(t, "baseline.rtt_increase_min", 0.001) * 1e3,
+        loss_increase=v.ratio(t, "baseline.loss_increase", 0.01),
+        throughput_drop_ratio=v.ratio(t, "baseline.throughput_drop", 0.3),
+        clear_fraction=v.ratio(t, "baseline.clear_fraction", 0.5),
+    )
+
+
+def _auto_apply(v: _Validator, t: dict) -> AutoApply:
+    v.known(t, "auto_apply", {"enabled", "tuners", "plan", "plan_sha256"})
+    tuners = tuple(v.str_list(t, "auto_apply.tuners", []))
+    for name in tuners:
+        if name not in AUTO_APPLY_TUNERS:
+            v.problem("auto_apply.tuners", f"unknown tuner {name!r} (use {', '.join(AUTO_APPLY_TUNERS)})")
+    enabled = v.boolean(t, "auto_apply.enabled", False)
+    plan = v.path(t, "auto_apply.plan", None)
+    if enabled and plan is None:
+        v.problem("auto_apply.plan", "is required when auto_apply.enabled = true (a signed-off plan)")
+    if enabled and not tuners:
+        v.problem("auto_apply.tuners", "must list the whitelisted tuners when auto_apply.enabled = true")
+    digest = v.string(t, "auto_apply.plan_sha256", None)
+    if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
+        v.problem("auto_apply.plan_sha256", "must be 64 lowercase hex digits (sha256sum of the plan)")
+        digest = None
+    if enabled and digest is None and "auto_apply.plan_sha256" not in v.bad:
+        v.problem("auto_apply.plan_sha256", "is required when auto_apply.enabled = true: it is the "
+                  "sign-off of the reviewed plan (sha256sum plan.json)")
+    return AutoApply(enabled=enabled, tuners=tuners, plan=plan, plan_sha256=digest)
+
+
+def _hmac_key(v: _Validator, d: dict) -> bytes | None:
+    key = v.string(d, "daemon.hmac_key", None)
+    key_file = v.path(d, "daemon.hmac_key_file", None)
+    if key is not None and key_file is not None:
+        v.problem("daemon.hmac_key", "set hmac_key or hmac_key_file, not both")
+        return None
+    if key_file is not None:
+        try:
+            key = key_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            v.problem("daemon.hmac_key_file", f"cannot read {key_file}: {getattr(exc, 'strerror', exc)}")
+            return None
+    if key is None:
+        return None
+    if len(key) < 16:
+        v.problem("daemon.hmac_key" if key_file is None else "daemon.hmac_key_file",
+                  "key must be at least 16 characters")
+        return None
+    return key.encode()
+
+
+class _Validator:
+    """Reads typed values out of TOML tables, recording one problem line per bad key."""
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        self.problems: list[str] = []
+        self.bad: set[str] = set()
+
+    def problem(self, key: str, message: str) -> None:
+        self.bad.add(key)
+        self.problems.append(f"{key}: {' '.join(message.split())}")
+
+    def known(self, table: dict, prefix: str, allowed: set[str]) -> None:
+        for key in table:
+            if key not in allowed:
+                full = f"{prefix}.{key}" if prefix else key
+                self.problem(full, f"unknown key (known: {', '.join(sorted(allowed))})")
+
+    def table(self, data: dict, key: str) -> dict:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            self.problem(key, f"must be a table ([{key}])")
+            return {}
+        return value
+
+    def _get(self, t: dict, key: str) -> Any:
+        return t.get(key.rsplit(".", 1)[-1])
+
+    def _has(self, t: dict, key: str) -> bool:
+        return key.rsplit(".", 1)[-1] in t
+
+    def _convert(self, t: dict, key: str, default: Any, fn) -> Any:
+        if not self._has(t, key):
+            return default
+        try:
+            return fn(self._get(t, key))
+        except WanprobeError as exc:
+            self.problem(key, str(exc))
+        except (TypeError, ValueError) as exc:
+            self.problem(key, str(exc) or "bad value")
+        return default
+
+    def string(self, t: dict, key: str, default: str | None) -> str | None:
+        def conv(x: Any) -> str:
+            if not isinstance(x, str):
+                raise TypeError(f"must be a string, not {_toml_type(x)}")
+            return x
+        return self._convert(t, key, default, conv)
+
+    def boolean(self, t: dict, key: str, default: bool) -> bool:
+        def conv(x: Any) -> bool:
+            if not isinstance(x, bool):
+                raise TypeError(f"must be true or false, not {x!r}")
+            return x
+        return self._convert(t, key, default, conv)
+
+    def integer(self, t: dict, key: str, default: int, *, lo: int, hi: int) -> int:
+        def conv(x: Any) -> int:
+            if isinstance(x, bool) or not isinstance(x, int):
+                raise TypeError(f"must be an integer, not {x!r}")
+            if not lo <= x <= hi:
+                raise ValueError(f"{x} out of range {lo}-{hi}")
+            return x
+        return self._convert(t, key, default, conv)
+
+    def duration(self, t: dict, key: str, default: float, *, positive: bool = False) -> float:
+        def conv(x: Any) -> float:
+            if isinstance(x, bool) or not isinstance(x, (int, float, str)):
+                raise TypeError(f"must be a duration such as \"10s\" or \"500ms\", not {x!r}")
+            return units.parse_duration_s(str(x), default_unit="s", allow_zero=not positive)
+        return self._convert(t, key, default, conv)
+
+    def ratio(self, t: dict, key: str, default: float) -> float:
+        def conv(x: Any) -> float:
+            if isinstance(x, bool) or not isinstance(x, (int, float, str)):
+                raise TypeError(f"must be a ratio such as \"1%\" or 0.01, not {x!r}")
+            return units.parse_ratio(str(x))
+        return self._convert(t, key, default, conv)
+
+    def size(self, t: dict, key: str, default: int) -> int:
+        def conv(x: Any) -> int:
+            if isinstance(x, bool) or not isinstance(x, (int, str)):
+                raise TypeError(f"must be a size such as \"10GiB\", not {x!r}")
+            return units.parse_bytes(str(x))
+        return self._convert(t, key, default, conv)
+
+    def dscp(self, t: dict, key: str, default: int) -> int:
+        def conv(x: Any) -> int:
+            if isinstance(x, bool) or not isinstance(x, (int, str)):
+                raise TypeError(f"must be a DSCP number or name, not {x!r}")
+            return units.parse_dscp(x)
+        return self._convert(t, key, default, conv)
+
+    def port(self, t: dict, key: str, default: int) -> int:
+        def conv(x: Any) -> int:
+            if isinstance(x, bool) or not isinstance(x, int):
+                raise TypeError(f"must be an integer port, not {x!r}")
+            return units.parse_port(x)
+        return self._convert(t, key, default, conv)
+
+    def path(self, t: dict, key: str, default: Path | None) -> Path | None:
+        def conv(x: Any) -> Path:
+            if not isinstance(x, str) or not x.strip():
+                raise TypeError(f"must be a non-empty path string, not {x!r}")
+            p = Path(x)
+            return p if p.is_absolute() else self.base_dir / p
+        return self._convert(t, key, default, conv)
+
+    def choice(self, t: dict, key: str, default: str, choices: tuple[str, ...]) -> str:
+        def conv(x: Any) -> str:
+            if x not in choices:
+                raise ValueError(f"{x!r} is not one of {', '.join(choices)}")
+            return x
+        return self._convert(t, key, default, conv)
+
+    def str_list(self, t: dict, key: str, default: list[str]) -> list[str]:
+        def conv(x: Any) -> list[str]:
+            if isinstance(x, str):
+                return [x]
+            if not isinstance(x, list) or not all(isinstance(i, str) for i in x):
+                raise TypeError(f"must be a list of strings, not {x!r}")
+            return list(x)
+        return self._convert(t, key, default, conv)
+
+    def methods(self, t: dict, key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        out = tuple(self.str_list(t, key, list(default)))
+        bad = [m for m in out if m not in METHODS]
+        if bad:
+            self.problem(key, f"unknown method {bad[0]!r} (use {', '.join(METHODS)})")
+            return default
+        if not out:
+            self.problem(key, "must name at least one method")
+            return default
+        return out
+
+    def address(self, t: dict, key: str) -> str | None:
+        if not self._has(t, key):
+            self.problem(key, "is required (an IPv4 or IPv6 address)")
+            return None
+
+        def conv(x: Any) -> str:
+            try:
+                return str(ipaddress.ip_address(x))
+            except ValueError:
+                raise ValueError(f"{x!r} is not an IPv4 or IPv6 address") from None
+        return self._convert(t, key, None, conv)
+
+    def listen(self, key: str, text: str | None) -> tuple[str, int]:
+        """Parse ``"host:port"`` / ``"[v6]:port"`` (see :func:`parse_listen`)."""
+        if text is None:
+            return ("127.0.0.1", 9862)
+        try:
+            return parse_listen(text)
+        except WanprobeError as exc:
+            self.problem(key, str(exc))
+            return ("127.0.0.1", 9862)
+
+    def window(self, key: str, text: str) -> TimeWindow | None:
+        try:
+            return parse_window(text)
+        except WanprobeError as exc:
+            self.problem(key, str(exc))
+            return None
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``"127.0.0.1:9862"`` → ("127.0.0.1", 9862); ``"[::1]:9862"``; ``":9862"`` → all IPv4."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise ConfigError(f"listen address {text!r} must be \"host:port\"")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(f"listen address {text!r}: {host!r} is not an IP address") from None
+    if port.strip() == "0":  # an ephemeral port: only useful in tests, logged at start
+        return host, 0
+    return host, units.parse_port(port)
+
+
+def parse_window(text: str) -> TimeWindow:
+    """``"01:00-05:30"`` (local time) → minutes 60..330; ``"22:00-04:00"`` wraps midnight."""
+    try:
+        start, end = (s.strip() for s in text.split("-"))
+        start_min, end_min = (_hhmm(start), _hhmm(end))
+    except ValueError:
+        raise ConfigError(f"time window {text!r} must look like \"01:00-05:00\"") from None
+    if start_min == end_min:
+        raise ConfigError(f"time window {text!r} is empty")
+    return TimeWindow(start_min, end_min)
+
+
+def _hhmm(s: str) -> int:
+    hh, mm = s.split(":")
+    h, m = int(hh), int(mm)
+    if not (0 <= h <= 24 and 0 <= m < 60) or (h == 24 and m):
+        raise ValueError(s)
+    return h * 60 + m
+
+
+def _toml_type(x: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a float", list: "an array",
+            dict: "a table"}.get(type(x), type(x).__name__)

@@ -1,0 +1,389 @@
+"""Composition root of the daemon: builds every part once, owns the event loop and the signals.
+
+SIGHUP re-reads the config (and mesh file); a bad one is logged key by key and the running
+config stays in force. SIGTERM/SIGINT send STOPPING=1 first, then cancel the probe tasks, close
+the reflector and the HTTP endpoint, flush the history and exit 0, all bounded to well under 2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import os
+import signal
+import socket
+import tempfile
+import time
+from collections import Counter as Tally
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from wanprobe.daemon import adapters, mesh
+from wanprobe.daemon import logging as dlog
+from wanprobe.daemon.auto_apply import check_plan
+from wanprobe.daemon.baseline import BaselineTracker, Transition
+from wanprobe.daemon.config import DaemonConfig, Peer, load_config
+from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
+from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
+from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
+from wanprobe.daemon.store import ProbeRow, Store, StoreError
+from wanprobe.errors import ConfigError, WanprobeError
+
+FLUSH_INTERVAL_S = 1.0
+STOP_BUDGET_S = 1.5
+
+
+def resolve_peers(cfg: DaemonConfig, *, hostname: str | None = None,
+                  local_addresses: list[str] | None = None) -> tuple[Peer, ...]:
+    """``[[peers]]`` plus, with a mesh file, the peers this host picks from it (config wins)."""
+    peers = {p.name: p for p in cfg.peers}
+    if cfg.mesh_file is not None:
+        m = mesh.load_mesh(cfg.mesh_file)
+        me = mesh.find_self(m, hostname=cfg.hostname or hostname or socket.gethostname(),
+                            local_addresses=local_addresses if local_addresses is not None
+                            else mesh.local_addresses())
+        for p in mesh.select_peers(m, me):
+            peers.setdefault(p.name, replace(p, port=cfg.probe.port))
+    return tuple(peers.values())
+
+
+def load_runtime(path: Path) -> tuple[DaemonConfig, tuple[Peer, ...]]:
+    """Config and resolved peers, both validated; raises before anything takes effect."""
+    cfg = load_config(path)
+    return cfg, resolve_peers(cfg)
+
+
+class Daemon:
+    """The running daemon. Collaborators are injectable for tests."""
+
+    def __init__(self, cfg: DaemonConfig, peers: tuple[Peer, ...], *, config_path: Path | None = None,
+                 prober: ProbeFn = adapters.probe, throughput_fn: ThroughputFn = adapters.throughput,
+                 reflector: Any = None, counters: Any = None, notifier: Notifier | None = None) -> None:
+        self.cfg, self.peers, self.config_path = cfg, peers, config_path
+        self.prober, self.throughput_fn = prober, throughput_fn
+        self.reflector = reflector if reflector is not None else adapters.Reflector(cfg.hmac_key)
+        self.counters = counters if counters is not None else adapters.Counters(
+            cfg.counters.sys_root, cfg.counters.proc_root)
+        self.notifier = notifier or Notifier()
+        self.metrics = DaemonMetrics()
+        self.store: Store | None = None
+        self.baseline = BaselineTracker(cfg.baseline)
+        self.stop_event = asyncio.Event()
+        self.metrics_address: tuple[str, int] | None = None
+        self.reflector_error: str | None = None
+        self.flush_error: str | None = None
+        self.last_flush = time.time()
+        self.loaded_at = time.time()
+        self.active_findings: dict[tuple[str, str], str] = {}
+        self._failing: set[str] = set()
+        self._last_probe: dict[str, dict] = {}
+        self._counter_findings: list[dict] = []
+        self.scheduler: Scheduler | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop_event.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(self.reload()))
+        try:
+            await self.start()
+        except WanprobeError:
+            await self.shutdown()
+            raise
+        await self.stop_event.wait()
+        await self.shutdown()
+        return 0
+
+    async def start(self) -> None:
+        self.cfg.reports_dir.mkdir(parents=True, exist_ok=True)
+        self.store = Store(self.cfg.db_path)
+        self._warm_baseline()
+        server = MetricsServer(self.metrics, self.health)
+        try:
+            self.metrics_address = await server.start(*self.cfg.metrics_listen)
+        except OSError as exc:
+            raise ConfigError(f"daemon.metrics_listen {self.cfg.metrics_listen[0]}:"
+                              f"{self.cfg.metrics_listen[1]}: {exc.strerror or exc}") from None
+        self._server = server
+        await self._start_reflector()
+        self._check_auto_apply()
+        self.scheduler = Scheduler(self, self.prober, probe=self.cfg.probe,
+                                   throughput=self.cfg.throughput, throughput_fn=self.throughput_fn,
+                                   budget_used=self.store.throughput_bytes_since)
+        self.scheduler.apply(self.peers, self.cfg.probe, self.cfg.throughput)
+        self.metrics.peers.set(len(self.peers))
+        self._tasks = [asyncio.create_task(every(lambda: FLUSH_INTERVAL_S, self.flush)),
+                       asyncio.create_task(self.maintain()),  # retention also right at start
+                       asyncio.create_task(every(lambda: self.cfg.retention.maintenance_interval_s,
+                                                 self.maintain)),
+                       asyncio.create_task(self._counter_loop())]
+        wd = watchdog_interval_s()
+        if wd:
+            self._tasks.append(asyncio.create_task(every(lambda: wd, self._watchdog)))
+        # everything built so far lives as long as the daemon: keep it out of every GC pass
+        gc.collect()
+        gc.freeze()
+        status = self.status_line()
+        self.notifier.ready(status)
+        dlog.log(logging.INFO, "wanprobe daemon started", config=self.cfg.source,
+                 peers=len(self.peers), metrics=f"{self.metrics_address[0]}:{self.metrics_address[1]}",
+                 state_dir=self.cfg.state_dir, reflector=self.reflector_error or "ok")
+
+    async def shutdown(self) -> None:
+        t0 = time.monotonic()
+        self.notifier.stopping("stopping: flushing history")
+        dlog.log(logging.INFO, "stopping")
+        tasks = list(getattr(self, "_tasks", []))
+        for t in tasks:
+            t.cancel()
+        parts = {"tasks": asyncio.gather(*tasks, return_exceptions=True),
+                 "reflector": self.reflector.close()}
+        if self.scheduler is not None:
+            parts["probes"] = self.scheduler.stop()
+        if getattr(self, "_server", None) is not None:
+            parts["http"] = self._server.close()
+        timed = {name: asyncio.ensure_future(_timed(c)) for name, c in parts.items()}
+        done, pending = await asyncio.wait(timed.values(), timeout=STOP_BUDGET_S)
+        for fut in pending:
+            fut.cancel()
+        took = {f"{name}_s": (round(f.result(), 3) if f in done and not f.cancelled() else "timeout")
+                for name, f in timed.items()}
+        flushed = 0
+        if self.store is not None:
+            try:
+                flushed = self.store.flush()
+                self.store.close()
+            except StoreError as exc:
+                dlog.log(logging.ERROR, "history not flushed on stop", error=exc)
+        dlog.log(logging.INFO, "stopped", rows_flushed=flushed,
+                 total_s=round(time.monotonic() - t0, 3), **took)
+        self.notifier.close()
+
+    async def _start_reflector(self) -> None:
+        if not self.cfg.reflector_enabled:
+            return
+        try:
+            await self.reflector.start(self.cfg.reflector_listen)
+        except (OSError, ImportError, WanprobeError) as exc:
+            # probing still works without the reflector; say so everywhere, keep running
+            self.reflector_error = " ".join(str(exc).split())
+            dlog.log(logging.ERROR, "reflector not started", error=self.reflector_error,
+                     listen=",".join(f"{h}:{p}" for h, p in self.cfg.reflector_listen))
+
+    def _check_auto_apply(self) -> None:
+        if not self.cfg.auto_apply.enabled:
+            return
+        try:
+            changes = check_plan(self.cfg.auto_apply)
+            dlog.log(logging.INFO, "auto-apply: signed-off plan ready for wanprobe-tune.service",
+                     plan=self.cfg.auto_apply.plan, changes=len(changes))
+        except ConfigError as exc:
+            dlog.log(logging.WARNING, "auto-apply: plan refused", reason=exc)
+
+    async def reload(self) -> None:
+        """SIGHUP: validate the new config fully; apply it only if it is good."""
+        if self.config_path is None:
+            dlog.log(logging.WARNING, "reload: no config file to re-read")
+            return
+        self.notifier.reloading()
+        try:
+            cfg, peers = await run_blocking(load_runtime, self.config_path)
+        except WanprobeError as exc:
+            problems = getattr(exc, "problems", None) or [str(exc)]
+            for p in problems:
+                dlog.log(logging.ERROR, "reload refused, keeping the running config",
+                         config=self.config_path, problem=p)
+            self.metrics.config_reloads.labels(result="refused").inc()
+            self.notifier.ready(self.status_line() + "; last reload refused")
+            return
+        restart_needed = [k for k in ("state_dir", "metrics_listen", "reflector_listen",
+                                      "reflector_enabled", "hmac_key")
+                          if getattr(cfg, k) != getattr(self.cfg, k)]
+        if restart_needed:
+            dlog.log(logging.WARNING, "reload: these keys take effect on restart only",
+                     keys=",".join(restart_needed))
+            cfg = replace(cfg, **{k: getattr(self.cfg, k) for k in restart_needed})
+        self.cfg, self.peers = cfg, peers
+        dlog.set_style(cfg.log_format)
+        self.baseline.s = cfg.baseline
+        diff = self.scheduler.apply(peers, cfg.probe, cfg.throughput)
+        for name in diff["removed"]:
+            self.metrics.forget_peer(name)
+        self.metrics.peers.set(len(peers))
+        self.metrics.config_reloads.labels(result="applied").inc()
+        self.loaded_at = time.time()
+        self._check_auto_apply()
+        self.notifier.ready(self.status_line())
+        dlog.log(logging.INFO, "config reloaded", peers=len(peers), **{k: ",".join(v) for k, v in diff.items() if v})
+
+    # -- results (Sink) -----------------------------------------------------------------------
+    def probe_done(self, peer: Peer, method: str, ts: float, doc: dict[str, Any]) -> None:
+        row = ProbeRow.from_probe_json(ts, peer.name, method, doc)
+        self.store.add_probe(row)
+        self.metrics.observe_probe(peer.name, method, doc)
+        self._last_probe[peer.name] = doc
+        if peer.name in self._failing:
+            self._failing.discard(peer.name)
+            dlog.log(logging.INFO, "peer answers again", peer=peer.name, method=method)
+        if self.scheduler and self.scheduler.throughput_running == peer.name:
+            return  # our own bulk test inflates RTT/loss: not a baseline sample
+        if method != peer.methods[0]:
+            return  # one baseline per peer, from its primary method (loss means the same)
+        for t in self.baseline.observe_probe(row):
+            self._transition(peer, t)
+
+    def probe_failed(self, peer: Peer, method: str, ts: float, error: str) -> None:
+        self.store.add_probe(ProbeRow(ts=ts, peer=peer.name, method=method, error=error))
+        self.metrics.observe_probe_error(peer.name, method)
+        if peer.name not in self._failing:
+            self._failing.add(peer.name)
+            dlog.log(logging.WARNING, "probe failed", peer=peer.name, method=method, error=error)
+
+    def throughput_done(self, peer: Peer, ts: float, doc: dict | None, error: str | None) -> None:
+        self.store.add_throughput(ts, peer.name, doc, error)
+        if doc is None:
+            dlog.log(logging.WARNING, "throughput test failed", peer=peer.name, error=error)
+            return
+        self.metrics.observe_throughput(peer.name, doc)
+        dlog.log(logging.INFO, "throughput test", peer=peer.name,
+                 bits_per_second=doc.get("bits_per_second"))
+        if doc.get("bits_per_second"):
+            for t in self.baseline.observe_throughput(peer.name, float(doc["bits_per_second"])):
+                self._transition(peer, t)
+
+    def _transition(self, peer: Peer, t: Transition) -> None:
+        key = (peer.name, t.metric)
+        if t.state == "recovered":
+            self.active_findings.pop(key, None)
+            self._update_findings_gauge()
+            dlog.log(logging.INFO, "regression cleared", peer=peer.name, metric=t.metric,
+                     baseline=round(t.baseline, 6), current=round(t.current, 6))
+            return
+        now = time.time()
+        doc = adapters.regression_report(peer, [t.to_json()], self._last_probe.get(peer.name),
+                                         self.baseline.baseline(peer.name),
+                                         started=now - self.cfg.probe.interval_s * self.cfg.baseline.recent,
+                                         finished=now)
+        path = self._write_report(doc, peer.name, t.metric, now)
+        finding = doc["findings"][0]
+        self.store.add_finding(now, finding, peer=peer.name, report_path=str(path) if path else None)
+        self.active_findings[key] = finding["severity"]
+        self._update_findings_gauge()
+        self.metrics.regressions.labels(peer=peer.name, metric=t.metric).inc()
+        dlog.log(logging.WARNING, finding["title"], peer=peer.name, metric=t.metric,
+                 baseline=round(t.baseline, 6), current=round(t.current, 6), report=path)
+
+    def _write_report(self, doc: dict, peer: str, metric: str, ts: float) -> Path | None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(ts))
+        path = self.cfg.reports_dir / f"{stamp}-{peer}-{metric}.json"
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.cfg.reports_dir)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(doc, fh, indent=2)
+                fh.write("\n")
+            os.replace(tmp, path)
+            return path
+        except OSError as exc:
+            dlog.log(logging.ERROR, "cannot write report", path=path, error=exc.strerror or exc)
+            return None
+
+    def _update_findings_gauge(self) -> None:
+        tally = Tally(self.active_findings.values())
+        tally.update(f.get("severity", "info") for f in self._counter_findings)
+        self.metrics.set_findings(dict(tally))
+
+    # -- periodic -----------------------------------------------------------------------------
+    async def flush(self) -> None:
+        try:
+            await run_blocking(self.store.flush)
+            self.flush_error = None
+            self.last_flush = time.time()
+        except StoreError as exc:
+            if self.flush_error is None:
+                dlog.log(logging.ERROR, "history write failed; will retry", error=exc)
+            self.flush_error = str(exc)
+
+    async def maintain(self) -> None:
+        r = self.cfg.retention
+        now = time.time()
+        try:
+            folded = await run_blocking(lambda: self.store.downsample(now=now, raw_s=r.raw_s,
+                                                                      bucket_s=r.bucket_s))
+            deleted = await run_blocking(lambda: self.store.expire(
+                now=now, raw_s=r.raw_s, downsampled_s=r.downsampled_s))
+            if folded or deleted:
+                dlog.log(logging.INFO, "history maintenance", downsampled=folded, expired=deleted)
+        except Exception as exc:  # noqa: BLE001 - maintenance must not take the daemon down
+            dlog.log(logging.ERROR, "history maintenance failed", error=exc)
+
+    async def _counter_loop(self) -> None:
+        reported = False
+        while True:
+            await asyncio.sleep(self.cfg.counters.interval_s)
+            if not self.cfg.counters.enabled:
+                continue
+            ts = time.time()
+            try:
+                rates, flat, findings = await run_blocking(self.counters.sample)
+            except Exception as exc:  # noqa: BLE001 - a collector failure is reported, not fatal
+                if not reported:
+                    dlog.log(logging.WARNING, "counter sampling failed", error=exc)
+                    reported = True
+                continue
+            if rates is None:
+                continue
+            self.store.add_counter_rates(ts, self.cfg.counters.interval_s, rates)
+            self.metrics.observe_rates(flat)
+            for f in findings:
+                self.store.add_finding(ts, f)
+            self._counter_findings = findings
+            self._update_findings_gauge()
+
+    async def _watchdog(self) -> None:
+        # only a loop that is alive and writing its history counts as healthy
+        if time.time() - self.last_flush < 10 * FLUSH_INTERVAL_S + 30:
+            self.notifier.watchdog()
+
+    def status_line(self) -> str:
+        s = f"probing {len(self.peers)} peers every {self.cfg.probe.interval_s:g} s"
+        if self.reflector_error:
+            s += "; reflector down"
+        return s
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        ok = self.flush_error is None and time.time() - self.last_flush < 30
+        return ok, {"ok": ok, "peers": [p.name for p in self.peers],
+                    "config": self.cfg.source, "config_loaded_at": self.loaded_at,
+                    "probe_interval_s": self.cfg.probe.interval_s,
+                    "reflector": self.reflector_error or "ok",
+                    "history": self.flush_error or "ok",
+                    "last_flush_age_s": round(time.time() - self.last_flush, 3)}
+
+    def _warm_baseline(self) -> None:
+        n = self.cfg.baseline.window + self.cfg.baseline.recent
+        for p in self.peers:
+            for row in self.store.probes(p.name, limit=n):
+                self.baseline.observe_probe(row)
+
+
+async def _timed(coro) -> float:
+    t0 = time.monotonic()
+    await asyncio.gather(coro, return_exceptions=True)
+    return time.monotonic() - t0
+
+
+def run(config_path: Path | str, **inject: Any) -> int:
+    """Entry point of ``wanprobe daemon``: load, validate, run until SIGTERM."""
+    path = Path(config_path)
+    dlog.setup("journal")
+    cfg, peers = load_runtime(path)
+    dlog.set_style(cfg.log_format)
+
+    async def main() -> int:
+        return await Daemon(cfg, peers, config_path=path, **inject).run()
+
+    return asyncio.run(main())

@@ -1,0 +1,248 @@
+"""One asyncio loop schedules everything the daemon measures.
+
+- one task per peer: a probe session per method every ``interval`` ± ``jitter`` (uniform, so
+  a fleet restarted together does not probe in lock-step); the first session starts at a random
+  offset inside the first interval. A session is bounded by its own deadline (packets × spacing
+  + timeout + 1 s), so a peer that is down costs one timeout and never delays the others.
+- one throughput task: tests run one at a time (never two at once on any link, so never two on
+  the same one), only inside the allowed windows, each peer at most once per interval, and only
+  when the test's byte cap still fits in the rolling 24 h budget.
+- one counter task: a snapshot every counter interval, rates against the previous one.
+
+Blocking work (throughput, counter reads, SQLite) runs in daemon threads through
+:func:`run_blocking`, so stopping never waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from wanprobe.daemon.config import Peer, ProbeSettings, ThroughputSettings, TimeWindow
+
+T = TypeVar("T")
+ProbeFn = Callable[[Peer, str, ProbeSettings], Awaitable[dict[str, Any]]]
+ThroughputFn = Callable[[Peer, ThroughputSettings], dict[str, Any]]
+DAY_S = 86400.0
+
+
+class Sink(Protocol):
+    """Where results go (the daemon: store, metrics, baseline)."""
+
+    def probe_done(self, peer: Peer, method: str, ts: float, doc: dict[str, Any]) -> None: ...
+    def probe_failed(self, peer: Peer, method: str, ts: float, error: str) -> None: ...
+    def throughput_done(self, peer: Peer, ts: float, doc: dict[str, Any] | None,
+                        error: str | None) -> None: ...
+
+
+async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn(*args)`` in a daemon thread and await its result; cancelling the await abandons
+    the thread instead of waiting for it (the default executor would hold up shutdown)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+
+    def target() -> None:
+        def settle(ok: bool, value: Any) -> None:
+            if not fut.done():
+                fut.set_result(value) if ok else fut.set_exception(value)
+
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            ok, value = False, exc
+        else:
+            ok, value = True, result
+        try:
+            loop.call_soon_threadsafe(settle, ok, value)
+        except RuntimeError:  # the loop is gone (daemon stopped): nobody waits any more
+            pass
+
+    threading.Thread(target=target, name=f"wanprobe-{getattr(fn, '__name__', 'work')}",
+                     daemon=True).start()
+    return await fut
+
+
+def session_deadline_s(s: ProbeSettings) -> float:
+    """Upper bound of one probe session: all packets sent, the last one waited for, plus 1 s."""
+    return s.count * s.packet_interval_s + s.timeout_s + 1.0
+
+
+def next_delay_s(s: ProbeSettings, rng: random.Random) -> float:
+    return max(0.0, s.interval_s + rng.uniform(-s.jitter_s, s.jitter_s))
+
+
+def in_windows(windows: tuple[TimeWindow, ...], ts: float) -> bool:
+    """True when ``ts`` (local time) falls in one of the windows, or there are none."""
+    if not windows:
+        return True
+    t = time.localtime(ts)
+    return any(w.contains(t.tm_hour * 60 + t.tm_min) for w in windows)
+
+
+@dataclass
+class _Session:
+    peer: Peer
+    task: asyncio.Task
+
+
+class Scheduler:
+    """Owns the per-peer probe tasks, the throughput task and their settings."""
+
+    def __init__(self, sink: Sink, prober: ProbeFn, *, probe: ProbeSettings,
+                 throughput: ThroughputSettings, throughput_fn: ThroughputFn | None = None,
+                 budget_used: Callable[[float], int] | None = None,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
+        self.sink = sink
+        self.prober = prober
+        self.probe_settings = probe
+        self.throughput_settings = throughput
+        self.throughput_fn = throughput_fn
+        self.budget_used = budget_used or (lambda since: 0)
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.sessions: dict[str, _Session] = {}
+        self.last_throughput: dict[str, float] = {}
+        self.throughput_running: str | None = None
+        self.delivery_errors = 0
+        self._stopping = False
+        self._tput_task: asyncio.Task | None = None
+        self._tput_lock = asyncio.Lock()
+
+    # -- plan ---------------------------------------------------------------------------------
+    def apply(self, peers: tuple[Peer, ...], probe: ProbeSettings,
+              throughput: ThroughputSettings) -> dict[str, list[str]]:
+        """Reconcile running sessions with ``peers``; return added/removed/restarted names."""
+        settings_changed = probe != self.probe_settings
+        self.probe_settings, self.throughput_settings = probe, throughput
+        wanted = {p.name: p for p in peers}
+        diff: dict[str, list[str]] = {"added": [], "removed": [], "restarted": []}
+        for name in list(self.sessions):
+            if name not in wanted:
+                self.sessions.pop(name).task.cancel()
+                diff["removed"].append(name)
+        for name, peer in wanted.items():
+            old = self.sessions.get(name)
+            if old is not None and old.peer == peer and not settings_changed:
+                continue
+            if old is not None:
+                old.task.cancel()
+                diff["restarted"].append(name)
+            else:
+                diff["added"].append(name)
+            self.sessions[name] = _Session(peer, asyncio.create_task(
+                self._peer_loop(peer), name=f"probe-{name}"))
+        if self._tput_task is None or self._tput_task.done():
+            self._tput_task = asyncio.create_task(self._throughput_loop(), name="throughput")
+        return diff
+
+    @property
+    def peers(self) -> tuple[Peer, ...]:
+        return tuple(s.peer for s in self.sessions.values())
+
+    async def stop(self, timeout_s: float = 1.0) -> None:
+        """Cancel every task and wait for them, at most ``timeout_s``. Python 3.11's
+        ``wait_for`` can swallow a cancellation (gh-86296), so the loops also check a flag and a
+        task that ignores cancel is re-cancelled rather than awaited forever."""
+        self._stopping = True
+        tasks = [s.task for s in self.sessions.values()]
+        if self._tput_task is not None:
+            tasks.append(self._tput_task)
+        deadline = time.monotonic() + timeout_s
+        pending = {t for t in tasks if not t.done()}
+        while pending and time.monotonic() < deadline:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=min(0.1, deadline - time.monotonic()))
+        self.sessions.clear()
+
+    # -- probing ------------------------------------------------------------------------------
+    async def _peer_loop(self, peer: Peer) -> None:
+        await asyncio.sleep(self.rng.uniform(0, self.probe_settings.interval_s))
+        while not self._stopping and self._is_current(peer.name):
+            started = time.monotonic()
+            for method in peer.methods:
+                await self.probe_once(peer, method)
+            elapsed = time.monotonic() - started
+            await asyncio.sleep(max(0.0, next_delay_s(self.probe_settings, self.rng) - elapsed))
+
+    def _is_current(self, name: str) -> bool:
+        """False once a reload replaced or removed this peer's session (even if the cancel of
+        the old task was swallowed somewhere below)."""
+        session = self.sessions.get(name)
+        return session is not None and session.task is asyncio.current_task()
+
+    async def probe_once(self, peer: Peer, method: str) -> None:
+        """One session; every failure (timeout, refusal, bug in a prober) becomes probe_failed."""
+        s = self.probe_settings
+        ts = self.clock()
+        try:
+            async with asyncio.timeout(session_deadline_s(s)):  # not wait_for: see stop()
+                doc = await self.prober(peer, method, s)
+        except asyncio.CancelledError:
+            raise
+        except TimeoutError:
+            self._deliver(self.sink.probe_failed, peer, method, ts,
+                          f"no answer within {session_deadline_s(s):.1f} s")
+        except Exception as exc:  # noqa: BLE001 - a probe failure must never stop the loop
+            self._deliver(self.sink.probe_failed, peer, method, ts,
+                          " ".join(str(exc).split()) or type(exc).__name__)
+        else:
+            self._deliver(self.sink.probe_done, peer, method, ts, doc)
+
+    def _deliver(self, fn: Callable[..., None], *args: Any) -> None:
+        """Hand a result to the sink; a failure there is logged, never ends the peer's loop."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001
+            self.delivery_errors += 1
+            logging.getLogger("wanprobe.daemon").error(
+                "result handling failed", exc_info=exc,
+                extra={"fields": {"peer": args[0].name, "handler": fn.__name__}})
+
+    # -- throughput ---------------------------------------------------------------------------
+    def throughput_due(self, now: float) -> Peer | None:
+        """The peer whose throughput test is most overdue, if a test may start now."""
+        s = self.throughput_settings
+        if not s.enabled or self.throughput_fn is None or not in_windows(s.windows, now):
+            return None
+        if self.budget_used(now - DAY_S) + s.max_bytes_per_test > s.budget_bytes_per_day:
+            return None
+        due = [(self.last_throughput.get(p.name, 0.0), p.name, p) for p in self.peers
+               if now - self.last_throughput.get(p.name, 0.0) >= s.interval_s]
+        return min(due)[2] if due else None
+
+    async def _throughput_loop(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(1.0)
+            peer = self.throughput_due(self.clock())
+            if peer is not None:
+                await self.throughput_once(peer)
+
+    async def throughput_once(self, peer: Peer) -> None:
+        async with self._tput_lock:  # one test at a time, whoever asks
+            self.throughput_running = peer.name
+            ts = self.clock()
+            self.last_throughput[peer.name] = ts
+            try:
+                doc = await run_blocking(self.throughput_fn, peer, self.throughput_settings)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                self._deliver(self.sink.throughput_done, peer, ts, None, " ".join(str(exc).split()))
+            else:
+                self._deliver(self.sink.throughput_done, peer, ts, doc, None)
+            finally:
+                self.throughput_running = None
+
+
+async def every(interval_s: Callable[[], float], fn: Callable[[], Awaitable[None]]) -> None:
+    """Call ``fn`` every ``interval_s()`` seconds (re-read each time, so reloads take effect)."""
+    while True:
+        await asyncio.sleep(interval_s())
+        await fn()

@@ -1,0 +1,314 @@
+"""The history: SQLite in WAL mode in the state dir, one row per probe summary, throughput test,
+counter-rate sample, finding and report.
+
+Durability: rows are buffered and committed together once per flush (the daemon flushes every
+second and on stop), with ``journal_mode=WAL`` and ``synchronous=FULL``. In WAL mode FULL syncs the
+WAL at every commit, so a committed batch survives both ``kill -9`` and power loss, and a crash
+loses only rows not yet flushed, i.e. at most the last flush interval; SQLite's WAL replay keeps
+the file consistent either way (https://sqlite.org/wal.html, https://sqlite.org/pragma.html#pragma_synchronous).
+One fsync per second is cheap; FULL per probe (NORMAL's point) would not be needed for that.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wanprobe.errors import WanprobeError
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS probes (
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, peer TEXT NOT NULL, method TEXT NOT NULL,
+  resolution_s REAL NOT NULL DEFAULT 0, sessions INTEGER NOT NULL DEFAULT 1,
+  sent INTEGER, received INTEGER, loss_ratio REAL, loss_forward_ratio REAL,
+  loss_reverse_ratio REAL, rtt_min_ms REAL, rtt_p50_ms REAL, rtt_p90_ms REAL, rtt_p99_ms REAL,
+  rtt_max_ms REAL, rtt_mean_ms REAL, jitter_ms REAL, error TEXT);
+CREATE INDEX IF NOT EXISTS probes_peer_ts ON probes(peer, ts);
+CREATE TABLE IF NOT EXISTS throughput (
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, peer TEXT NOT NULL, bits_per_second REAL,
+  bytes INTEGER, duration_s REAL, limited_by TEXT, error TEXT, doc TEXT);
+CREATE INDEX IF NOT EXISTS throughput_peer_ts ON throughput(peer, ts);
+CREATE TABLE IF NOT EXISTS counter_rates (
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, interval_s REAL, rates TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS counter_rates_ts ON counter_rates(ts);
+CREATE TABLE IF NOT EXISTS findings (
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, peer TEXT, finding_id TEXT NOT NULL,
+  severity TEXT NOT NULL, title TEXT NOT NULL, evidence TEXT, report_path TEXT);
+CREATE INDEX IF NOT EXISTS findings_ts ON findings(ts);
+"""
+
+PROBE_COLUMNS = ("ts", "peer", "method", "resolution_s", "sessions", "sent", "received",
+                 "loss_ratio", "loss_forward_ratio", "loss_reverse_ratio", "rtt_min_ms",
+                 "rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_max_ms", "rtt_mean_ms",
+                 "jitter_ms", "error")
+
+
+class StoreError(WanprobeError):
+    """The history database cannot be opened or written."""
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    """One probe session summary (or a downsampled bucket when ``resolution_s`` > 0)."""
+
+    ts: float
+    peer: str
+    method: str
+    sent: int | None = None
+    received: int | None = None
+    loss_ratio: float | None = None
+    loss_forward_ratio: float | None = None
+    loss_reverse_ratio: float | None = None
+    rtt_min_ms: float | None = None
+    rtt_p50_ms: float | None = None
+    rtt_p90_ms: float | None = None
+    rtt_p99_ms: float | None = None
+    rtt_max_ms: float | None = None
+    rtt_mean_ms: float | None = None
+    jitter_ms: float | None = None
+    error: str | None = None
+    resolution_s: float = 0.0
+    sessions: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {c: getattr(self, c) for c in PROBE_COLUMNS}
+
+    @classmethod
+    def from_probe_json(cls, ts: float, peer: str, method: str, doc: dict[str, Any]) -> ProbeRow:
+        """Flatten a ProbeResult ``to_json()`` (``rtt_ms.*``, ``loss.*``, ``jitter_ms``)."""
+        rtt = doc.get("rtt_ms") or {}
+        loss = doc.get("loss") or {}
+        return cls(ts=ts, peer=peer, method=method, sent=loss.get("sent"),
+                   received=loss.get("received"), loss_ratio=loss.get("ratio"),
+                   loss_forward_ratio=loss.get("forward_ratio"),
+                   loss_reverse_ratio=loss.get("reverse_ratio"),
+                   rtt_min_ms=rtt.get("min"), rtt_p50_ms=rtt.get("p50"), rtt_p90_ms=rtt.get("p90"),
+                   rtt_p99_ms=rtt.get("p99"), rtt_max_ms=rtt.get("max"),
+                   rtt_mean_ms=rtt.get("mean"), jitter_ms=doc.get("jitter_ms"))
+
+
+class Store:
+    """The history database. Writers call ``add_*`` (buffered, thread-safe) and ``flush()``."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
+                                       timeout=10.0)
+            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode})")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                             (str(SCHEMA_VERSION),))
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open history {self.path}: {exc}") from None
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, tuple]] = []
+
+    # -- writes -------------------------------------------------------------------------------
+    def add_probe(self, row: ProbeRow) -> None:
+        self._queue(f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) VALUES "
+                    f"({', '.join('?' * len(PROBE_COLUMNS))})",
+                    tuple(getattr(row, c) for c in PROBE_COLUMNS))
+
+    def add_throughput(self, ts: float, peer: str, doc: dict[str, Any] | None,
+                       error: str | None = None) -> None:
+        doc = doc or {}
+        limited = doc.get("limited_by")
+        verdict = limited.get("verdict") if isinstance(limited, dict) else limited
+        self._queue("INSERT INTO throughput (ts, peer, bits_per_second, bytes, duration_s, "
+                    "limited_by, error, doc) VALUES (?,?,?,?,?,?,?,?)",
+                    (ts, peer, doc.get("bits_per_second"), link_bytes(doc),
+                     doc.get("duration_s"), verdict, error, json.dumps(doc) if doc else None))
+
+    def add_counter_rates(self, ts: float, interval_s: float, rates: dict[str, Any]) -> None:
+        self._queue("INSERT INTO counter_rates (ts, interval_s, rates) VALUES (?,?,?)",
+                    (ts, interval_s, json.dumps(rates, separators=(",", ":"), default=str)))
+
+    def add_finding(self, ts: float, finding: dict[str, Any], *, peer: str | None = None,
+                    report_path: str | None = None) -> None:
+        self._queue("INSERT INTO findings (ts, peer, finding_id, severity, title, evidence, "
+                    "report_path) VALUES (?,?,?,?,?,?,?)",
+                    (ts, peer, str(finding.get("id", "unknown")),
+                     str(finding.get("severity", "info")), str(finding.get("title", "")),
+                     json.dumps(finding.get("evidence"), default=str), report_path))
+
+    def _queue(self, sql: str, params: tuple) -> None:
+        with self._lock:
+            self._pending.append((sql, params))
+
+    def flush(self) -> int:
+        """Commit every buffered row in one transaction; return how many."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+            if not batch:
+                return 0
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                for sql, params in batch:
+                    self._db.execute(sql, params)
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                self._pending[:0] = batch  # keep them for the next try
+                raise StoreError(f"cannot write history {self.path}: {exc}") from None
+            return len(batch)
+
+    # -- maintenance --------------------------------------------------------------------------
+    def downsample(self, *, now: float, raw_s: float, bucket_s: float) -> int:
+        """Fold raw probe rows older than ``raw_s`` into one row per peer, method and
+        ``bucket_s`` bucket: sums of sent/received, loss from those sums, mean of p50/mean/jitter,
+        max of p90/p99/max, min of min. Returns the number of raw rows folded."""
+        cutoff = now - raw_s
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                n = self._db.execute("SELECT count(*) FROM probes WHERE resolution_s = 0 "
+                                     "AND ts < ?", (cutoff,)).fetchone()[0]
+                self._db.execute(
+                    f"""INSERT INTO probes ({', '.join(PROBE_COLUMNS)})
+                    SELECT CAST(ts / :b AS INTEGER) * :b, peer, method, :b, count(*),
+                      sum(sent), sum(received),
+                      CASE WHEN sum(sent) > 0 THEN 1.0 - 1.0 * sum(received) / sum(sent) END,
+                      avg(loss_forward_ratio), avg(loss_reverse_ratio), min(rtt_min_ms),
+                      avg(rtt_p50_ms), max(rtt_p90_ms), max(rtt_p99_ms), max(rtt_max_ms),
+                      avg(rtt_mean_ms), avg(jitter_ms),
+                      CASE WHEN count(error) > 0 THEN count(error) || ' errors' END
+                    FROM probes WHERE resolution_s = 0 AND ts < :cut
+                    GROUP BY peer, method, CAST(ts / :b AS INTEGER)""",
+                    {"b": bucket_s, "cut": cutoff})
+                self._db.execute("DELETE FROM probes WHERE resolution_s = 0 AND ts < ?", (cutoff,))
+                self._db.execute("COMMIT")
+            except sqlite3.Error:
+                self._db.execute("ROLLBACK")
+                raise
+        return n
+
+    def expire(self, *, now: float, raw_s: float, downsampled_s: float) -> int:
+        """Delete downsampled probe rows older than ``downsampled_s`` and other rows older than
+        ``raw_s`` (findings are kept as long as downsampled history). Returns rows deleted."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            deleted = 0
+            for sql, cutoff in (
+                ("DELETE FROM probes WHERE ts < ?", now - downsampled_s),
+                ("DELETE FROM throughput WHERE ts < ?", now - downsampled_s),
+                ("DELETE FROM counter_rates WHERE ts < ?", now - raw_s),
+                ("DELETE FROM findings WHERE ts < ?", now - downsampled_s),
+            ):
+                deleted += cur.execute(sql, (cutoff,)).rowcount
+            cur.execute("COMMIT")
+        return deleted
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    # -- reads --------------------------------------------------------------------------------
+    def probes(self, peer: str | None = None, *, since: float | None = None,
+               limit: int | None = None) -> list[ProbeRow]:
+        """Probe rows, oldest first (the newest ``limit`` when given)."""
+        where, params = _where(peer=peer, since=since)
+        sql = f"SELECT {', '.join(PROBE_COLUMNS)} FROM probes {where} ORDER BY ts DESC, id DESC"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            rows = self._db.execute(sql, params).fetchall()
+        return [ProbeRow(**dict(zip(PROBE_COLUMNS, r, strict=True))) for r in reversed(rows)]
+
+    def throughput(self, peer: str | None = None, *, since: float | None = None) -> list[dict]:
+        where, params = _where(peer=peer, since=since)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT ts, peer, bits_per_second, bytes, duration_s, limited_by, error FROM "
+                f"throughput {where} ORDER BY ts", params).fetchall()
+        keys = ("ts", "peer", "bits_per_second", "bytes", "duration_s", "limited_by", "error")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def throughput_bytes_since(self, since: float) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT coalesce(sum(bytes), 0) FROM throughput "
+                                        "WHERE ts >= ?", (since,)).fetchone()[0])
+
+    def findings(self, peer: str | None = None, *, since: float | None = None) -> list[dict]:
+        where, params = _where(peer=peer, since=since)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT ts, peer, finding_id, severity, title, evidence, report_path FROM "
+                f"findings {where} ORDER BY ts", params).fetchall()
+        keys = ("ts", "peer", "id", "severity", "title", "evidence", "report_path")
+        out = [dict(zip(keys, r, strict=True)) for r in rows]
+        for f in out:
+            f["evidence"] = json.loads(f["evidence"]) if f["evidence"] else None
+        return out
+
+    def count(self, table: str) -> int:
+        if table not in ("probes", "throughput", "counter_rates", "findings"):
+            raise ValueError(table)
+        with self._lock:
+            return int(self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+    def integrity_check(self) -> str:
+        with self._lock:
+            return self._db.execute("PRAGMA integrity_check").fetchone()[0]
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                self._db.close()
+
+
+def link_bytes(doc: dict[str, Any]) -> int | None:
+    """Bytes a throughput test put on the link (both directions), for the daily budget."""
+    parts = [doc.get(k) for k in ("bytes_sent", "bytes_received")]
+    reverse = doc.get("reverse") or {}
+    if doc.get("mode") == "bidir" and isinstance(reverse, dict):
+        parts = [max(parts[0] or 0, parts[1] or 0),
+                 max(reverse.get("bytes_sent") or 0, reverse.get("bytes_received") or 0)]
+        return int(sum(parts))
+    known = [p for p in parts if isinstance(p, (int, float))]
+    if known:
+        return int(max(known))
+    return doc.get("bytes")
+
+
+def _where(*, peer: str | None, since: float | None) -> tuple[str, tuple]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if peer is not None:
+        clauses.append("peer = ?")
+        params.append(peer)
+    if since is not None:
+        clauses.append("ts >= ?")
+        params.append(since)
+    return ("WHERE " + " AND ".join(clauses) if clauses else ""), tuple(params)
+
+
+def open_readonly(path: Path | str) -> Store:
+    """Open an existing history for reading (``wanprobe history``); refuse a missing file."""
+    path = Path(path)
+    if not path.exists():
+        raise StoreError(f"no history at {path} (is the daemon's state_dir right?)")
+    return Store(path)
+
+
+def rows_summary(rows: Iterable[ProbeRow]) -> dict[str, Any]:
+    """Counts for a history listing: sessions, errors, first/last timestamp."""
+    rows = list(rows)
+    return {"rows": len(rows), "errors": sum(1 for r in rows if r.error),
+            "first_ts": rows[0].ts if rows else None, "last_ts": rows[-1].ts if rows else None}

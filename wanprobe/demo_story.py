@@ -1,0 +1,168 @@
+"""The demo story on the built-in lab: an untuned transpacific path (taipei-uswest: 130 ms,
+0.1 % loss, 100 Mbit/s) whose ends run reno with small buffers; diagnose → plan → apply in both
+namespaces → re-measure → before/after, then roll back (checked) and tear down.
+
+Everything runs through the real CLI inside the lab namespaces (``ip netns exec``), so the demo
+exercises exactly what an operator would type. The root namespace is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from wanprobe.errors import WanprobeError
+from wanprobe.units import format_rate
+
+PROFILE = "taipei-uswest"
+# "Untuned": the loss-based default and buffers far below the path's BDP (1.6 MB at 100 Mbit/s).
+UNTUNED = {"net.ipv4.tcp_congestion_control": "reno",
+           "net.ipv4.tcp_rmem": "4096 65536 262144",
+           "net.ipv4.tcp_wmem": "4096 16384 262144"}
+WATCHED = (*UNTUNED, "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_no_metrics_save",
+           "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_mtu_probing")
+LINK_RATE = "100mbit"
+
+
+def _wanprobe(end, *args: str, timeout_s: float = 180) -> dict:
+    """Run ``wanprobe ARGS --json`` inside one lab namespace and parse its one JSON document."""
+    r = end.run([sys.executable, "-m", "wanprobe", *args, "--json"], capture_output=True,
+                text=True, timeout=timeout_s)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["failed"])[-1]
+        raise WanprobeError(f"demo: `wanprobe {' '.join(args[:2])}` in {end.name}: {last}")
+    return json.loads(r.stdout)
+
+
+def _sysctls(end) -> dict[str, str]:
+    r = end.run(["sysctl", "-n", *WATCHED], capture_output=True, text=True, timeout=10)
+    return dict(zip(WATCHED, (" ".join(v.split()) for v in r.stdout.splitlines()), strict=False))
+
+
+def _set_untuned(end) -> None:
+    for key, value in UNTUNED.items():
+        r = end.run(["sysctl", "-q", "-w", f"{key}={value}"], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise WanprobeError(f"demo: cannot set {key} in {end.name}: {r.stderr.strip()}")
+
+
+def _start_reflector(lab) -> subprocess.Popen:
+    proc = lab.b.popen([sys.executable, "-m", "wanprobe", "reflect", "--bind", lab.b.addr],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        ss = lab.b.run(["ss", "-Hltn", "sport = :862"], capture_output=True, text=True)
+        if ss.stdout.strip():
+            return proc
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    raise WanprobeError("demo: the reflector in the lab did not start")
+
+
+def _throughput(lab, duration_s: float) -> dict:
+    doc = _wanprobe(lab.a, "throughput", lab.b.addr, "--duration", f"{duration_s:g}s")
+    return {"bits_per_second": doc["bits_per_second"],
+            "limited_by": (doc.get("limited_by") or {}).get("verdict"),
+            "retransmits": doc.get("retransmits"), "cc": doc.get("cc")}
+
+
+def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
+                   duration_s: float = 5.0) -> dict[str, Any]:
+    """Run the whole story and return its JSON document (``before``, ``after``, ``ratio``,
+    ``findings``, ``plan``, ``rollback``). Prints progress and a before/after table unless
+    ``json_output``."""
+    from wanprobe.lab import Lab
+
+    console = Console(stderr=json_output, highlight=False, quiet=json_output)
+    state = Path(tempfile.mkdtemp(prefix="wanprobe-demo-"))
+    env_state = ["--state-dir", str(state)]
+    doc: dict[str, Any] = {"lab": {"name": lab_name, "profile": PROFILE}}
+    try:
+        with Lab(name=lab_name, profile=PROFILE) as lab:
+            console.print(f"lab [bold]{lab_name}[/] up ({PROFILE}); untuning both ends: "
+                          + ", ".join(f"{k.split('.')[-1]}={v}" for k, v in UNTUNED.items()))
+            for end in (lab.a, lab.b):
+                _set_untuned(end)
+            reflector = _start_reflector(lab)
+            try:
+                console.print("measuring before …")
+                doc["before"] = _throughput(lab, duration_s)
+                console.print("diagnosing …")
+                report = _wanprobe(lab.a, "diagnose", lab.b.addr, "--quick",
+                                   "--link-rate", LINK_RATE)
+                report_path = state / "report.json"
+                report_path.write_text(json.dumps(report))
+                doc["findings"] = [{k: f[k] for k in ("id", "severity", "title",
+                                                      "expected_effect")} | {"knobs": f["knobs"]}
+                                   for f in report["findings"]]
+                originals = {end.name: _sysctls(end) for end in (lab.a, lab.b)}
+                plans, journals = {}, {}
+                for end in (lab.a, lab.b):
+                    plan_path = state / f"plan-{end.name}.json"
+                    plans[end.name] = _wanprobe(end, "tune", "plan", "--report", str(report_path),
+                                                "-o", str(plan_path))
+                    journals[end.name] = _wanprobe(end, "tune", "apply", str(plan_path), "--yes",
+                                                   *env_state)
+                doc["plan"] = {"changes": plans[lab.a.name]["changes"],
+                               "skipped": plans[lab.a.name]["skipped"],
+                               "manual": plans[lab.a.name]["manual"],
+                               "applied": {n: len(j["journal"]["entries"])
+                                           for n, j in journals.items()}}
+                console.print(f"applied {doc['plan']['applied']} change(s); measuring after …")
+                doc["after"] = _throughput(lab, duration_s)
+                for end in (lab.a, lab.b):
+                    _wanprobe(end, "tune", "rollback", *env_state)
+                restored = {end.name: _sysctls(end) for end in (lab.a, lab.b)}
+                doc["rollback"] = {"restored": restored == originals,
+                                   "differences": {n: {k: (originals[n].get(k), v)
+                                                       for k, v in restored[n].items()
+                                                       if originals[n].get(k) != v}
+                                                   for n in restored}}
+            finally:
+                reflector.terminate()
+                try:
+                    reflector.wait(5)
+                except subprocess.TimeoutExpired:
+                    reflector.kill()
+                    reflector.wait()
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    before, after = doc["before"]["bits_per_second"], doc["after"]["bits_per_second"]
+    doc["ratio"] = round(after / before, 2) if before else None
+    if not json_output:
+        _print_table(console, doc)
+    return doc
+
+
+def _print_table(console: Console, doc: dict) -> None:
+    t = Table(title=f"{PROFILE}: before and after tuning (same lab, same run)")
+    for col in ("", "throughput", "limited by", "cc"):
+        t.add_column(col)
+    for name in ("before", "after"):
+        row = doc[name]
+        t.add_row(name, format_rate(row["bits_per_second"]), str(row["limited_by"]),
+                  str(row["cc"]))
+    console.print(t)
+    console.print(f"ratio after/before: [bold]{doc['ratio']}×[/]")
+    for f in doc["findings"][:3]:
+        console.print(f"  [{f['severity']}] {f['title']}: {f['expected_effect']}")
+    console.print("rollback restored every value" if doc["rollback"]["restored"]
+                  else f"rollback differences: {doc['rollback']['differences']}")
+
+
+if __name__ == "__main__":  # pragma: no cover - manual run: python -m wanprobe.demo_story
+    print(json.dumps(run_demo_story(True, lab_name=os.environ.get("WANPROBE_DEMO_LAB", "wpdemo")),
+                     indent=2))

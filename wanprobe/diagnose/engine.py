@@ -1,0 +1,86 @@
+"""Run every rule on one set of measurements and rank the findings so the first names the main
+fault: by severity, then by modelled impact (share of the achievable rate the fault costs),
+then by rule order (path before host before fabric; measured before configured)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from wanprobe.diagnose import rules_fabric, rules_host, rules_path
+from wanprobe.diagnose.inputs import DiagnoseConfig
+from wanprobe.diagnose.rule import RuleFn
+from wanprobe.report.document import Finding
+
+ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_fabric.RULES, *rules_host.RULES)
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+# A host-config finding restates what a measured finding already shows: keep the measured one
+# and carry over the knobs it lacks.
+SUPERSEDED_BY = {
+    "host.buffers_below_bdp": ("path.window_limited", "path.send_buffer_limited"),
+    "host.loss_based_default_cc": ("path.lossy_loss_based_cc",),
+    "host.mtu_probing_off": ("path.mtu_black_hole",),
+}
+
+
+def _merge(kept: Finding, dropped: Finding) -> Finding:
+    keys = {(k.tuner, k.key, k.iface) for k in kept.knobs}
+    extra = tuple(k for k in dropped.knobs if (k.tuner, k.key, k.iface) not in keys)
+    if not extra:
+        return kept
+    return Finding(kept.id, kept.severity, kept.title, kept.evidence, kept.recommendation,
+                   kept.expected_effect, kept.knobs + extra, kept.impact)
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    by_id = {f.id: i for i, f in enumerate(findings)}
+    drop: set[int] = set()
+    for i, f in enumerate(findings):
+        for winner in SUPERSEDED_BY.get(f.id, ()):
+            if winner in by_id:
+                j = by_id[winner]
+                findings[j] = _merge(findings[j], f)
+                drop.add(i)
+                break
+        covered = f.evidence.get("covered_by") if f.id.startswith("health.") else None
+        if covered and any(g.id.startswith(covered) for g in findings if g is not f):
+            drop.add(i)
+    return [f for i, f in enumerate(findings) if i not in drop]
+
+
+def rank(findings: Iterable[Finding]) -> list[Finding]:
+    """Stable sort: severity, then impact (unknown last within its severity)."""
+    return sorted(findings, key=lambda f: (SEVERITY_RANK[f.severity],
+                                           -(f.impact if f.impact is not None else -1.0)))
+
+
+def _rule_error(fn: RuleFn, exc: Exception) -> Finding:
+    name = getattr(fn, "rule_id", fn.__name__)
+    return Finding(id="engine.rule_error", severity="info",
+                   title=f"rule {name} could not be evaluated",
+                   evidence={"rule": name, "error": f"{type(exc).__name__}: {exc}"},
+                   recommendation="Report this as a wanprobe bug with the report attached.",
+                   expected_effect="")
+
+
+def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
+              config: DiagnoseConfig | None = None,
+              rules: Iterable[RuleFn] = ALL_RULES) -> list[Finding]:
+    """All findings for these measurements, deduplicated and ranked (main fault first).
+
+    A rule that raises does not stop the others: it becomes an ``engine.rule_error`` finding.
+    """
+    config = config or DiagnoseConfig()
+    found: list[Finding] = []
+    for fn in (*rules, rules_fabric.health_findings):
+        try:
+            result = fn(measurements, host, config)
+        except Exception as exc:  # one broken rule must not cost the whole diagnosis
+            found.append(_rule_error(fn, exc))
+            continue
+        if isinstance(result, Finding):
+            found.append(result)
+        elif isinstance(result, list):
+            found.extend(result)
+    return rank(_dedupe(found))

@@ -1,0 +1,338 @@
+"""Rules on the measured path: window, send buffer, loss vs congestion control, DSCP, MTU.
+
+Each rule is pure ``(measurements, host, config) -> Finding | None`` and cites its source:
+tcp-tuning.md §6 (R-n), §3 (models), probe-anchors.md (STAMP CoS TLV, RFC 8972).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from wanprobe.diagnose import inputs as I
+from wanprobe.diagnose.inputs import DiagnoseConfig, num, section
+from wanprobe.diagnose.rule import mbit, mib, ms, rule
+from wanprobe.models.bdp import (
+    bdp_bytes,
+    buffer_needed_bytes,
+    window_from_buffer_bytes,
+    window_limited_rate_bps,
+)
+from wanprobe.models.tcp_rate import bbr_rate_bps, cc_limited_rate_bps, mathis_rate_bps
+from wanprobe.report.document import Finding, Knob
+from wanprobe.units import dscp_name
+
+LIMITED_SHARE = 0.1          # R-7: rwnd_limited / busy_time > 0.1
+LOSS_FOR_BBR = 1e-5          # R-9
+RTT_FOR_BBR_S = 0.020        # R-9
+LOSS_NO_CC_HELPS = 0.15      # R-13: BBRv1 ceiling ≈ 20 %, escalate above 15 %
+MAX_BUFFER_BYTES = 2**30     # R-3: clamp tcp_rmem[2] <= 1 GiB
+FLOW_BUFFER_BYTES = 512 * 2**20  # R-4: beyond that, add flows instead of buffer
+
+Meas = Mapping[str, Any]
+Host = Mapping[str, Any] | None
+
+
+def buffer_knobs(host: Host, need_bytes: int, why: str, *, names=("net.ipv4.tcp_rmem",
+                                                                 "net.ipv4.tcp_wmem")
+                 ) -> tuple[list[Knob], int]:
+    """tcp_rmem/tcp_wmem knobs whose max is ``need_bytes`` clamped to 1 GiB (R-3), never
+    lowering a larger max an administrator set (R-5). Returns the knobs and the clamped max."""
+    target = min(int(need_bytes), MAX_BUFFER_BYTES)
+    knobs = []
+    for name in names:
+        cur = I.triplet(host, name)
+        lo, default = (cur[0], cur[1]) if cur else (4096, 131072)
+        if cur and cur[2] >= target:
+            continue
+        knobs.append(Knob("sysctl", name, f"{lo} {default} {target}", why, side="both"))
+    return knobs, target
+
+
+def flows_needed(need_bytes: int) -> int:
+    """R-4: parallel flows so each needs at most 512 MiB of buffer."""
+    return max(1, math.ceil(need_bytes / FLOW_BUFFER_BYTES))
+
+
+@rule("path.window_limited")
+def window_limited(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+    """The transfer waited on the receive window (throughput verdict ``receive_window`` or
+    tcpi_rwnd_limited/busy_time > 0.1, R-7): raise the receiver's tcp_rmem[2] to 2×BDP (R-1).
+    When the peer's advertised window already allows ≥ 2× the delivered rate, the buffer is not
+    small but full: emitted as ``path.receiver_app_limited`` without buffer knobs."""
+    tput = section(m, "throughput")
+    if not tput:
+        return None
+    verdict, share = I.verdict(m), I.rwnd_limited_share(m)
+    if verdict != "receive_window" and not (share is not None and share > LIMITED_SHARE):
+        return None
+    rtt, rtt_src = I.rtt_s(m)
+    measured = num(tput, "bits_per_second")
+    ev_tp = (tput.get("limited_by") or {}).get("evidence") or {}
+    window = num(ev_tp, "peer_window_max_bytes", "window_bytes", "rwnd_bytes", "snd_wnd_bytes")
+    window_src = "throughput limited_by.evidence"
+    if window is None:
+        wnds = [num(s, "tcp_info.snd_wnd_bytes", "snd_wnd_bytes", "tcp_info.snd_wnd")
+                for s in I.streams(m)]
+        wnds = [w for w in wnds if w]
+        if wnds:
+            window, window_src = max(wnds), "TCP_INFO snd_wnd (peer's advertised window)"
+    rmem = I.triplet(host, "net.ipv4.tcp_rmem")
+    if window is None and rmem:
+        window = window_from_buffer_bytes(rmem[2])
+        window_src = "local net.ipv4.tcp_rmem[2] × scaling ratio 0.5 (tcp_win_from_space)"
+    target, target_src, assumed = I.target_rate_bps(m, host, config)
+    flows = max(1, len(I.streams(m)) or config.flows)
+    evidence: dict[str, Any] = {
+        "verdict": verdict, "rwnd_limited_share": share, "bits_per_second": measured,
+        "rtt_ms": rtt * 1e3 if rtt else None, "window_bytes": window,
+        "tcp_rmem": I.sysctl(host, "net.ipv4.tcp_rmem"), "link_rate_bps": target,
+        "link_rate_assumed": assumed, "streams": flows,
+        "sources": {"verdict": "throughput limited_by", "rtt_ms": rtt_src,
+                    "window_bytes": window_src, "link_rate_bps": target_src,
+                    "bits_per_second": "throughput receiver goodput"},
+    }
+    knobs: list[Knob] = []
+    parts = []
+    cap = None
+    if rtt and window:
+        cap = window_limited_rate_bps(window, rtt)
+        evidence["window_limited_rate_bps"] = cap
+        parts.append(f"a {mib(window)} receive window caps one stream at {mib(window)}/"
+                     f"{ms(rtt)} ≈ {mbit(cap)}")
+    if measured is not None:
+        parts.append(f"measured {mbit(measured)}")
+    parts.append(f"the link carries {mbit(target)}{' (assumed)' if assumed else ''}")
+    if rtt:
+        bdp = bdp_bytes(target / flows, rtt)
+        need = buffer_needed_bytes(target / flows, rtt)
+        evidence["bdp_bytes"], evidence["buffer_needed_bytes"] = bdp, need
+        knobs, clamped = buffer_knobs(
+            host, need, f"2×BDP for {mbit(target)} × {ms(rtt)} per stream (R-1)")
+        more = flows_needed(need)
+        parts.append(f"set tcp_rmem max ≥ 2×BDP = {mib(need)} on the receiver"
+                     + (f" (capped at {mib(clamped)}) and use ≥ {more} streams (R-4)"
+                        if need > clamped else " or use N parallel streams"))
+    got = measured if measured is not None else cap
+    impact = 1 - got / target if got is not None else share
+    # Window-bound but already at the rate the link should carry: worth knowing, not a fault.
+    severity = "info" if measured is not None and measured >= target else "critical"
+    measured_window = not window_src.startswith("local")
+    if measured_window and cap is not None and measured is not None and cap >= 2 * measured:
+        # The advertised window allows far more than was delivered: the receiver's buffer was
+        # full because its application did not read fast enough, not because it is small.
+        evidence["window_allows_x_measured"] = cap / measured
+        return Finding(
+            id="path.receiver_app_limited", severity="warning",
+            title="Receive window full: the receiving application does not keep up",
+            evidence=evidence,
+            recommendation=("Check the receiver's CPU and how it reads the socket; more "
+                            "parallel streams spread the work. Raising tcp_rmem will not help: "
+                            "the advertised window already allows more."),
+            expected_effect=(f"the {mib(window)} window allows ≈ {mbit(cap)}, "
+                             f"{cap / measured:.0f}× the {mbit(measured)} delivered"),
+            impact=impact)
+    return Finding(
+        id="path.window_limited", severity=severity,
+        title="Throughput is limited by the TCP receive window",
+        evidence=evidence,
+        recommendation=("Raise net.ipv4.tcp_rmem max on the receiving host (and tcp_wmem max on "
+                        "the sender) to at least 2×BDP, or split the transfer over parallel "
+                        "streams; do not set SO_RCVBUF in the application (it disables "
+                        "autotuning)."),
+        expected_effect="; ".join(parts), knobs=tuple(knobs), impact=impact)
+
+
+@rule("path.send_buffer_limited")
+def send_buffer_limited(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+    """tcpi_sndbuf_limited dominates the busy time (R-7): raise local tcp_wmem[2]."""
+    tput = section(m, "throughput")
+    if not tput:
+        return None
+    verdict, share = I.verdict(m), I.sndbuf_limited_share(m)
+    if verdict != "send_buffer" and not (share is not None and share > LIMITED_SHARE):
+        return None
+    rtt, rtt_src = I.rtt_s(m)
+    target, target_src, assumed = I.target_rate_bps(m, host, config)
+    measured = num(tput, "bits_per_second")
+    knobs: list[Knob] = []
+    effect = f"measured {mbit(measured)} against {mbit(target)}"
+    if rtt:
+        need = buffer_needed_bytes(target, rtt)
+        knobs, clamped = buffer_knobs(host, need, "sender buffer ≥ 2×BDP (R-7, R-1)",
+                                      names=("net.ipv4.tcp_wmem",))
+        effect += f"; set tcp_wmem max ≥ {mib(clamped)} (2×BDP at {rtt * 1e3:.0f} ms)"
+    return Finding(
+        id="path.send_buffer_limited", severity="critical",
+        title="Throughput is limited by the sender's socket buffer",
+        evidence={"verdict": verdict, "sndbuf_limited_share": share, "bits_per_second": measured,
+                  "tcp_wmem": I.sysctl(host, "net.ipv4.tcp_wmem"), "link_rate_bps": target,
+                  "link_rate_assumed": assumed, "rtt_ms": rtt * 1e3 if rtt else None,
+                  "sources": {"verdict": "throughput limited_by", "rtt_ms": rtt_src,
+                              "link_rate_bps": target_src}},
+        recommendation="Raise net.ipv4.tcp_wmem max on the sending host to at least 2×BDP.",
+        expected_effect=effect, knobs=tuple(knobs),
+        impact=1 - measured / target if measured is not None else share)
+
+
+def _cc_knob(host: Host, reason: str) -> tuple[Knob | None, str]:
+    """bbr as default cc if this host can take it (R-11 available, R-12 allowed in a netns)."""
+    avail = set((host or {}).get("available_cc") or [])
+    allowed = set((host or {}).get("allowed_cc") or [])
+    if avail and "bbr" not in avail:
+        return None, "bbr is not in tcp_available_congestion_control: load tcp_bbr on the host"
+    note = ""
+    if allowed and "bbr" not in allowed:
+        note = " (not in tcp_allowed_congestion_control: set it from the init namespace)"
+    return Knob("sysctl", "net.ipv4.tcp_congestion_control", "bbr", reason + note,
+                side="both"), ""
+
+
+@rule("path.lossy_loss_based_cc")
+def lossy_loss_based_cc(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+    """Loss > 1e-5 on RTT > 20 ms with reno/cubic → bbr (R-9); Mathis bound (§3.1) vs BBR
+    (1-p)·link (§3.2) in the evidence."""
+    loss, loss_src = I.loss_ratio(m)
+    rtt, rtt_src = I.rtt_s(m)
+    cc, cc_src = I.cc_in_use(m, host)
+    if loss is None or rtt is None or cc not in ("reno", "cubic"):
+        return None
+    if loss <= LOSS_FOR_BBR or rtt <= RTT_FOR_BBR_S:
+        return None
+    mss = I.mss_bytes(m)
+    target, target_src, assumed = I.target_rate_bps(m, host, config)
+    mathis = mathis_rate_bps(mss, rtt, loss)
+    cc_rate = cc_limited_rate_bps(cc, target, mss, rtt, loss)
+    bbr = bbr_rate_bps(target, loss)
+    measured = num(section(m, "throughput") or {}, "bits_per_second")
+    knob, why_not = _cc_knob(host, f"loss {loss:.2%} at {rtt * 1e3:.0f} ms RTT (R-9)")
+    severe = cc_rate < 0.5 * target  # R-9: the cc ceiling is below half the target rate
+    effect = (f"Mathis bound (MSS/RTT)·1.22/√p with {mss} B, {rtt * 1e3:.0f} ms, p={loss:.2g} "
+              f"≈ {mbit(mathis)} per stream ({cc} model ≈ {mbit(cc_rate)}); BBR holds ≈ "
+              f"(1-p)·link = {mbit(bbr)} on a {mbit(target)}"
+              f"{' (assumed)' if assumed else ''} link")
+    if measured is not None:
+        effect += f"; measured {mbit(measured)}"
+    return Finding(
+        id="path.lossy_loss_based_cc", severity="critical" if severe else "warning",
+        title=f"Lossy long path with loss-based congestion control ({cc})",
+        evidence={"loss_ratio": loss, "rtt_ms": rtt * 1e3, "cc": cc, "mss_bytes": mss,
+                  "mathis_rate_bps": mathis, "cc_rate_bps": cc_rate, "bbr_rate_bps": bbr, "link_rate_bps": target,
+                  "link_rate_assumed": assumed, "bits_per_second": measured,
+                  "sources": {"loss_ratio": loss_src, "rtt_ms": rtt_src, "cc": cc_src,
+                              "link_rate_bps": target_src,
+                              "mathis_rate_bps": "Mathis et al. 1997 (tcp-tuning.md §3.1)",
+                              "bbr_rate_bps": "Cardwell et al. 2016 (tcp-tuning.md §3.2)"}},
+        recommendation=("Use bbr for the training flows (per socket with TCP_CONGESTION or as "
+                        "the namespace default); " + (why_not or "loss-based cc backs off on "
+                                                      "every random loss.")),
+        expected_effect=effect, knobs=(knob,) if knob else (),
+        impact=1 - min(cc_rate, target) / target)
+
+
+@rule("path.loss_excessive")
+def loss_excessive(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+    """Loss above 15 %: no congestion control fixes this (BBRv1 ceiling ≈ 20 %, R-13)."""
+    loss, src = I.loss_ratio(m)
+    if loss is None or loss <= LOSS_NO_CC_HELPS:
+        return None
+    return Finding(
+        id="path.loss_excessive", severity="critical",
+        title=f"Path loses {loss:.0%} of packets",
+        evidence={"loss_ratio": loss, "sources": {"loss_ratio": src}},
+        recommendation="Escalate to the network path owner; host tuning cannot recover this.",
+        expected_effect=f"even BBR delivers at most (1-p) = {1 - loss:.0%} of the link and "
+                        "stalls near 20 % loss (Cardwell, bbr-dev)",
+        impact=loss)
+
+
+@rule("path.dscp_bleached")
+def dscp_bleached(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+    """DSCP sent differs from the one seen at the reflector (forward path) or returned
+    (reverse path): STAMP Class-of-Service TLV, RFC 8972 §5.2."""
+    path = section(m, "path")
+    dscp = (path or {}).get("dscp") or {}
+    sent, at_refl, returned = (dscp.get(k) for k in ("sent", "at_reflector", "returned"))
+    if not isinstance(sent, int) or sent == 0:
+        return None
+    if isinstance(at_refl, int) and at_refl != sent:
+        direction, seen = "forward", at_refl
+    elif isinstance(at_refl, int) and isinstance(returned, int) and returned != sent:
+        direction, seen = "reverse", returned
+    else:
+        return None
+    bleached = seen == 0
+    what = "bleached to best effort" if bleached else f"re-marked to {dscp_name(seen)} ({seen})"
+    return Finding(
+        id="path.dscp_bleached", severity="critical" if bleached else "warning",
+        title=f"DSCP {dscp_name(sent)} ({sent}) is {what} on the {direction} path",
+        evidence={"dscp_sent": sent, "dscp_at_reflector": at_refl, "dscp_returned": returned,
+                  "direction": direction,
+                  "sources": {"dscp_at_reflector": "STAMP Class-of-Service TLV (RFC 8972)",
+                              "dscp_returned": "IP TOS of the reflected packet"}},
+        recommendation=("Ask the network team to trust and carry the training DSCP across the "
+                        f"{direction} path (DC edge/WAN re-marking); until then the traffic gets "
+                        "no priority or lossless class, and NCCL_IB_TC/nft marks are lost."),
+        expected_effect=(f"training traffic marked {dscp_name(sent)} arrives as "
+                         f"{dscp_name(seen)}: queued with bulk traffic, and RoCE loses its PFC "
+                         "priority; marking on the hosts cannot fix a bleaching hop"),
+        knobs=())
+
+
+@rule("path.mtu_black_hole")
+def mtu_black_hole(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+    """Path MTU below the interface MTU with no ICMP "fragmentation needed" back: full-size
+    TCP segments vanish (RFC 4821 §1; tcp-tuning.md §4.6, R-19/R-20)."""
+    mtu = section(m, "mtu")
+    path_mtu = num(mtu, "path_mtu") if mtu else None
+    if path_mtu is None:
+        return None
+    iface = mtu.get("iface")
+    if_mtu = num(mtu, "iface_mtu", "interface_mtu", "local_mtu")
+    if if_mtu is None and iface:
+        if_mtu = num(((host or {}).get("ifaces") or {}).get(iface) or {}, "mtu")
+    if if_mtu is None or path_mtu >= if_mtu:
+        return None
+    search_max = num(mtu, "search_max_bytes")
+    if search_max is not None and path_mtu >= search_max:
+        return None  # everything the search could send passed (the reflector caps datagrams)
+    icmp = mtu.get("icmp_seen", mtu.get("icmp_frag_needed"))
+    probing = I.sysctl_int(host, "net.ipv4.tcp_mtu_probing")
+    if icmp is True:
+        return None  # classic PMTUD works: the kernel lowers the route MTU itself
+    knobs = [Knob("sysctl", "net.ipv4.tcp_mtu_probing", "1",
+                  "recover from ICMP black holes (RFC 4821, R-20)", side="both")] \
+        if not probing else []
+    if iface:
+        knobs.append(Knob("link", f"{iface}/mtu", str(int(path_mtu)),
+                          f"largest packet the path carries is {int(path_mtu)} B", side="local",
+                          iface=str(iface)))
+    stalls = not probing
+    tcp_bps = num(section(m, "throughput") or {}, "bits_per_second")
+    return Finding(
+        id="path.mtu_black_hole", severity="critical" if stalls else "warning",
+        title=f"MTU black hole: path carries {int(path_mtu)} B, interface sends {int(if_mtu)} B",
+        evidence={"path_mtu": int(path_mtu), "iface_mtu": int(if_mtu), "iface": iface,
+                  "icmp_seen": icmp, "method": mtu.get("method"), "tcp_mtu_probing": probing,
+                  "tcp_bits_per_second": tcp_bps,
+                  "sources": {"path_mtu": "DF-bit search (IP_PMTUDISC_PROBE)",
+                              "iface_mtu": f"/sys/class/net/{iface}/mtu" if iface else "mtu probe",
+                              "tcp_mtu_probing": "sysctl net.ipv4.tcp_mtu_probing",
+                              "tcp_bits_per_second": "throughput test through the same path"}},
+        recommendation=(f"Set the interface MTU to {int(path_mtu)} (or fix the hop that drops "
+                        "without ICMP) and enable net.ipv4.tcp_mtu_probing=1."),
+        expected_effect=("with tcp_mtu_probing=0 TCP segments above the path MTU are dropped "
+                         "silently and connections stall after the handshake; probing or a "
+                         f"{int(path_mtu)} B MTU restores them"
+                         + (f" (the TCP test delivered {mbit(tcp_bps)})" if tcp_bps is not None
+                            else "") if stalls else
+                         "tcp_mtu_probing recovers, but each new connection first waits for "
+                         "retransmission timeouts"),
+        knobs=tuple(knobs), impact=1.0 if stalls else None)
+
+
+# Order breaks ties in the ranking: a black hole or an unusable path makes the TCP figures
+# measured through it meaningless, so those come first.
+RULES = (mtu_black_hole, loss_excessive, window_limited, send_buffer_limited, lossy_loss_based_cc,
+         dscp_bleached)

@@ -1,0 +1,221 @@
+"""``diagnose``: run the probes, a capped throughput test, the collectors and the host-config read,
+then the rules, and assemble one report.
+
+Each measurement is optional: a piece that fails (peer without a reflector, a module not built
+yet, a collector error) is recorded in ``measurements.errors`` as "not measured: why" and the
+rules that need it stay silent; the diagnosis itself never crashes on it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from wanprobe import __version__
+from wanprobe.diagnose.engine import run_rules
+from wanprobe.diagnose.host_config import read_host_config
+from wanprobe.diagnose.inputs import DiagnoseConfig
+from wanprobe.errors import ProbeError, UsageError, WanprobeError
+from wanprobe.report.document import SCHEMA_VERSION, Report
+
+STAMP_PORT = 862
+# wanprobe's reflector answers datagrams up to 9216 B (reflector.MAX_DATAGRAM) + IPv4/UDP headers
+REFLECTOR_MAX_IP_BYTES = 9216 + 20 + 8
+TRAINING_DSCP = 26  # AF31: the RoCE/NCCL convention (NCCL_IB_TC=106, roce-nccl.md §2.6)
+
+
+@dataclass(frozen=True)
+class DiagnoseOptions:
+    """What to measure. ``quick``: ~2 s of probes and a 2 s single-stream test; ``full``: 10 s."""
+
+    peer: str
+    port: int = STAMP_PORT
+    mode: str = "quick"
+    link_rate_bps: float | None = None
+    dscp: int = TRAINING_DSCP
+    throughput: bool = True
+    counters: bool = True
+
+    @property
+    def probe_count(self) -> int:
+        return 200 if self.mode == "quick" else 1000
+
+    @property
+    def probe_interval_s(self) -> float:
+        return 0.01
+
+    @property
+    def throughput_s(self) -> float:
+        return 2.0 if self.mode == "quick" else 10.0
+
+    @property
+    def throughput_max_bytes(self) -> int:
+        """Cap per test so a diagnosis cannot flood a production link (issue 4)."""
+        return (1 if self.mode == "quick" else 4) * 2**30
+
+
+Progress = Callable[[str], None]
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_route_get(text: str) -> dict[str, Any]:
+    """``ip -j route get ADDR`` -> {"iface", "route_mtu"}; route_mtu is the PMTU the kernel
+    learned from ICMP "fragmentation needed" (a cached route exception), None without one."""
+    try:
+        rows = json.loads(text or "[]")
+    except json.JSONDecodeError:
+        return {}
+    row = rows[0] if isinstance(rows, list) and rows and isinstance(rows[0], dict) else {}
+    mtu = None
+    for metric in row.get("metrics") or []:
+        if isinstance(metric, dict) and isinstance(metric.get("mtu"), int):
+            mtu = metric["mtu"]
+    if isinstance(row.get("mtu"), int):
+        mtu = row["mtu"]
+    return {"iface": row.get("dev"), "route_mtu": mtu}
+
+
+def route_to(peer: str) -> dict[str, Any]:
+    ip = shutil.which("ip")
+    if ip is None:
+        return {}
+    try:
+        res = subprocess.run([ip, "-j", "route", "get", peer], capture_output=True, text=True,
+                             timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_route_get(res.stdout) if res.returncode == 0 else {}
+
+
+def _guard(errors: dict[str, str], part: str, fn: Callable[[], Any]) -> Any:
+    """Run one measurement; on failure record why and return None (not measured)."""
+    try:
+        return fn()
+    except WanprobeError as exc:
+        errors[part] = str(exc)
+    except ImportError as exc:
+        errors[part] = f"not available in this build ({exc.name})"
+    except Exception as exc:  # a measurement bug must not cost the rest of the diagnosis
+        errors[part] = f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def measure_path(opts: DiagnoseOptions) -> dict:
+    from wanprobe.probe.api import run_probe
+
+    res = run_probe(opts.peer, "stamp", port=opts.port, count=opts.probe_count,
+                    interval_s=opts.probe_interval_s, dscp=opts.dscp)
+    doc = res.to_json()
+    if not (doc.get("loss") or {}).get("received"):
+        # no reply at all says nothing about the path, only that no reflector answers
+        raise ProbeError(f"no STAMP reply from {opts.peer} port {opts.port}: is `wanprobe "
+                         "reflect` running there?")
+    return doc
+
+
+def measure_mtu(opts: DiagnoseOptions) -> dict:
+    import asyncio
+
+    from wanprobe.probe.mtu import probe_path_mtu
+
+    doc = asyncio.run(probe_path_mtu(opts.peer, port=opts.port,
+                                     max_size=REFLECTOR_MAX_IP_BYTES)).to_json()
+    doc["search_max_bytes"] = min(REFLECTOR_MAX_IP_BYTES, doc.get("local_mtu") or 0)
+    route = route_to(opts.peer)
+    doc["iface"] = route.get("iface")
+    doc["iface_mtu"] = doc.get("local_mtu")
+    route_mtu = route.get("route_mtu")
+    doc["route_mtu"] = route_mtu
+    # A PMTU the kernel learned means ICMP came back; a smaller path without one is a black hole.
+    doc["icmp_seen"] = route_mtu is not None and route_mtu < (doc.get("local_mtu") or 0)
+    return doc
+
+
+def measure_throughput(opts: DiagnoseOptions) -> dict:
+    from wanprobe.throughput.client import run_throughput
+
+    res = run_throughput(opts.peer, port=opts.port, duration_s=opts.throughput_s, streams=1,
+                         max_bytes=opts.throughput_max_bytes)
+    return res.to_json()
+
+
+def snapshot(sys_root: Path, proc_root: Path) -> Any:
+    from collectors.snapshot import collect
+
+    return collect(sys_root=sys_root, proc_root=proc_root)
+
+
+def counters_json(first: Any, second: Any) -> dict:
+    """The counters document (issue 5 shape): the later snapshot, per-second ``rates`` between
+    the two, and ``findings`` from collectors.health."""
+    from collectors import health
+    from collectors.rates import rates as compute_rates
+
+    doc = second.to_json()
+    r = compute_rates(first, second)
+    doc["rates"] = r.to_json()
+    doc["findings"] = [f.to_json() for f in health.evaluate(second, r, r.interval_s)]
+    return doc
+
+
+def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
+             sys_root: Path = Path("/sys"), progress: Progress | None = None) -> Report:
+    """Measure the path to ``opts.peer`` and this host, run the rules, return the report."""
+    if opts.mode not in ("quick", "full"):
+        raise UsageError(f"mode must be quick or full, got {opts.mode!r}")
+    try:
+        socket.getaddrinfo(opts.peer, opts.port)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise UsageError(f"cannot resolve peer {opts.peer!r}: {getattr(exc, 'strerror', exc)}"
+                         ) from None
+    say = progress or (lambda _msg: None)
+    started = now_iso()
+    errors: dict[str, str] = {}
+    say("reading host configuration")
+    host = read_host_config(proc_root, sys_root).to_json()
+    before = None
+    if opts.counters:
+        say("sampling counters")
+        before = _guard(errors, "counters", lambda: snapshot(sys_root, proc_root))
+    say(f"probing {opts.peer} (STAMP, {opts.probe_count} probes, DSCP {opts.dscp})")
+    path = _guard(errors, "path", lambda: measure_path(opts))
+    say("searching the path MTU")
+    mtu = _guard(errors, "mtu", lambda: measure_mtu(opts)) if path is not None else None
+    if path is None:
+        errors.setdefault("mtu", "skipped: the peer's reflector did not answer")
+    tput = None
+    if opts.throughput and path is not None:
+        say(f"throughput test ({opts.throughput_s:.0f} s, capped)")
+        tput = _guard(errors, "throughput", lambda: measure_throughput(opts))
+    elif opts.throughput:
+        errors.setdefault("throughput", "skipped: the peer's reflector did not answer")
+    counters = None
+    if before is not None:
+        if tput is None:
+            time.sleep(1.0)  # rates need two samples some time apart
+        after = _guard(errors, "counters", lambda: snapshot(sys_root, proc_root))
+        if after is not None:
+            counters = _guard(errors, "counters", lambda: counters_json(before, after))
+    measurements = {"path": path, "mtu": mtu, "throughput": tput, "counters": counters,
+                    "errors": errors}
+    say("evaluating rules")
+    findings = run_rules(measurements, host, DiagnoseConfig(link_rate_bps=opts.link_rate_bps,
+                                                            dscp=opts.dscp))
+    return Report(
+        id=uuid.uuid4().hex[:16], created_at=started,
+        tool={"name": "wanprobe", "version": __version__}, host=host,
+        peer={"address": opts.peer, "port": opts.port}, measurements=measurements,
+        findings=tuple(findings), timestamps={"started": started, "finished": now_iso()},
+        schema_version=SCHEMA_VERSION)

@@ -1,0 +1,118 @@
+"""Pure per-packet operations of the delay line: header checksums, DSCP bleaching and the
+software segmentation of TCP/IPv4 GSO super-packets into wire segments.
+
+Segmentation follows the kernel's tcp_gso_segment()/inet_gso_segment() (net/ipv4/tcp_offload.c,
+net/ipv4/af_inet.c): each segment carries ``gso_size`` payload bytes, the IPv4 total length and
+header checksum are rewritten, the IP id increases by one per segment, the TCP sequence number
+advances by the payload offset, CWR stays only on the first segment and FIN/PSH only on the last.
+The TCP checksum is left to the receiver as CHECKSUM_PARTIAL (virtio NEEDS_CSUM) with the
+pseudo-header sum in the check field, exactly as the kernel hands such packets to a device.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from wanprobe.lab.tun import (
+    VIRTIO_NET_HDR_F_NEEDS_CSUM,
+    VIRTIO_NET_HDR_GSO_ECN,
+    VIRTIO_NET_HDR_GSO_NONE,
+    VIRTIO_NET_HDR_GSO_TCPV4,
+    VNET_HDR,
+)
+
+TCP_FIN, TCP_PSH, TCP_CWR = 0x01, 0x08, 0x80
+IPPROTO_TCP = 6
+
+
+def ones_sum(data: bytes | bytearray | memoryview) -> int:
+    """RFC 1071 16-bit ones'-complement sum, folded to 16 bits (not complemented)."""
+    if len(data) % 2:
+        data = bytes(data) + b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def ipv4_header_checksum(header: bytes | bytearray) -> int:
+    """RFC 791 header checksum of ``header`` with its checksum field taken as zero."""
+    h = bytearray(header)
+    h[10:12] = b"\0\0"
+    return ~ones_sum(h) & 0xFFFF
+
+
+def bleach_dscp(packet: bytes) -> bytes:
+    """Zero the DSCP bits (RFC 2474) and keep the two ECN bits (RFC 3168); fix the IPv4
+    header checksum. IPv6 has no header checksum; other packets are returned unchanged."""
+    if not packet:
+        return packet
+    version = packet[0] >> 4
+    if version == 4 and len(packet) >= 20:
+        if packet[1] & 0xFC == 0:
+            return packet
+        p = bytearray(packet)
+        p[1] &= 0x03
+        ihl = (p[0] & 0x0F) * 4
+        p[10:12] = ipv4_header_checksum(p[:ihl]).to_bytes(2, "big")
+        return bytes(p)
+    if version == 6 and len(packet) >= 40:
+        tclass = ((packet[0] & 0x0F) << 4) | (packet[1] >> 4)
+        if tclass & 0xFC == 0:
+            return packet
+        p = bytearray(packet)
+        p[0] &= 0xF0  # DSCP high 4 bits live in byte 0's low nibble
+        p[1] &= 0x3F  # low 2 DSCP bits; keep ECN (0x30) and flow label
+        return bytes(p)
+    return packet
+
+
+def tcp4_headers_len(packet: bytes) -> int:
+    """IPv4 + TCP header length of ``packet``."""
+    ihl = (packet[0] & 0x0F) * 4
+    return ihl + (packet[ihl + 12] >> 4) * 4
+
+
+def is_tcp4_gso(vnet: bytes) -> tuple[bool, int]:
+    """(is a TCP/IPv4 GSO super-packet, gso_size) from a raw virtio_net_hdr."""
+    _, gso_type, _, gso_size, _, _ = VNET_HDR.unpack_from(vnet)
+    return (gso_type & ~VIRTIO_NET_HDR_GSO_ECN) == VIRTIO_NET_HDR_GSO_TCPV4, gso_size
+
+
+def segment_sizes(packet: bytes, gso_size: int) -> list[int]:
+    """Wire sizes (IP total length) of the segments a TCP/IPv4 GSO packet becomes."""
+    hl = tcp4_headers_len(packet)
+    payload = len(packet) - hl
+    full, rest = divmod(payload, gso_size)
+    return [hl + gso_size] * full + ([hl + rest] if rest else [])
+
+
+def segment_tcp4(packet: bytes, gso_size: int) -> Iterator[tuple[bytes, bytes]]:
+    """Split a TCP/IPv4 GSO super-packet into (virtio_net_hdr, segment) pairs."""
+    ihl = (packet[0] & 0x0F) * 4
+    hl = tcp4_headers_len(packet)
+    payload = memoryview(packet)[hl:]
+    n = max(1, -(-len(payload) // gso_size))
+    ip_id = struct.unpack_from("!H", packet, 4)[0]
+    seq = struct.unpack_from("!I", packet, ihl + 4)[0]
+    flags = packet[ihl + 13]
+    addrs = packet[12:20]
+    vnet = VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, hl, 0, ihl, 16)
+    for i in range(n):
+        chunk = payload[i * gso_size:(i + 1) * gso_size]
+        ip = bytearray(packet[:ihl])
+        struct.pack_into("!HH", ip, 2, hl + len(chunk), (ip_id + i) & 0xFFFF)
+        ip[10:12] = ipv4_header_checksum(ip).to_bytes(2, "big")
+        tcp = bytearray(packet[ihl:hl])
+        struct.pack_into("!I", tcp, 4, (seq + i * gso_size) & 0xFFFFFFFF)
+        f = flags
+        if i > 0:
+            f &= ~TCP_CWR
+        if i < n - 1:
+            f &= ~(TCP_FIN | TCP_PSH)
+        tcp[13] = f
+        tcp_len = hl - ihl + len(chunk)
+        pseudo = ones_sum(addrs + struct.pack("!BBH", 0, IPPROTO_TCP, tcp_len))
+        struct.pack_into("!H", tcp, 16, pseudo)
+        yield vnet, bytes(ip) + bytes(tcp) + bytes(chunk)

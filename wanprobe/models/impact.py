@@ -1,0 +1,243 @@
+"""Training impact: from a path and a job's shape to step time, GPU idle share and cost.
+
+Definitions (pure, documented once here and in the CLI help):
+
+* ``comm_s`` — time of one gradient synchronisation (per step; for local-SGD amortised over
+  the H steps between syncs).
+* ``step_s = compute + comm − min(overlap·comm, compute)``: a fraction ``overlap`` of the
+  communication can hide under compute, but never more than the compute time. ``overlap = 0``
+  gives ``compute + comm``; ``overlap = 1`` gives ``max(compute, comm)``.
+* ``comm_share = comm / step``; ``gpu_idle_share = (step − compute) / step``: the part of each
+  step the GPUs wait for the network.
+* ``idle_cost_per_day = gpu_idle_share · GPUs · 24 h · cost per GPU-hour``.
+
+Strategies (tcp-tuning.md §3.3–3.4): as-is; tuned hosts (BDP-sized buffers, BBR); hierarchical
+collective; fp16 / int8 gradients (INTELLECT-1's int8 all-reduce); top-k sparsification
+(DGC, exchanged as an all-gather of values + 32-bit indices); sync every H steps (local SGD /
+DiLoCo, H = 500 communicates 500× less); more bandwidth (a faster link, same hosts).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from wanprobe.errors import UsageError
+from wanprobe.models.bdp import buffer_needed_bytes, window_from_buffer_bytes
+from wanprobe.models.collectives import (
+    flat_ring_across_sites_s,
+    hierarchical_allreduce_s,
+    tree_allreduce_s,
+)
+from wanprobe.models.tcp_rate import DEFAULT_MSS_BYTES, achievable_rate_bps
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
+COLLECTIVES = ("ring", "hierarchical", "tree")
+INDEX_BYTES = 4  # top-k sends a 32-bit index with every value (DGC)
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per gradient element of ``dtype`` (fp32, bf16, fp16, int8)."""
+    key = str(dtype).strip().lower()
+    if key not in DTYPE_BYTES:
+        raise UsageError(f"unknown dtype {dtype!r} (use {', '.join(DTYPE_BYTES)})")
+    return DTYPE_BYTES[key]
+
+
+def gradient_bytes(params: float, dtype: str) -> float:
+    """Bytes of one full gradient: ``params · bytes(dtype)`` (100e9 bf16 → 200 GB)."""
+    if not (math.isfinite(params) and params > 0):
+        raise UsageError(f"--params must be > 0, got {params!r}")
+    return float(params) * dtype_bytes(dtype)
+
+
+def step_time_s(compute_s: float | None, comm_s: float, overlap: float = 0.0) -> float:
+    """``compute + comm − min(overlap·comm, compute)`` (see module docstring)."""
+    if compute_s is None:
+        raise UsageError("a compute time (--compute-ms) is needed for step time and GPU idle share")
+    if not (compute_s > 0 and math.isfinite(compute_s)):
+        raise UsageError(f"compute time must be > 0, got {compute_s!r}")
+    if not 0.0 <= overlap <= 1.0:
+        raise UsageError(f"overlap must lie in [0, 1], got {overlap!r}")
+    if not comm_s >= 0:
+        raise UsageError(f"communication time must be ≥ 0, got {comm_s!r}")
+    return compute_s + comm_s - min(overlap * comm_s, compute_s)
+
+
+def gpu_idle_share(compute_s: float, step_s: float) -> float:
+    """``(step − compute) / step``: the fraction of a step the GPUs wait."""
+    if not step_s > 0:
+        raise UsageError(f"step time must be > 0, got {step_s!r}")
+    return max(0.0, (step_s - compute_s) / step_s)
+
+
+def idle_cost_per_day(idle_share: float, gpus: int, gpu_hour_cost: float) -> float:
+    """``idle share · GPUs · 24 h · cost per GPU-hour``."""
+    if gpu_hour_cost < 0:
+        raise UsageError(f"GPU-hour cost must be ≥ 0, got {gpu_hour_cost!r}")
+    return idle_share * gpus * 24.0 * gpu_hour_cost
+
+
+@dataclass(frozen=True)
+class Path:
+    """The WAN path a synchronous step waits for: its p99 RTT and its slowest peer."""
+
+    rtt_s: float                      # p99 round-trip time
+    link_bps: float                   # link (or contracted) capacity
+    loss: float = 0.0                 # packet loss fraction
+    cc: str = "cubic"                 # congestion control on the hosts now
+    window_bytes: float | None = None  # per-flow receive window now (None: unlimited)
+    flow_rate_bps: float | None = None  # measured per-flow rate, overrides the model
+    mss_bytes: int = DEFAULT_MSS_BYTES
+
+    def flow_rate(self, streams: int = 1) -> float:
+        """Achievable rate of ``streams`` flows on this path with the current host settings."""
+        if self.flow_rate_bps is not None:
+            return min(self.link_bps, streams * self.flow_rate_bps)
+        return achievable_rate_bps(self.link_bps, self.rtt_s, self.loss, self.mss_bytes,
+                                   self.cc, self.window_bytes, streams)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A data-parallel training job's shape."""
+
+    params: float
+    dtype: str = "bf16"
+    sites: int = 2
+    gpus_per_site: int = 8
+    compute_s: float | None = None
+    overlap: float = 0.0
+    gpu_hour_cost: float = 2.5
+    local_rate_bps: float = 400e9     # intra-site fabric per GPU (NVLink/IB class)
+    local_alpha_s: float = 10e-6
+
+    @property
+    def gpus(self) -> int:
+        return self.sites * self.gpus_per_site
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    """One strategy's prediction; JSON keys are the field names."""
+
+    name: str
+    collective: str
+    bytes_per_sync: float
+    wan_rate_bps: float
+    comm_time_s: float
+    step_time_s: float | None
+    comm_share: float | None
+    gpu_idle_share: float | None
+    idle_cost_per_day: float | None
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs of the strategies."""
+
+    collective: str = "ring"
+    tuned_window_bytes: float | None = None   # None: sized to the BDP of the link
+    tuned_cc: str = "bbr"
+    topk_ratio: float = 0.01
+    sync_every: int = 500
+    more_bandwidth_bps: float | None = None   # None: 4× the link
+
+
+def collective_time_s(collective: str, size_bytes: float, job: Job, path: Path) -> tuple[float, float]:
+    """(seconds, WAN rate used) of one all-reduce of ``size_bytes`` with ``collective``.
+
+    ``ring``: one flat ring, one TCP flow per WAN crossing; ``hierarchical``: G parallel flows;
+    ``tree``: binomial tree over the D·G ranks at the single-flow WAN rate. α = RTT/2.
+    """
+    alpha = path.rtt_s / 2.0
+    if collective == "ring":
+        rate = path.flow_rate(1)
+        return flat_ring_across_sites_s(size_bytes, job.sites, job.gpus_per_site, alpha, rate,
+                                        job.local_rate_bps), rate
+    if collective == "hierarchical":
+        rate = path.flow_rate(job.gpus_per_site)
+        return hierarchical_allreduce_s(size_bytes, job.sites, job.gpus_per_site, alpha, rate,
+                                        job.local_rate_bps, job.local_alpha_s), rate
+    if collective == "tree":
+        rate = path.flow_rate(1)
+        return tree_allreduce_s(size_bytes, job.gpus, alpha, rate), rate
+    raise UsageError(f"unknown collective {collective!r} (use {', '.join(COLLECTIVES)})")
+
+
+def topk_allgather_s(values: float, value_bytes: int, ratio: float, job: Job, path: Path) -> tuple[float, float]:
+    """Top-k exchanged as an all-gather of k values + indices across sites (DGC):
+    each site receives (D−1) messages of ``k·(value + 4) bytes`` over its G flows:
+    ``(D−1) · m·8/B_wan + (D−1)·α``."""
+    if not 0 < ratio <= 1:
+        raise UsageError(f"top-k ratio must lie in (0, 1], got {ratio!r}")
+    m = values * ratio * (value_bytes + INDEX_BYTES)
+    rate = path.flow_rate(job.gpus_per_site)
+    d = job.sites
+    return (d - 1) * m * 8.0 / rate + (d - 1) * path.rtt_s / 2.0, rate
+
+
+def _result(name: str, collective: str, size: float, rate: float, comm_s: float, job: Job,
+            note: str = "") -> StrategyResult:
+    if job.compute_s is None:
+        return StrategyResult(name, collective, size, rate, comm_s, None, None, None, None, note)
+    step = step_time_s(job.compute_s, comm_s, job.overlap)
+    idle = gpu_idle_share(job.compute_s, step)
+    return StrategyResult(name, collective, size, rate, comm_s, step, comm_s / step, idle,
+                          idle_cost_per_day(idle, job.gpus, job.gpu_hour_cost), note)
+
+
+def strategies(job: Job, path: Path, options: Options | None = None) -> list[StrategyResult]:
+    """Every strategy side by side, each one change away from as-is."""
+    options = options or Options()
+    if options.collective not in COLLECTIVES:
+        raise UsageError(f"unknown collective {options.collective!r} (use {', '.join(COLLECTIVES)})")
+    if int(options.sync_every) != options.sync_every or options.sync_every < 1:
+        raise UsageError(f"sync interval must be a whole number ≥ 1, got {options.sync_every!r}")
+    size = gradient_bytes(job.params, job.dtype)
+    coll = options.collective
+    out: list[StrategyResult] = []
+
+    t, rate = collective_time_s(coll, size, job, path)
+    out.append(_result("as-is", coll, size, rate, t, job,
+                       f"{job.dtype} gradients, current host settings"))
+
+    window = options.tuned_window_bytes or window_from_buffer_bytes(
+        buffer_needed_bytes(path.link_bps, path.rtt_s))
+    tuned = replace(path, cc=options.tuned_cc, window_bytes=window, flow_rate_bps=None)
+    t, rate = collective_time_s(coll, size, job, tuned)
+    out.append(_result("tuned hosts", coll, size, rate, t, job,
+                       f"{options.tuned_cc}, window {window / 2**20:.1f} MiB per flow"))
+
+    if coll != "hierarchical":
+        t, rate = collective_time_s("hierarchical", size, job, path)
+        out.append(_result("hierarchical", "hierarchical", size, rate, t, job,
+                           f"{job.gpus_per_site} parallel WAN flows per site"))
+
+    for dt in ("fp16", "int8"):
+        if dtype_bytes(dt) < dtype_bytes(job.dtype):
+            s = gradient_bytes(job.params, dt)
+            t, rate = collective_time_s(coll, s, job, path)
+            out.append(_result(f"{dt} gradients", coll, s, rate, t, job,
+                               f"{dtype_bytes(job.dtype) / dtype_bytes(dt):.0f}× fewer bytes"))
+
+    t, rate = topk_allgather_s(job.params, dtype_bytes(job.dtype), options.topk_ratio, job, path)
+    m = job.params * options.topk_ratio * (dtype_bytes(job.dtype) + INDEX_BYTES)
+    out.append(_result(f"top-k {options.topk_ratio:g}", "allgather", m, rate, t, job,
+                       "values + 32-bit indices, all-gather across sites"))
+
+    t, rate = collective_time_s(coll, size, job, path)
+    h = int(options.sync_every)
+    out.append(_result(f"sync every {h} steps", coll, size / h, rate, t / h, job,
+                       "local SGD / DiLoCo, comm amortised per step"))
+
+    faster = options.more_bandwidth_bps or 4.0 * path.link_bps
+    bigger = replace(path, link_bps=faster)
+    t, rate = collective_time_s(coll, size, job, bigger)
+    out.append(_result("more bandwidth", coll, size, rate, t, job,
+                       f"link {faster / 1e9:g} Gbit/s, same hosts"))
+    return out

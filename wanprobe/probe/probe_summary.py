@@ -1,0 +1,147 @@
+"""Turn per-probe send/receive records into a ProbeResult: a pure function.
+
+RTT = (T4 - T1) - (T3 - T2) (RFC 8762 §4.2, round-trip delay without the reflector's residence
+time). Forward/reverse loss from the reflector's receive count (Direct Measurement R_RxC,
+RFC 8972 §4.5, or a stateful reflector's sequence number, RFC 8762 §4.3.1) at the last answered
+probe: forward lost = probes sent up to it - probes the reflector had received; reverse lost =
+probes the reflector had received - replies that came back. Probes after the last answered one
+cannot be attributed to a direction; they count in ``loss.ratio`` only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from typing import NamedTuple
+
+from wanprobe.probe import stats
+from wanprobe.probe.result import DscpReport, LossStats, ProbeResult, RttStats
+from wanprobe.probe.stamp_packet import ClassOfService
+
+
+class Reply(NamedTuple):
+    """One answer as received; absent fields are None (ICMP/TCP have no reflector stamps).
+    A NamedTuple because thousands are made per second on the receive path."""
+
+    sseq: int
+    rx_ns: int
+    reflector_seq: int | None = None
+    t2_ns: int | None = None
+    t3_ns: int | None = None
+    tos: int | None = None
+    cos: ClassOfService | None = None
+    reflector_rx_count: int | None = None
+
+
+def iso_utc(unix_ns: int) -> str:
+    return dt.datetime.fromtimestamp(unix_ns / 1e9, tz=dt.UTC).isoformat(
+        timespec="milliseconds").replace("+00:00", "Z")
+
+
+def summarize(*, method: str, peer: str, port: int | None, started_ns: int, duration_s: float,
+              interval_s: float, size_bytes: int | None, dscp: int, sent: int,
+              tx_user_ns: dict[int, int], tx_kernel_ns: dict[int, int], replies: list[Reply],
+              timeout_ns: int, follow_up_ns: dict[int, int] | None = None) -> ProbeResult:
+    """Compute the result of one session from its raw records. ``follow_up_ns`` maps a reflector
+    sequence number to the kernel transmit time the reflector reported later (RFC 8972 §4.7); it
+    replaces T3 read before sendmsg."""
+    follow_up_ns = follow_up_ns or {}
+    arrival = [r.sseq for r in replies]
+    first: dict[int, Reply] = {}
+    for r in replies:
+        first.setdefault(r.sseq, r)
+    seqs: list[int] = []
+    rtts_ms: list[float] = []
+    fwd_ms: list[float] = []
+    rev_ms: list[float] = []
+    kernel_tx = 0
+    late = 0
+    for seq in sorted(first):
+        r = first[seq]
+        t1 = tx_kernel_ns.get(seq)
+        if t1 is None:
+            t1 = tx_user_ns[seq]
+        else:
+            kernel_tx += 1
+        raw = r.rx_ns - t1
+        residence = 0
+        t3 = r.t3_ns
+        precise = follow_up_ns.get(r.reflector_seq) if r.reflector_seq is not None else None
+        if precise is not None and r.t2_ns is not None and 0 <= precise - r.t2_ns < raw:
+            t3 = precise
+        if r.t2_ns is not None and t3 is not None and 0 <= t3 - r.t2_ns < raw:
+            residence = t3 - r.t2_ns
+        if raw > timeout_ns:
+            late += 1
+            continue
+        seqs.append(seq)
+        rtts_ms.append((raw - residence) / 1e6)
+        if r.t2_ns is not None and t3 is not None:
+            fwd_ms.append((r.t2_ns - t1) / 1e6)
+            rev_ms.append((r.rx_ns - t3) / 1e6)
+    received = len(seqs)
+    loss = _loss(sent, received, late, [first[s] for s in seqs])
+    summary = stats.rtt_summary_ms(rtts_ms)
+    have_oneway = len(fwd_ms) == len(seqs)
+    jitter, jitter_fwd, jitter_rev = stats.ipdv_many_ms(seqs, rtts_ms, fwd_ms, rev_ms)
+    return ProbeResult(
+        method=method, peer=peer, port=port, started_at=iso_utc(started_ns),
+        duration_s=duration_s, interval_s=interval_s, size_bytes=size_bytes,
+        rtt=RttStats(**summary) if summary else None, loss=loss,
+        dscp=_dscp(dscp, [first[s] for s in seqs]),
+        jitter_ms=jitter, jitter_forward_ms=jitter_fwd if have_oneway else None,
+        jitter_reverse_ms=jitter_rev if have_oneway else None,
+        reordered=stats.count_reordered(arrival), duplicates=stats.count_duplicates(arrival),
+        tx_timestamp=("kernel" if kernel_tx == len(first) and first else
+                      "user" if kernel_tx == 0 else "mixed"),
+        rtt_samples_ms=tuple(rtts_ms),
+    )
+
+
+def _loss(sent: int, received: int, late: int, answered: list[Reply]) -> LossStats:
+    ci = stats.wilson_interval(sent - received, sent)
+    if not answered:
+        return LossStats(sent, received, ci, late=late)
+    last = max(answered, key=lambda r: r.sseq)
+    reached = None
+    if last.reflector_rx_count is not None:
+        reached = last.reflector_rx_count
+    elif last.reflector_seq is not None and any(r.reflector_seq != r.sseq for r in answered):
+        reached = last.reflector_seq + 1  # stateful reflector: its own per-session counter
+    elif last.reflector_seq is not None and received == last.sseq + 1:
+        reached = received                # nothing lost up to here: no direction to attribute
+    if reached is None:
+        return LossStats(sent, received, ci, late=late)
+    window = last.sseq + 1
+    fwd = max(0, window - reached)
+    rev = max(0, min(reached, window) - received)
+    return LossStats(
+        sent, received, ci, forward_lost=fwd, forward_of=window, reverse_lost=rev,
+        reverse_of=min(reached, window), forward_ci95=stats.wilson_interval(fwd, window),
+        reverse_ci95=stats.wilson_interval(rev, min(reached, window)), late=late,
+    )
+
+
+def _mode(values: list) -> object | None:
+    if not values:
+        return None
+    if values.count(values[0]) == len(values):  # the usual case, without a Counter
+        return values[0]
+    return Counter(values).most_common(1)[0][0]
+
+
+def _dscp(sent: int, answered: list[Reply]) -> DscpReport:
+    returned = _mode([r.tos >> 2 for r in answered if r.tos is not None])
+    cos = [r.cos for r in answered if r.cos is not None]
+    if not cos:
+        bleached = "none" if returned == sent else None
+        return DscpReport(sent, None, returned, bleached=bleached)
+    at_reflector = _mode([c.dscp2 for c in cos])
+    ecn = _mode([c.ecn for c in cos])
+    requested = _mode([c.dscp1 for c in cos])
+    refused = _mode([c.rp for c in cos]) == 1
+    forward = at_reflector != sent
+    reverse = (not refused and returned is not None and returned != requested)
+    bleached = {(True, True): "both", (True, False): "forward", (False, True): "reverse",
+                (False, False): "none"}[(forward, reverse)]
+    return DscpReport(sent, at_reflector, returned, ecn, requested, refused, bleached)

@@ -1,0 +1,243 @@
+"""The STAMP Session-Reflector (RFC 8762, unauthenticated, stateful) on one UDP socket.
+
+Runs inside any asyncio loop (``loop.add_reader`` on a non-blocking socket; no threads). Every
+datagram is first offered to ``udp_tap(data, addr, rx_ns)``; True means another service (the
+throughput server's UDP tests) consumed it. Sessions are SSID + 4-tuple (RFC 8972 §3). T2 is the
+kernel RX timestamp (SO_TIMESTAMPING software RX); T3 is read right before sendmsg, and the
+kernel's software TX timestamp of each reply (error queue) is sent back in the Follow-Up
+Telemetry TLV of the session's next reply (RFC 8972 §4.7), so a sender can take the Python
+send path out of the turnaround time as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from wanprobe.errors import ProbeError
+from wanprobe.probe import timestamps as ts
+from wanprobe.probe.reflect_logic import build_reply
+from wanprobe.probe.stamp_packet import TWAMP_REFLECTOR_MIN_LEN, ntp_from_ns
+
+UdpTap = Callable[[bytes, tuple, int], bool]
+MAX_DATAGRAM = 9216            # larger (beyond a 9000-byte jumbo frame) is counted and dropped
+SESSION_IDLE_S = 120.0
+MAX_SESSIONS = 65536
+MAX_SOURCES = 65536
+BATCH = 256                    # datagrams handled per wake-up before yielding to the loop
+
+
+@dataclass(frozen=True)
+class SessionStats:
+    ssid: int
+    peer: str
+    peer_port: int
+    local: str | None
+    rx: int
+    tx: int
+
+    def to_json(self) -> dict:
+        return {"ssid": self.ssid, "peer": self.peer, "peer_port": self.peer_port,
+                "local": self.local, "rx": self.rx, "tx": self.tx}
+
+
+@dataclass(frozen=True)
+class ReflectorStats:
+    received: int
+    reflected: int
+    tapped: int
+    short: int
+    oversize: int
+    malformed: int
+    rate_limited: int
+    send_errors: int
+    sessions: tuple[SessionStats, ...]
+
+    def to_json(self) -> dict:
+        d = {k: getattr(self, k) for k in ("received", "reflected", "tapped", "short",
+                                          "oversize", "malformed", "rate_limited",
+                                          "send_errors")}
+        d["sessions"] = [s.to_json() for s in self.sessions]
+        return d
+
+
+class Reflector:
+    """Stateful STAMP / TWAMP-Light reflector. ``rate_pps``/``burst`` bound replies per source
+    address (token bucket); ``dscp_permitted(dscp)`` is the CoS TLV policy (default: allow)."""
+
+    def __init__(self, *, udp_tap: UdpTap | None = None, rate_pps: float = 5000.0,
+                 burst: int = 1000, max_datagram: int = MAX_DATAGRAM,
+                 dscp_permitted: Callable[[int], bool] | None = None,
+                 session_idle_s: float = SESSION_IDLE_S) -> None:
+        self.udp_tap = udp_tap
+        self.rate_pps = float(rate_pps)
+        self.burst = float(burst)
+        self.max_datagram = max_datagram
+        self.dscp_permitted = dscp_permitted
+        self.session_idle_s = session_idle_s
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._buf = bytearray(max_datagram + 1)
+        self._sessions: dict[tuple, list] = {}  # key -> [rx, tx, last_seen_s, follow_up]
+        self._tx_id = 0
+        self._tx_map: dict[int, tuple[list, int]] = {}   # OPT_ID -> (session, reflector seq)
+        self._buckets: dict[str, list[float]] = {}    # source -> [tokens, last_s]
+        self._c = dict.fromkeys(("received", "reflected", "tapped", "short", "oversize",
+                                 "malformed", "rate_limited", "send_errors"), 0)
+        self._last_sweep = time.monotonic()
+
+    @property
+    def address(self) -> tuple:
+        if self._sock is None:
+            raise ProbeError("reflector is not started")
+        return self._sock.getsockname()
+
+    async def start(self, host: str = "0.0.0.0", port: int = 862) -> None:
+        """Bind and start answering; raises ProbeError if the address cannot be bound."""
+        self._loop = asyncio.get_running_loop()
+        family = socket.AF_INET6 if ":" in (host or "") else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            ts.enable_rx_metadata(sock, timestamping=True, tx_timestamps=True)
+            sock.bind((host, port))
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise ProbeError(f"cannot listen on UDP {host}:{port}: {exc.strerror or exc}") from None
+        self._sock = sock
+        self._loop.add_reader(sock.fileno(), self._on_readable)
+
+    async def close(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+
+    def stats(self) -> ReflectorStats:
+        sessions = tuple(
+            SessionStats(k[0], k[1], k[2], k[3], v[0], v[1]) for k, v in self._sessions.items()
+        )
+        return ReflectorStats(**self._c, sessions=sessions)
+
+    # -- datagram path ----------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        for _ in range(BATCH):
+            if self._tx_map:  # stamps of replies just sent, before a queued request needs them
+                self._read_tx_stamps()
+            try:
+                nbytes, ancdata, flags, addr = sock.recvmsg_into([self._buf], ts.ANC_BUFSIZE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                continue  # e.g. a queued ICMP error; keep serving
+            try:
+                self._handle(nbytes, ancdata, flags, addr)
+            except Exception:  # never let one datagram stop the reflector
+                self._c["malformed"] += 1
+        now = time.monotonic()
+        if now - self._last_sweep > 10.0:
+            self._sweep(now)
+
+    def _read_tx_stamps(self) -> None:
+        for opt_id, tx_ns in ts.read_tx_timestamps(self._sock, limit=BATCH):
+            hit = self._tx_map.pop(opt_id, None)
+            if hit is not None:
+                hit[0][3] = (hit[1], ntp_from_ns(tx_ns))
+
+    def _handle(self, nbytes: int, ancdata: list, flags: int, addr: tuple) -> None:
+        c = self._c
+        c["received"] += 1
+        anc = ts.parse_ancillary(ancdata)
+        rx_ns = anc.rx_ns or time.time_ns()
+        if nbytes > self.max_datagram or flags & socket.MSG_TRUNC:
+            c["oversize"] += 1
+            return
+        data = bytes(self._buf[:nbytes])
+        if self.udp_tap is not None:
+            try:
+                if self.udp_tap(data, addr, rx_ns):
+                    c["tapped"] += 1
+                    return
+            except Exception:
+                pass  # a broken tap must not stop STAMP
+        if nbytes < TWAMP_REFLECTOR_MIN_LEN:
+            c["short"] += 1
+            return
+        if not self._allow(addr[0]):
+            c["rate_limited"] += 1
+            return
+        ssid = int.from_bytes(data[14:16], "big") if nbytes >= 44 else 0
+        key = (ssid, addr[0], addr[1], anc.local_addr)
+        now_s = time.monotonic()
+        sess = self._sessions.get(key)
+        if sess is None:
+            if len(self._sessions) >= MAX_SESSIONS:
+                self._sweep(now_s)
+                if len(self._sessions) >= MAX_SESSIONS:
+                    c["rate_limited"] += 1
+                    return
+            sess = self._sessions[key] = [0, 0, now_s, None]
+        sess[0] += 1
+        sess[2] = now_s
+        reply = build_reply(
+            data, reflector_seq=sess[0] - 1, rx_count=sess[0], tx_count=sess[1] + 1,
+            t2_ntp=ntp_from_ns(rx_ns), t3_ntp=ntp_from_ns(time.time_ns()),
+            ttl=anc.ttl or 0, tos_received=anc.tos or 0, dscp_permitted=self.dscp_permitted,
+            follow_up=sess[3],
+        )
+        if reply is None:
+            c["short"] += 1
+            return
+        if reply.malformed_tlv:
+            c["malformed"] += 1
+        family = self._sock.family
+        cmsgs = [ts.tos_cmsg(family, reply.tos)]
+        if anc.local_addr and (family == socket.AF_INET6) == (":" in anc.local_addr):
+            cmsgs.append(ts.source_cmsg(family, anc.local_addr))
+        try:
+            self._sock.sendmsg([reply.data], cmsgs, 0, addr)
+        except OSError:
+            c["send_errors"] += 1
+            return
+        sess[1] += 1
+        c["reflected"] += 1
+        if len(self._tx_map) > 4 * BATCH:  # stamps are not coming (no TX stamping here)
+            self._tx_map.clear()
+        self._tx_map[self._tx_id] = (sess, sess[0] - 1)
+        self._tx_id = (self._tx_id + 1) & 0xFFFFFFFF
+
+    def _allow(self, source: str) -> bool:
+        now = time.monotonic()
+        b = self._buckets.get(source)
+        if b is None:
+            if len(self._buckets) >= MAX_SOURCES:
+                self._buckets.clear()
+            b = self._buckets[source] = [self.burst, now]
+        tokens = min(self.burst, b[0] + (now - b[1]) * self.rate_pps)
+        b[1] = now
+        if tokens < 1.0:
+            b[0] = tokens
+            return False
+        b[0] = tokens - 1.0
+        return True
+
+    def _sweep(self, now: float) -> None:
+        self._last_sweep = now
+        idle = self.session_idle_s
+        for k in [k for k, v in self._sessions.items() if now - v[2] > idle]:
+            del self._sessions[k]
+        for k in [k for k, v in self._buckets.items() if now - v[1] > 60.0]:
+            del self._buckets[k]

@@ -1,0 +1,173 @@
+"""Probe results: frozen dataclasses whose ``to_json()`` gives the report keys (issue 3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+RTT_KEYS = ("min", "p50", "p90", "p99", "max", "mean", "stdev")
+
+
+@dataclass(frozen=True)
+class RttStats:
+    """Round-trip time distribution in ms."""
+
+    min: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+    mean: float
+    stdev: float
+
+    def to_json(self) -> dict:
+        return {k: round(getattr(self, k), 6) for k in RTT_KEYS}
+
+
+@dataclass(frozen=True)
+class LossStats:
+    """Round-trip loss and, when the reflector counts what it received, its split by direction.
+
+    ``forward_ratio`` = probes that never reached the reflector / probes sent up to the last
+    answered one; ``reverse_ratio`` = replies lost / probes the reflector received. None when
+    the reflector gives no receive count (stateless, no Direct Measurement TLV)."""
+
+    sent: int
+    received: int
+    ci95: tuple[float, float]
+    forward_lost: int | None = None
+    forward_of: int | None = None
+    reverse_lost: int | None = None
+    reverse_of: int | None = None
+    forward_ci95: tuple[float, float] | None = None
+    reverse_ci95: tuple[float, float] | None = None
+    late: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return (self.sent - self.received) / self.sent if self.sent else 0.0
+
+    @property
+    def forward_ratio(self) -> float | None:
+        if self.forward_lost is None or not self.forward_of:
+            return None
+        return self.forward_lost / self.forward_of
+
+    @property
+    def reverse_ratio(self) -> float | None:
+        if self.reverse_lost is None or not self.reverse_of:
+            return None
+        return self.reverse_lost / self.reverse_of
+
+    def to_json(self) -> dict:
+        def r(x):
+            return None if x is None else round(x, 6)
+
+        def ci(x):
+            return None if x is None else [round(x[0], 6), round(x[1], 6)]
+
+        return {
+            "sent": self.sent, "received": self.received, "ratio": r(self.ratio),
+            "forward_ratio": r(self.forward_ratio), "reverse_ratio": r(self.reverse_ratio),
+            "ci95": ci(self.ci95), "forward_ci95": ci(self.forward_ci95),
+            "reverse_ci95": ci(self.reverse_ci95), "forward_lost": self.forward_lost,
+            "reverse_lost": self.reverse_lost, "late": self.late,
+        }
+
+
+@dataclass(frozen=True)
+class DscpReport:
+    """DSCP sent, seen at the reflector (CoS TLV DSCP2) and on returned packets.
+
+    ``bleached``: "forward" when the reflector saw a different DSCP than sent, "reverse" when the
+    reflector saw the right one but replies came back remarked, "none", or None (unknown)."""
+
+    sent: int
+    at_reflector: int | None = None
+    returned: int | None = None
+    ecn_at_reflector: int | None = None
+    requested_return: int | None = None
+    reflector_refused: bool | None = None
+    bleached: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "sent": self.sent, "at_reflector": self.at_reflector, "returned": self.returned,
+            "ecn_at_reflector": self.ecn_at_reflector, "bleached": self.bleached,
+            "reflector_refused": self.reflector_refused,
+        }
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe run against one peer."""
+
+    method: str
+    peer: str
+    port: int | None
+    started_at: str                  # ISO 8601 UTC
+    duration_s: float
+    interval_s: float
+    size_bytes: int | None
+    rtt: RttStats | None
+    loss: LossStats
+    dscp: DscpReport
+    jitter_ms: float | None = None
+    jitter_forward_ms: float | None = None
+    jitter_reverse_ms: float | None = None
+    reordered: int = 0
+    duplicates: int = 0
+    tx_timestamp: str = "kernel"     # "kernel" (SO_TIMESTAMPING TX) or "user" (clock read)
+    rtt_samples_ms: tuple[float, ...] = field(default=(), repr=False)
+
+    def to_json(self, *, samples: bool = False) -> dict:
+        def r(x):
+            return None if x is None else round(x, 6)
+
+        doc = {
+            "method": self.method, "peer": self.peer, "port": self.port,
+            "started_at": self.started_at, "duration_s": round(self.duration_s, 3),
+            "interval_s": self.interval_s, "size_bytes": self.size_bytes,
+            "rtt_ms": self.rtt.to_json() if self.rtt else dict.fromkeys(RTT_KEYS),
+            "loss": self.loss.to_json(), "jitter_ms": r(self.jitter_ms),
+            "jitter_forward_ms": r(self.jitter_forward_ms),
+            "jitter_reverse_ms": r(self.jitter_reverse_ms),
+            "reordered": self.reordered, "duplicates": self.duplicates,
+            "dscp": self.dscp.to_json(), "tx_timestamp": self.tx_timestamp,
+            "samples": len(self.rtt_samples_ms),
+        }
+        if samples:
+            doc["rtt_samples_ms"] = [round(x, 6) for x in self.rtt_samples_ms]
+        return doc
+
+
+@dataclass(frozen=True)
+class MtuStep:
+    """One size tried in a path-MTU search."""
+
+    size_bytes: int
+    passed: bool
+    tries: int
+
+    def to_json(self) -> dict:
+        return {"size_bytes": self.size_bytes, "passed": self.passed, "tries": self.tries}
+
+
+@dataclass(frozen=True)
+class MtuResult:
+    """Path MTU: the largest IP packet (header included) that crossed the path and was answered."""
+
+    peer: str
+    port: int
+    path_mtu: int
+    local_mtu: int
+    method: str
+    found_by: str
+    timeout_s: float
+    steps: tuple[MtuStep, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "peer": self.peer, "port": self.port, "path_mtu": self.path_mtu,
+            "local_mtu": self.local_mtu, "method": self.method, "found_by": self.found_by,
+            "timeout_s": self.timeout_s, "steps": [s.to_json() for s in self.steps],
+        }

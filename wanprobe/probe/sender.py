@@ -1,0 +1,434 @@
+"""STAMP Session-Sender: many sessions on one UDP socket and one asyncio loop.
+
+Each ``probe_stamp`` call is a session with its own SSID (RFC 8972 §3); a ``StampSender`` owns
+the socket, demultiplexes replies by SSID and source, and matches TX timestamps from the error
+queue (SO_TIMESTAMPING + OPT_ID) to sequence numbers. Every probe carries a Class-of-Service TLV
+(RFC 8972 §4.4: DSCP/ECN seen at the reflector) and a Direct Measurement TLV (§4.5: reflector
+receive count → forward vs reverse loss); a stateful reflector's own sequence number
+(RFC 8762 §4.3.1) is the fallback when the reflector does not process TLVs.
+
+RTT = (T4 - T1) - (T3 - T2): kernel TX stamp (or the clock read just before sendmsg when TX
+stamps are off or missing), kernel RX stamp, minus the reflector's residence time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import heapq
+import itertools
+import random
+import socket
+import struct
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from wanprobe.errors import ProbeError, UsageError
+from wanprobe.probe import timestamps as ts
+from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
+from wanprobe.probe.probe_summary import Reply, summarize
+from wanprobe.probe.result import ProbeResult
+from wanprobe.probe.stamp_packet import (
+    BASE_LEN,
+    FLAG_U,
+    TLV_CLASS_OF_SERVICE,
+    TLV_DIRECT_MEASUREMENT,
+    TLV_EXTRA_PADDING,
+    TLV_FOLLOW_UP,
+    ClassOfService,
+    cos_tlv,
+    follow_up_tlv,
+    ns_from_ntp,
+    ntp_from_ns,
+    parse_tlvs,
+)
+
+STAMP_PORT = 862
+UDP_HEADER = 8
+TLV_BYTES = 8 + 16 + 20      # CoS, Direct Measurement and Follow-Up Telemetry TLVs
+MIN_PAYLOAD = BASE_LEN + TLV_BYTES
+DEFAULT_COUNT = 10
+SEND_AHEAD_S = 0.0002   # probes due this soon go out in the same timer tick
+_BASE = struct.Struct("!IQHH28x")
+_REFL = struct.Struct("!IQHHQIQH2xB3x")
+_DM_HEAD = struct.Struct("!BBHIII")
+_TIMESPEC = struct.Struct("qq")
+SOL_SOCKET, IPPROTO_IP, IPPROTO_IPV6 = socket.SOL_SOCKET, socket.IPPROTO_IP, socket.IPPROTO_IPV6
+# CoS (flags type len word reserved) | DM (flags type len S_TxC R_RxC R_TxC) | Follow-Up
+_OWN_TLVS = struct.Struct("!BBHHHBBHIIIBBHIQ4x")
+OWN_LAYOUT_LEN = BASE_LEN + _OWN_TLVS.size
+_COS_CACHE: dict[int, ClassOfService] = {}
+# With many concurrent sessions, wake-ups are coalesced: replies are read at most every
+# COALESCE_S and probes due within COALESCE_S go out together. Kernel timestamps make this free
+# for accuracy (they are taken when the packet moves, not when Python looks at it).
+COALESCE_SESSIONS = 8
+COALESCE_S = 0.025
+ProgressFn = Callable[[int, int, int], None]
+
+
+def min_size_bytes(family: int = socket.AF_INET) -> int:
+    """Smallest STAMP probe wanprobe sends, as an IP packet (header included)."""
+    return IP_HEADER_BYTES[family] + UDP_HEADER + MIN_PAYLOAD
+
+
+@dataclass
+class _Session:
+    peer: str
+    port: int
+    ssid: int
+    dscp: int
+    payload_len: int
+    timeout_ns: int
+    tx_user_ns: dict[int, int] = field(default_factory=dict)
+    tx_kernel_ns: dict[int, int] = field(default_factory=dict)
+    replies: list[Reply] = field(default_factory=list)
+    answered: set[int] = field(default_factory=set)
+    follow_up_ns: dict[int, int] = field(default_factory=dict)  # reflector seq -> precise T3
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    sending: bool = True
+    cancelled: bool = False
+    next_seq: int = 0
+    total: int = 0
+    t0: float = 0.0
+    interval_s: float = 1.0
+    template: bytearray = field(default_factory=bytearray)
+    on_progress: ProgressFn | None = None
+    all_sent: asyncio.Future | None = None
+
+    def pending(self) -> int:
+        return len(self.tx_user_ns) - len(self.answered)
+
+
+class StampSender:
+    """One UDP socket serving any number of concurrent STAMP sessions in the running loop."""
+
+    def __init__(self, family: int = socket.AF_INET, *, tx_timestamps: bool = True) -> None:
+        self.family = family
+        self.tx_timestamps = tx_timestamps
+        self._sock: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._by_ssid: dict[int, _Session] = {}
+        self._next_ssid = random.randint(1, 0xFFFF)
+        self._tx_id = 0
+        self._tx_map: dict[int, tuple[_Session, int]] = {}
+        self._buf = bytearray(65536)
+        self._heap: list = []
+        self._tiebreak = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_due: float | None = None
+        self._paused = False
+
+    def open(self) -> None:
+        """Create the socket (in the current thread's network namespace) and start reading."""
+        if self._sock is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        sock = socket.socket(self.family, socket.SOCK_DGRAM)
+        try:
+            ts.enable_rx_metadata(sock, timestamping=True, tx_timestamps=self.tx_timestamps,
+                                  ttl_and_dst=False)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            sock.bind(("::" if self.family == socket.AF_INET6 else "0.0.0.0", 0))
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            raise ProbeError(f"cannot open a UDP socket for STAMP: {exc}") from None
+        self._sock = sock
+        self._loop.add_reader(sock.fileno(), self._on_readable)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+
+    # -- session ------------------------------------------------------------------------------
+    async def run(self, peer: str, port: int = STAMP_PORT, *, count: int | None = None,
+                  duration_s: float | None = None, interval_s: float = 1.0,
+                  size: int | None = None, dscp: int = 0, timeout_s: float = 2.0,
+                  on_progress: ProgressFn | None = None) -> ProbeResult:
+        """Run one session against ``peer`` (an address of this sender's family)."""
+        total = _probe_count(count, duration_s, interval_s)
+        size = size if size is not None else min_size_bytes(self.family)
+        payload_len = size - IP_HEADER_BYTES[self.family] - UDP_HEADER
+        if payload_len < MIN_PAYLOAD:
+            raise UsageError(f"--size {size} is below the STAMP minimum of "
+                             f"{min_size_bytes(self.family)} bytes")
+        self.open()
+        sess = _Session(peer, port, self._alloc_ssid(), dscp, payload_len, int(timeout_s * 1e9))
+        self._by_ssid[sess.ssid] = sess
+        sess.template = _template(sess)
+        sess.total = total
+        sess.interval_s = interval_s
+        sess.on_progress = on_progress
+        loop = self._loop
+        started_ns = time.time_ns()
+        t0 = sess.t0 = loop.time()
+        sess.all_sent = loop.create_future()
+        try:
+            self._push(sess, t0)
+            await sess.all_sent
+            if sess.pending() > 0:
+                sess.done.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sess.done.wait(), timeout_s)
+        finally:
+            sess.sending = False
+            sess.cancelled = True
+            self._by_ssid.pop(sess.ssid, None)
+            for k in [k for k, v in self._tx_map.items() if v[0] is sess]:
+                del self._tx_map[k]
+        if on_progress is not None:
+            on_progress(total, len(sess.answered), total)
+        return summarize(
+            method="stamp", peer=peer, port=port, started_ns=started_ns,
+            duration_s=loop.time() - t0, interval_s=interval_s, size_bytes=size, dscp=dscp,
+            sent=len(sess.tx_user_ns), tx_user_ns=sess.tx_user_ns,
+            tx_kernel_ns=sess.tx_kernel_ns, replies=sess.replies, timeout_ns=sess.timeout_ns,
+            follow_up_ns=sess.follow_up_ns,
+        )
+
+    # -- one timer for all sessions: sends every probe that is due, then re-arms ------------------
+    def _push(self, sess: _Session, due: float) -> None:
+        heapq.heappush(self._heap, (due, next(self._tiebreak), sess))
+        if self._timer_due is None or due < self._timer_due:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._loop.call_at(due, self._tick)
+            self._timer_due = due
+
+    def _tick(self) -> None:
+        self._timer = self._timer_due = None
+        heap = self._heap
+        many = len(self._by_ssid) > COALESCE_SESSIONS
+        horizon = self._loop.time() + (COALESCE_S if many else SEND_AHEAD_S)
+        while heap and heap[0][0] <= horizon:
+            _due, _n, sess = heapq.heappop(heap)
+            if sess.cancelled:
+                continue
+            seq = sess.next_seq
+            try:
+                self._send(sess, seq, sess.template)
+            except ProbeError as exc:
+                sess.cancelled = True
+                if not sess.all_sent.done():
+                    sess.all_sent.set_exception(exc)
+                continue
+            sess.next_seq = seq + 1
+            if sess.on_progress is not None:
+                sess.on_progress(seq + 1, len(sess.answered), sess.total)
+            if sess.next_seq < sess.total:
+                heapq.heappush(heap, (sess.t0 + sess.next_seq * sess.interval_s,
+                                      next(self._tiebreak), sess))
+            else:
+                sess.sending = False
+                if not sess.all_sent.done():
+                    sess.all_sent.set_result(None)
+        if heap:
+            due = heap[0][0]
+            self._timer = self._loop.call_at(due, self._tick)
+            self._timer_due = due
+
+    def _alloc_ssid(self) -> int:
+        for _ in range(0x10000):
+            ssid = self._next_ssid
+            self._next_ssid = self._next_ssid % 0xFFFF + 1
+            if ssid not in self._by_ssid:
+                return ssid
+        raise ProbeError("too many concurrent STAMP sessions on one socket (65535)")
+
+    def _send(self, sess: _Session, seq: int, template: bytearray) -> None:
+        now = time.time_ns()
+        _BASE.pack_into(template, 0, seq, ntp_from_ns(now), 0x0001, sess.ssid)
+        struct.pack_into("!I", template, BASE_LEN + 8 + 4, seq + 1)  # DM S_TxC
+        cmsgs = [ts.tos_cmsg(self.family, sess.dscp << 2)] if sess.dscp else []
+        sess.tx_user_ns[seq] = now
+        try:
+            self._sock.sendmsg([template], cmsgs, 0, (sess.peer, sess.port))
+        except (BlockingIOError, InterruptedError):
+            return  # counted as sent and lost: the host could not send it
+        except OSError as exc:
+            if exc.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
+                return  # the probe is lost
+            raise ProbeError(f"cannot send to {sess.peer}:{sess.port}: {exc.strerror}") from None
+        if self.tx_timestamps:
+            self._tx_map[self._tx_id] = (sess, seq)
+            self._tx_id = (self._tx_id + 1) & 0xFFFFFFFF
+
+    # -- receive path --------------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        if self.tx_timestamps and self._tx_map:
+            for opt_id, tx_ns in ts.read_tx_timestamps(sock):
+                hit = self._tx_map.pop(opt_id, None)
+                if hit is not None:
+                    hit[0].tx_kernel_ns[hit[1]] = tx_ns
+        buf = self._buf
+        for _ in range(256):
+            try:
+                n, ancdata, _flags, addr = sock.recvmsg_into([buf], ts.ANC_BUFSIZE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                continue
+            if n < 41:
+                continue
+            data = buf if n >= BASE_LEN else bytes(buf[:n]) + bytes(BASE_LEN - n)
+            rseq, t3, _e, ssid, t2, sseq, _t1, _se, _ttl = _REFL.unpack_from(data)
+            sess = self._by_ssid.get(ssid)
+            if sess is None or sess.peer != addr[0]:
+                sess = self._match_without_ssid(addr)
+                if sess is None:
+                    continue
+            if sseq not in sess.tx_user_ns:
+                continue
+            rx_ns = tos = None
+            for level, typ, cdata in ancdata:  # inline ts.parse_ancillary: the hot path
+                if typ == ts.SCM_TIMESTAMPING and level == SOL_SOCKET:
+                    sec, nsec = _TIMESPEC.unpack_from(cdata)
+                    rx_ns = sec * 1_000_000_000 + nsec
+                elif typ == ts.IP_TOS and level == IPPROTO_IP and cdata:
+                    tos = cdata[0]
+                elif level == IPPROTO_IPV6 and typ == ts.IPV6_TCLASS:
+                    tos = cdata[0]
+            cos = dm = None
+            if n >= OWN_LAYOUT_LEN and data[45] == 4 and data[53] == 5 and data[69] == 7:
+                # fast path: the TLVs this sender put in, at their fixed offsets
+                (cf, _ct, cl, cword, _cr, df, _dt, dl, _s, r_rx, _r_tx, ff, _ft, fl, fseq,
+                 fts) = _OWN_TLVS.unpack_from(data, BASE_LEN)
+                if not cf & FLAG_U and cl == 4:
+                    cos = _COS_CACHE.get(cword)
+                    if cos is None:
+                        cos = _COS_CACHE[cword] = ClassOfService(
+                            cword >> 10, (cword >> 4) & 0x3F, (cword >> 2) & 3, cword & 3)
+                if not df & FLAG_U and dl == 12:
+                    dm = (0, r_rx)
+                if not ff & FLAG_U and fl == 16 and fts:
+                    sess.follow_up_ns[fseq] = ns_from_ntp(fts)
+            elif n > BASE_LEN:
+                tlvs, _rest = parse_tlvs(data[BASE_LEN:n])
+                for t in tlvs:
+                    if t.flags & FLAG_U:
+                        continue  # reflector did not process it (RFC 8972 §4)
+                    if t.type == TLV_CLASS_OF_SERVICE and len(t.value) == 4:
+                        cos = ClassOfService.unpack_value(t.value)
+                    elif t.type == TLV_DIRECT_MEASUREMENT and len(t.value) == 12:
+                        dm = struct.unpack("!III", t.value)
+                    elif t.type == TLV_FOLLOW_UP and len(t.value) == 16:
+                        fseq, fts = struct.unpack_from("!IQ", t.value)
+                        if fts:
+                            sess.follow_up_ns[fseq] = ns_from_ntp(fts)
+            sess.replies.append(Reply(
+                sseq=sseq, reflector_seq=rseq, rx_ns=rx_ns or time.time_ns(),
+                t2_ns=ns_from_ntp(t2) if t2 else None, t3_ns=ns_from_ntp(t3) if t3 else None,
+                tos=tos, cos=cos, reflector_rx_count=dm[1] if dm else None,
+            ))
+            sess.answered.add(sseq)
+            if not sess.sending and sess.pending() <= 0:
+                sess.done.set()
+        if len(self._by_ssid) > COALESCE_SESSIONS and not self._paused:
+            self._paused = True
+            self._loop.remove_reader(sock.fileno())
+            self._loop.call_later(COALESCE_S, self._resume)
+
+    def _resume(self) -> None:
+        self._paused = False
+        if self._sock is not None:
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+    def _match_without_ssid(self, addr: tuple) -> _Session | None:
+        """A reflector without RFC 8972 support returns SSID 0: match on the peer if unique."""
+        found = [s for s in self._by_ssid.values() if s.peer == addr[0] and s.port == addr[1]]
+        return found[0] if len(found) == 1 else None
+
+
+def _template(sess: _Session) -> bytearray:
+    """The probe bytes with sequence/timestamp/S_TxC left to fill in per packet."""
+    body = bytearray(_BASE.size)
+    body += cos_tlv(sess.dscp).pack()
+    body += _DM_HEAD.pack(FLAG_U, TLV_DIRECT_MEASUREMENT, 12, 0, 0, 0)
+    body += follow_up_tlv().pack()
+    rest = sess.payload_len - len(body)
+    if rest >= 4:
+        body += struct.pack("!BBH", FLAG_U, TLV_EXTRA_PADDING, rest - 4) + bytes(rest - 4)
+    else:
+        body += bytes(rest)  # 1-3 octets cannot hold a TLV; reflectors copy them as padding
+    return body
+
+
+def _probe_count(count: int | None, duration_s: float | None, interval_s: float) -> int:
+    if count is not None and duration_s is not None:
+        raise UsageError("give either --count or --duration, not both")
+    if interval_s <= 0:
+        raise UsageError("--interval must be > 0")
+    if count is not None:
+        if count < 1:
+            raise UsageError(f"--count must be >= 1 (got {count})")
+        return int(count)
+    if duration_s is not None:
+        if duration_s <= 0:
+            raise UsageError("--duration must be > 0")
+        return max(1, int(round(duration_s / interval_s)))
+    return DEFAULT_COUNT
+
+
+# -- shared senders: one socket per (loop, family) while any session uses it -------------------
+_shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def _shared_sender(family: int, tx_timestamps: bool):
+    loop = asyncio.get_running_loop()
+    per_loop = _shared.setdefault(loop, {})
+    key = (family, tx_timestamps)
+    entry = per_loop.get(key)
+    if entry is None:
+        entry = per_loop[key] = [StampSender(family, tx_timestamps=tx_timestamps), 0]
+    entry[1] += 1
+    try:
+        yield entry[0]
+    finally:
+        entry[1] -= 1
+        if entry[1] == 0:
+            entry[0].close()
+            per_loop.pop(key, None)
+
+
+async def probe_stamp(peer: str, *, port: int = STAMP_PORT, count: int | None = None,
+                      duration_s: float | None = None, interval_s: float = 1.0,
+                      size: int | None = None, dscp: int = 0, timeout_s: float = 2.0,
+                      sender: StampSender | None = None, tx_timestamps: bool = True,
+                      on_progress: ProgressFn | None = None) -> ProbeResult:
+    """Probe ``peer``'s STAMP reflector. Concurrent calls in one loop share one socket."""
+    _check_common(port, dscp, timeout_s)
+    _probe_count(count, duration_s, interval_s)
+    family, addr = await resolve_peer(peer)
+    kw = dict(count=count, duration_s=duration_s, interval_s=interval_s, size=size, dscp=dscp,
+              timeout_s=timeout_s, on_progress=on_progress)
+    if sender is not None:
+        result = await sender.run(addr, port, **kw)
+    else:
+        with _shared_sender(family, tx_timestamps) as shared:
+            result = await shared.run(addr, port, **kw)
+    return _renamed(result, peer)
+
+
+def _renamed(result: ProbeResult, peer: str) -> ProbeResult:
+    from dataclasses import replace
+    return result if result.peer == peer else replace(result, peer=peer)
+
+
+def _check_common(port: int | None, dscp: int, timeout_s: float) -> None:
+    if port is not None and not 1 <= int(port) <= 65535:
+        raise UsageError(f"port {port} out of range 1-65535")
+    if not 0 <= int(dscp) <= 63:
+        raise UsageError(f"DSCP {dscp} out of range 0-63")
+    if timeout_s <= 0:
+        raise UsageError("timeout must be > 0")

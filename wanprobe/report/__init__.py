@@ -1,0 +1,1 @@
+"""The versioned diagnose report: schema, document model, renderers and a directory listing."""

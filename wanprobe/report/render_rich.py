@@ -1,0 +1,62 @@
+"""Render a report for a terminal with rich (tables per finding, severity in colour)."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from wanprobe.report.document import Finding, Report
+from wanprobe.report.render_md import _fmt, evidence_rows
+from wanprobe.units import format_rate
+
+STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def finding_panel(i: int, f: Finding) -> Panel:
+    parts: list = [Text(f.recommendation)]
+    if f.expected_effect:
+        parts.append(Text(f"Expected: {f.expected_effect}", style="green"))
+    rows = evidence_rows(dict(f.evidence))
+    if rows:
+        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for col in ("evidence", "value", "source"):
+            t.add_column(col)
+        for row in rows:
+            t.add_row(*(Text(c) for c in row))
+        parts.append(t)
+    if f.knobs:
+        k = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for col in ("tuner", "key", "value", "reason"):
+            k.add_column(col)
+        for knob in f.knobs:
+            k.add_row(*(Text(c) for c in (knob.tuner, knob.key, knob.value, knob.reason)))
+        parts.append(k)
+    title = Text.assemble((f"{i}. {f.severity.upper()} ", STYLE[f.severity]), f.title,
+                          (f"  [{f.id}]", "dim"))
+    return Panel(Group(*parts), title=title, title_align="left", border_style=STYLE[f.severity])
+
+
+def render_rich(report: Report, console: Console) -> None:
+    r = report
+    head = Table.grid(padding=(0, 2))
+    head.add_row("peer", Text(str(r.peer.get("address"))), "host",
+                 Text(str(r.host.get("hostname"))))
+    head.add_row("report", Text(r.id), "created", Text(r.created_at))
+    path = (r.measurements or {}).get("path") or {}
+    tput = (r.measurements or {}).get("throughput") or {}
+    if path.get("rtt_ms"):
+        head.add_row("rtt min/p50/p99 ms", " / ".join(_fmt("rtt_ms", path["rtt_ms"].get(k))
+                                                      for k in ("min", "p50", "p99")),
+                     "loss", str((path.get("loss") or {}).get("ratio")))
+    if tput.get("bits_per_second") is not None:
+        head.add_row("throughput", format_rate(tput["bits_per_second"]),
+                     "limited by", str((tput.get("limited_by") or {}).get("verdict")))
+    console.print(Panel(head, title="wanprobe diagnose", title_align="left"))
+    for part, why in ((r.measurements or {}).get("errors") or {}).items():
+        console.print(Text(f"not measured: {part}: {why}", style="dim"))
+    if not r.findings:
+        console.print("[green]No problems found.[/]")
+    for i, f in enumerate(r.findings, 1):
+        console.print(finding_panel(i, f))

@@ -1,0 +1,329 @@
+"""`run_throughput`: the client end of a wanprobe (or iperf3) throughput test.
+
+Synchronous: the CLI and the daemon call it from a thread. Every socket is created in the
+calling thread, so a caller inside ``lab.a.entered()`` (setns) runs the whole test in that
+namespace.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from wanprobe.errors import ProbeError, UsageError
+from wanprobe.throughput import protocol as proto
+from wanprobe.throughput.datapath import Payload, Stream, start_stream, stream_final
+from wanprobe.throughput.result import ThroughputResult, UdpResult, _Side, assemble
+from wanprobe.throughput.sampler import IntervalSampler
+from wanprobe.throughput.server import DEFAULT_MAX_BYTES, DEFAULT_MAX_DURATION_S
+from wanprobe.throughput.sockopts import (
+    IPV6_TCLASS,
+    apply_stream_options,
+    buffer_sizes,
+    check_cc,
+)
+from wanprobe.throughput.udp import UdpSendState, send_paced
+
+DEFAULT_PORT = 862
+DEFAULT_DURATION_S = 10.0
+MAX_STREAMS = 128
+_CONNECT_TIMEOUT_S = 5.0
+_END_WAIT_S = 10.0
+
+Progress = Callable[[float, float], None]  # (elapsed_s, live bits per second)
+
+
+def validate(*, duration_s: float, streams: int, reverse: bool, bidir: bool, cc: str | None,
+             udp: bool, udp_rate_bps: float | None, interval_s: float,
+             max_duration_s: float, max_bytes: int) -> None:
+    """Refuse bad combinations before any packet is sent (UsageError, one line)."""
+    if not duration_s > 0:
+        raise UsageError("duration must be > 0")
+    if duration_s > max_duration_s:
+        raise UsageError(f"duration {duration_s:g} s exceeds the cap of {max_duration_s:g} s "
+                         "(raise it with --max-duration)")
+    if not 1 <= streams <= MAX_STREAMS:
+        raise UsageError(f"--streams must be 1-{MAX_STREAMS}")
+    if reverse and bidir:
+        raise UsageError("--reverse and --bidir are mutually exclusive")
+    if not interval_s > 0:
+        raise UsageError("--interval must be > 0")
+    if max_bytes <= 0:
+        raise UsageError("--max-bytes must be > 0")
+    if udp:
+        if not udp_rate_bps:
+            raise UsageError("--udp needs --rate, e.g. --rate 100mbit")
+        if reverse or bidir:
+            raise UsageError("--udp supports the client-to-server direction only")
+        if udp_rate_bps * duration_s / 8 > max_bytes:
+            raise UsageError("UDP rate × duration exceeds the byte cap (--max-bytes)")
+    elif udp_rate_bps:
+        raise UsageError("--rate applies to --udp; use --pacing-rate for TCP")
+    check_cc(cc)
+
+
+def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = DEFAULT_DURATION_S,
+                   streams: int = 1, reverse: bool = False, bidir: bool = False,
+                   cc: str | None = None, window_bytes: int | None = None, dscp: int = 0,
+                   pacing_rate_bps: float | None = None, udp: bool = False,
+                   udp_rate_bps: float | None = None, interval_s: float = 1.0,
+                   engine: str = "wanprobe", max_duration_s: float = DEFAULT_MAX_DURATION_S,
+                   max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
+                   udp_packet_bytes: int = 1400) -> ThroughputResult:
+    """Run one throughput test against ``peer`` and return its result (see result.py)."""
+    validate(duration_s=duration_s, streams=streams, reverse=reverse, bidir=bidir, cc=cc,
+             udp=udp, udp_rate_bps=udp_rate_bps, interval_s=interval_s,
+             max_duration_s=max_duration_s, max_bytes=max_bytes)
+    if engine == "iperf3":
+        from wanprobe.throughput.iperf3_engine import run_iperf3
+
+        return run_iperf3(peer, port=port, duration_s=duration_s, streams=streams,
+                          reverse=reverse, bidir=bidir, cc=cc, window_bytes=window_bytes,
+                          dscp=dscp, pacing_rate_bps=pacing_rate_bps, udp=udp,
+                          udp_rate_bps=udp_rate_bps, interval_s=interval_s,
+                          max_bytes=max_bytes, progress=progress)
+    if engine != "wanprobe":
+        raise UsageError(f"unknown engine {engine!r} (use wanprobe or iperf3)")
+    request = proto.TestRequest(
+        duration_s=duration_s, streams=streams, reverse=reverse, bidir=bidir, cc=cc,
+        window_bytes=window_bytes, dscp=dscp, pacing_rate_bps=pacing_rate_bps, udp=udp,
+        udp_rate_bps=udp_rate_bps, udp_packet_bytes=udp_packet_bytes, interval_s=interval_s,
+        max_bytes=max_bytes)
+    return _Client(peer, port, request, progress).run()
+
+
+def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> tuple[str, ...]:
+    """Say so when the kernel silently capped --window (SO_SNDBUF/SO_RCVBUF ≤ wmem/rmem_max,
+    then doubled: socket(7)), the classic iperf3 -w pitfall (esnet/iperf#356)."""
+    if not window_bytes or buffers is None:
+        return ()
+    snd, rcv = buffers
+    notes = []
+    if rcv < 2 * window_bytes:
+        notes.append(f"--window {window_bytes} B was capped to SO_RCVBUF {rcv // 2} B "
+                     "by net.core.rmem_max")
+    if snd < 2 * window_bytes:
+        notes.append(f"--window {window_bytes} B was capped to SO_SNDBUF {snd // 2} B "
+                     "by net.core.wmem_max")
+    return tuple(notes)
+
+
+class _Client:
+    def __init__(self, peer: str, port: int, request: proto.TestRequest,
+                 progress: Progress | None) -> None:
+        self.peer, self.port, self.req, self.progress = peer, port, request, progress
+        try:
+            infos = socket.getaddrinfo(peer, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise ProbeError(f"cannot resolve {peer!r}: {exc.strerror}") from None
+        self.family, _, _, _, self.addr = infos[0]
+        self.remote_records: list[dict] = []
+        self.remote_end: dict | None = None
+        self.control_closed = threading.Event()
+        self.got_end = threading.Event()
+        self.abort = threading.Event()
+        self.buffers: tuple[int, int] | None = None
+
+    # ---- control connection ----------------------------------------------------------------
+    def _connect(self, sock: socket.socket) -> None:
+        sock.settimeout(_CONNECT_TIMEOUT_S)
+        try:
+            sock.connect(self.addr)
+        except ConnectionRefusedError:
+            sock.close()
+            raise ProbeError(f"{self.peer} port {self.port}: connection refused "
+                             "(is `wanprobe reflect` running there?)") from None
+        except TimeoutError:
+            sock.close()
+            raise ProbeError(f"{self.peer} port {self.port}: connect timed out") from None
+        except OSError as exc:
+            sock.close()
+            raise ProbeError(f"{self.peer} port {self.port}: {exc.strerror or exc}") from None
+
+    def _readline(self, rfile, what: str) -> dict:
+        try:
+            line = rfile.readline(proto.MAX_LINE_BYTES)
+        except TimeoutError:
+            raise ProbeError(f"{self.peer}: no {what} from the server in time") from None
+        except OSError as exc:
+            raise ProbeError(f"{self.peer}: control connection failed: {exc.strerror}") from None
+        if not line:
+            raise ProbeError(f"{self.peer} closed the control connection before {what} "
+                             "(not a wanprobe reflector?)")
+        return proto.decode(line)
+
+    def _reader(self, rfile) -> None:
+        try:
+            while True:
+                line = rfile.readline(proto.MAX_LINE_BYTES)
+                if not line:
+                    break
+                msg = proto.decode(line)
+                if msg["op"] == "interval":
+                    self.remote_records.append(msg)
+                elif msg["op"] == "end":
+                    self.remote_end = msg
+                    self.got_end.set()
+                    break
+        except (OSError, ProbeError, ValueError):
+            pass
+        finally:
+            self.control_closed.set()
+
+    # ---- the test --------------------------------------------------------------------------
+    def run(self) -> ThroughputResult:
+        req = self.req
+        ctrl = socket.socket(self.family, socket.SOCK_STREAM)
+        data: list[Stream] = []
+        udp_sock: socket.socket | None = None
+        payload: Payload | None = None
+        try:
+            self._connect(ctrl)
+            ctrl.sendall(proto.MAGIC_CONTROL + proto.encode("hello", version=proto.VERSION,
+                                                            test=req.to_json()))
+            rfile = ctrl.makefile("rb")
+            reply = self._readline(rfile, "reply")
+            if reply["op"] == "refused":
+                raise ProbeError(f"{self.peer} refused the test: {reply.get('error')}")
+            if reply["op"] != "accepted":
+                raise ProbeError(f"{self.peer}: unexpected reply {reply['op']!r}")
+            cookie = bytes.fromhex(reply["cookie"])
+            if req.udp:
+                udp_sock = socket.socket(self.family, socket.SOCK_DGRAM)
+                if req.dscp:
+                    if self.family == socket.AF_INET6:
+                        udp_sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, req.dscp << 2)
+                    else:
+                        udp_sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, req.dscp << 2)
+                udp_sock.connect(self.addr)
+            else:
+                for direction in req.directions():
+                    for i in range(req.streams):
+                        sock = socket.socket(self.family, socket.SOCK_STREAM)
+                        apply_stream_options(sock, cc=req.cc, window_bytes=req.window_bytes,
+                                             dscp=req.dscp, pacing_rate_bps=req.pacing_rate_bps)
+                        self.buffers = buffer_sizes(sock)
+                        self._connect(sock)
+                        sock.settimeout(None)
+                        sock.sendall(proto.pack_data_header(cookie, i, direction))
+                        data.append(Stream(i, direction, sock, sending=direction == proto.UP))
+            ready = self._readline(rfile, "ready")
+            if ready["op"] != "ready":
+                raise ProbeError(f"{self.peer}: unexpected reply {ready['op']!r}")
+            ctrl.settimeout(None)
+            reader = threading.Thread(target=self._reader, args=(rfile,), daemon=True)
+            reader.start()
+            ctrl.sendall(proto.encode("start"))
+            if req.udp:
+                return self._run_udp(ctrl, udp_sock, cookie)
+            if any(s.sending for s in data):
+                payload = Payload()
+            return self._run_tcp(data, payload)
+        finally:
+            self.abort.set()
+            for s in data:
+                if s.thread is None:
+                    s.sock.close()
+            if udp_sock is not None:
+                udp_sock.close()
+            ctrl.close()
+            if payload is not None:
+                payload.close()
+
+    def _run_tcp(self, data: list[Stream], payload: Payload | None) -> ThroughputResult:
+        req = self.req
+        t0 = time.monotonic()
+        cap = max(req.max_bytes // len(data), 1)
+        for s in data:
+            start_stream(s, t_start=t0, duration_s=req.duration_s, max_bytes=cap,
+                         abort=self.abort, payload=payload)
+        local_records: list[dict] = []
+
+        def emit(rec: dict) -> None:
+            local_records.append(rec)
+            if self.progress:
+                secs = rec["end_s"] - rec["start_s"]
+                live = sum(r["bytes"] for r in rec["streams"]) * 8 / secs if secs > 0 else 0.0
+                self.progress(rec["end_s"], live)
+
+        stop = threading.Event()
+        sampler = IntervalSampler(data, t_start=t0, interval_s=req.interval_s, emit=emit,
+                                  stop=stop)
+        sampler.start()
+        hard_end = t0 + req.duration_s + 30.0
+        while not all(s.done.is_set() for s in data) and time.monotonic() < hard_end:
+            time.sleep(0.05)
+            if self.control_closed.is_set() and not self.got_end.is_set():
+                # The server went away: give the streams a moment to notice, then stop.
+                if time.monotonic() > t0 + req.duration_s or any(s.error for s in data):
+                    break
+        stop.set()
+        sampler.join(2.0)
+        self.got_end.wait(_END_WAIT_S if not self.control_closed.is_set() else 0.5)
+        partial = None
+        if self.remote_end is None:
+            partial = "the server stopped reporting before the end of the test"
+        elif any(s.error for s in data):
+            partial = "; ".join(sorted({f"stream {s.stream_id}: {s.error}" for s in data if s.error}))
+        self.abort.set()
+        for s in data:
+            s.done.wait(2.0)
+        keys = {(s.direction, s.stream_id) for s in data}
+        client = _Side(local_records, {(s.direction, s.stream_id): stream_final(s) for s in data},
+                       sampler.cpu_max_percent)
+        remote_finals = {(f["direction"], f["id"]): f for f in (self.remote_end or {}).get("streams", [])}
+        server = _Side(self.remote_records, remote_finals,
+                       (self.remote_end or {}).get("cpu_max_percent") or [])
+        return assemble(peer=self.peer, port=self.port, request=self.req, client=client,
+                        server=server, keys=keys, partial_reason=partial,
+                        notes=window_notes(self.req.window_bytes, self.buffers))
+
+    def _run_udp(self, ctrl: socket.socket, usock: socket.socket, cookie: bytes) -> ThroughputResult:
+        req = self.req
+        state = UdpSendState()
+        t0 = time.monotonic()
+        sender = threading.Thread(target=send_paced, args=(usock, cookie), kwargs=dict(
+            rate_bps=req.udp_rate_bps, duration_s=req.duration_s,
+            packet_bytes=req.udp_packet_bytes, max_bytes=req.max_bytes, state=state,
+            abort=self.abort), daemon=True)
+        sender.start()
+        while sender.is_alive():
+            sender.join(min(req.interval_s, 0.25))
+            if self.progress:
+                elapsed = time.monotonic() - t0
+                self.progress(elapsed, state.bytes * 8 / elapsed if elapsed > 0 else 0.0)
+            if self.control_closed.is_set():
+                self.abort.set()
+        sent_secs = (state.t_last or t0) - (state.t_start or t0)
+        partial = None
+        try:
+            ctrl.sendall(proto.encode("udp_done", packets_sent=state.packets, bytes_sent=state.bytes))
+        except OSError:
+            partial = "the server closed the control connection during the test"
+        self.got_end.wait(_END_WAIT_S)
+        end = (self.remote_end or {}).get("udp")
+        if end is None:
+            partial = partial or "the server stopped reporting before the end of the test"
+            snaps = [r.get("udp") or {} for r in self.remote_records]
+            end = {"packets": sum(s.get("packets", 0) for s in snaps),
+                   "bytes": sum(r["streams"][0]["bytes"] for r in self.remote_records),
+                   "lost_packets": None, "out_of_order": snaps[-1].get("out_of_order", 0) if snaps else 0,
+                   "jitter_ms": snaps[-1].get("jitter_ms") if snaps else None, "seconds": None}
+        lost = end.get("lost_packets")
+        if lost is None:
+            lost = max(state.packets - end["packets"], 0)
+        secs = end.get("seconds") or sent_secs or req.duration_s
+        udp = UdpResult(
+            target_bits_per_second=req.udp_rate_bps,
+            bits_per_second=end["bytes"] * 8 / max(sent_secs, secs, 1e-9),
+            sender_bits_per_second=state.bytes * 8 / sent_secs if sent_secs > 0 else 0.0,
+            packet_bytes=req.udp_packet_bytes, packets_sent=state.packets,
+            packets_received=end["packets"], lost_packets=lost,
+            lost_percent=round(100.0 * lost / state.packets, 4) if state.packets else 0.0,
+            out_of_order=end.get("out_of_order") or 0, jitter_ms=end.get("jitter_ms") or 0.0)
+        client = _Side([], {}, [])
+        server = _Side(self.remote_records, {}, [])
+        return assemble(peer=self.peer, port=self.port, request=req, client=client,
+                        server=server, keys={(proto.UP, 0)}, partial_reason=partial, udp=udp)

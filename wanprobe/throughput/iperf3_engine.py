@@ -1,0 +1,227 @@
+"""`--engine iperf3`: run the iperf3 client (`iperf3 -J`) and map its JSON into ThroughputResult.
+
+Keys per shared/reference/probe-anchors.md §2.2 (iperf_api.c): rtt/min_rtt/mean_rtt in µs,
+snd_cwnd in bytes, retransmits = the sender's tcpi_total_retrans.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+
+from wanprobe.errors import ProbeError, UsageError
+from wanprobe.throughput.result import (
+    DirectionSummary,
+    IntervalResult,
+    StreamResult,
+    ThroughputResult,
+    UdpResult,
+)
+from wanprobe.throughput.verdict import (
+    Verdict,
+    VerdictInput,
+    bdp_bytes,
+    decide,
+    single_stream_buffer_bytes,
+)
+
+DEFAULT_MSS_BYTES = 1448
+
+
+def iperf3_argv(peer: str, *, port: int, duration_s: float, streams: int, reverse: bool,
+                bidir: bool, cc: str | None, window_bytes: int | None, dscp: int,
+                pacing_rate_bps: float | None, udp: bool, udp_rate_bps: float | None,
+                interval_s: float, binary: str = "iperf3") -> list[str]:
+    """The iperf3 client command line for these options."""
+    argv = [binary, "-c", peer, "-p", str(port), "-J", "-t", f"{duration_s:g}",
+            "-i", f"{interval_s:g}", "-P", str(streams)]
+    if reverse:
+        argv.append("-R")
+    if bidir:
+        argv.append("--bidir")
+    if cc:
+        argv += ["-C", cc]
+    if window_bytes:
+        argv += ["-w", str(int(window_bytes))]
+    if dscp:
+        argv += ["--dscp", str(dscp)]
+    if pacing_rate_bps:
+        argv += ["--fq-rate", str(int(pacing_rate_bps))]
+    if udp:
+        argv += ["-u", "-b", str(int(udp_rate_bps or 0))]
+    return argv
+
+
+def _tcp_info_from_iperf3(sender: dict, last_interval: dict | None, mss: int) -> dict:
+    cwnd = sender.get("max_snd_cwnd")
+    return {
+        "rtt_ms": sender["mean_rtt"] / 1000.0 if sender.get("mean_rtt") else None,
+        "min_rtt_ms": sender["min_rtt"] / 1000.0 if sender.get("min_rtt") else None,
+        "rttvar_ms": (last_interval or {}).get("rttvar", 0) / 1000.0 if last_interval else None,
+        "cwnd_packets": int(cwnd // mss) if cwnd else None,
+        "snd_mss_bytes": mss, "total_retrans_packets": sender.get("retransmits"),
+        "bytes_retrans": None, "bytes_sent": sender.get("bytes"), "bytes_acked": None,
+        "delivery_rate_bits_per_second": None, "pacing_rate_bits_per_second": None,
+        "busy_time_ms": None, "rwnd_limited_ms": None, "sndbuf_limited_ms": None,
+        "snd_wnd_bytes": sender.get("max_snd_wnd"), "ca_state": None,
+        "rtt_max_ms": sender["max_rtt"] / 1000.0 if sender.get("max_rtt") else None,
+        "source": "iperf3",
+    }
+
+
+def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: float,
+                      streams_requested: int, window_bytes: int | None, dscp: int,
+                      pacing_rate_bps: float | None, udp_rate_bps: float | None) -> ThroughputResult:
+    """Map an `iperf3 -J` document to a ThroughputResult (pure)."""
+    start, end = doc.get("start") or {}, doc.get("end") or {}
+    test = start.get("test_start") or {}
+    udp = test.get("protocol") == "UDP"
+    reverse = bool(test.get("reverse"))
+    # 3.12 does not echo "bidir" in test_start; the reverse sums give it away.
+    bidir = bool(test.get("bidir")) or "sum_sent_bidir_reverse" in end
+    mss = start.get("tcp_mss_default") or start.get("tcp_mss") or DEFAULT_MSS_BYTES
+    error = doc.get("error")
+    intervals_raw = doc.get("intervals") or []
+    streams: list[StreamResult] = []
+    for i, s in enumerate(end.get("streams") or []):
+        snd, rcv = s.get("sender") or s.get("udp") or {}, s.get("receiver") or s.get("udp") or {}
+        last = None
+        for iv in intervals_raw:
+            for row in iv.get("streams", []):
+                if row.get("socket") == snd.get("socket") and row.get("sender"):
+                    last = row
+        info = None if udp else _tcp_info_from_iperf3(snd, last, mss)
+        streams.append(StreamResult(
+            stream_id=i, direction="server_to_client" if snd.get("sender") is False or (
+                reverse and not bidir) else "client_to_server",
+            bytes_sent=int(snd.get("bytes", 0)), bytes_received=int(rcv.get("bytes", 0)),
+            seconds=float(rcv.get("seconds", 0.0)),
+            bits_per_second=float(rcv.get("bits_per_second", 0.0)),
+            sender_bits_per_second=float(snd.get("bits_per_second", 0.0)),
+            retransmits=snd.get("retransmits"),
+            rtt_mean_ms=info["rtt_ms"] if info else None,
+            rtt_max_ms=info["rtt_max_ms"] if info else None, tcp_info=info))
+    intervals = []
+    for iv in intervals_raw:
+        sm = iv.get("sum") or {}
+        rows = tuple({"id": n, "bytes_received": int(r.get("bytes", 0)),
+                      "bits_per_second": float(r.get("bits_per_second", 0.0)),
+                      "retransmits": r.get("retransmits"),
+                      "rtt_ms": r["rtt"] / 1000.0 if r.get("rtt") else None,
+                      "cwnd_bytes": r.get("snd_cwnd")} for n, r in enumerate(iv.get("streams", [])))
+        intervals.append(IntervalResult(
+            start_s=float(sm.get("start", 0.0)), end_s=float(sm.get("end", 0.0)),
+            bytes_received=int(sm.get("bytes", 0)), bytes_sent=int(sm.get("bytes", 0)),
+            bits_per_second=float(sm.get("bits_per_second", 0.0)),
+            retransmits=sm.get("retransmits"), streams=rows))
+    sent = end.get("sum_sent") or end.get("sum") or {}
+    received = end.get("sum_received") or end.get("sum") or {}
+    udp_result = None
+    if udp:
+        usum = end.get("sum") or {}
+        udp_result = UdpResult(
+            target_bits_per_second=float(udp_rate_bps or test.get("target_bitrate") or 0),
+            bits_per_second=float(received.get("bits_per_second", 0.0)),
+            sender_bits_per_second=float(sent.get("bits_per_second", 0.0)),
+            packet_bytes=int(test.get("blksize") or 0),
+            packets_sent=int(usum.get("packets", 0)),
+            packets_received=int(usum.get("packets", 0)) - int(usum.get("lost_packets", 0)),
+            lost_packets=int(usum.get("lost_packets", 0)),
+            lost_percent=float(usum.get("lost_percent", 0.0)),
+            out_of_order=int(usum.get("out_of_order", 0) or 0),
+            jitter_ms=float(usum.get("jitter_ms", 0.0)))
+    goodput = float(received.get("bits_per_second", 0.0))
+    retrans = sent.get("retransmits")
+    main = [s for s in streams if s.direction == ("server_to_client" if reverse and not bidir
+                                                   else "client_to_server")]
+    min_rtts = [s.tcp_info["min_rtt_ms"] for s in main if s.tcp_info and s.tcp_info["min_rtt_ms"]]
+    mean_rtts = [s.rtt_mean_ms for s in main if s.rtt_mean_ms]
+    cpu = end.get("cpu_utilization_percent") or {}
+    local, remote = cpu.get("host_total"), cpu.get("remote_total")
+    snd_cpu, rcv_cpu = (remote, local) if reverse else (local, remote)
+    bytes_sent = int(sent.get("bytes", 0))
+    vin = VerdictInput(
+        goodput_bps=goodput, streams=max(len(main), 1), bytes_sent=bytes_sent or None,
+        bytes_retrans=int(retrans * mss) if retrans is not None else None,
+        min_rtt_ms=min(min_rtts) if min_rtts else None,
+        srtt_ms=sum(mean_rtts) / len(mean_rtts) if mean_rtts else None, mss_bytes=mss,
+        window_bytes=window_bytes,
+        sender_thread_busy=snd_cpu / 100.0 if snd_cpu is not None else None,
+        receiver_thread_busy=rcv_cpu / 100.0 if rcv_cpu is not None else None,
+        pacing_rate_bps=pacing_rate_bps)
+    verdict = (Verdict("network", {"lost_percent": udp_result.lost_percent},
+                       "UDP at a set rate: see udp.* for loss and jitter")
+               if udp_result else decide(vin))
+    verdict = Verdict(verdict.verdict, {**verdict.evidence, "source": "iperf3 (no TCP_INFO "
+                                        "limited-time counters; retransmit bytes estimated as "
+                                        "retransmits x MSS)"}, verdict.summary)
+    rtt_s = (vin.min_rtt_ms or 0) / 1000.0
+    bdp = bdp_bytes(goodput, rtt_s)
+    rate = goodput
+    rev = None
+    if bidir:
+        rs, rr = end.get("sum_sent_bidir_reverse") or {}, end.get("sum_received_bidir_reverse") or {}
+        rev = DirectionSummary("server_to_client", float(rr.get("bits_per_second", 0.0)),
+                               float(rs.get("bits_per_second", 0.0)), int(rr.get("bytes", 0)),
+                               int(rs.get("bytes", 0)), rs.get("retransmits"))
+    return ThroughputResult(
+        peer=peer, port=port, engine="iperf3", protocol="udp" if udp else "tcp",
+        mode="bidir" if bidir else ("reverse" if reverse else "forward"),
+        cc=end.get("sender_tcp_congestion"), requested_duration_s=requested_duration_s,
+        duration_s=float(received.get("seconds", 0.0)), streams_requested=streams_requested,
+        window_bytes=window_bytes, dscp=dscp, pacing_rate_bps=pacing_rate_bps,
+        bits_per_second=udp_result.bits_per_second if udp_result else goodput,
+        sender_bits_per_second=float(sent.get("bits_per_second", 0.0)),
+        bytes_received=int(received.get("bytes", 0)), bytes_sent=bytes_sent,
+        retransmits=retrans, min_rtt_ms=vin.min_rtt_ms, bdp_bytes=bdp,
+        single_stream_buffer_bytes=single_stream_buffer_bytes(rate, rtt_s), limited_by=verdict,
+        streams=tuple(streams), intervals=tuple(intervals),
+        cpu={"iperf3_cpu_utilization_percent": cpu}, udp=udp_result, reverse=rev,
+        partial=bool(error), partial_reason=error or None)
+
+
+def run_iperf3(peer: str, *, port: int, duration_s: float, streams: int, reverse: bool,
+               bidir: bool, cc: str | None, window_bytes: int | None, dscp: int,
+               pacing_rate_bps: float | None, udp: bool, udp_rate_bps: float | None,
+               interval_s: float, max_bytes: int, progress=None) -> ThroughputResult:
+    """Run `iperf3 -c` and map its result; one-line ProbeError when it cannot run at all."""
+    binary = shutil.which("iperf3")
+    if binary is None:
+        raise UsageError("--engine iperf3 needs the iperf3 client installed")
+    if port == 862:
+        port = 5201  # the wanprobe default is the STAMP port; iperf3 servers listen on 5201
+    argv = iperf3_argv(peer, port=port, duration_s=duration_s, streams=streams, reverse=reverse,
+                       bidir=bidir, cc=cc, window_bytes=window_bytes, dscp=dscp,
+                       pacing_rate_bps=pacing_rate_bps, udp=udp, udp_rate_bps=udp_rate_bps,
+                       interval_s=interval_s, binary=binary)
+    done = threading.Event()
+    if progress:
+        def tick() -> None:
+            t0 = time.monotonic()
+            while not done.wait(0.25):
+                progress(time.monotonic() - t0, None)
+        threading.Thread(target=tick, daemon=True).start()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=duration_s + 30)
+    except subprocess.TimeoutExpired:
+        raise ProbeError(f"iperf3 did not finish within {duration_s + 30:g} s") from None
+    finally:
+        done.set()
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        msg = (proc.stderr or proc.stdout).strip().splitlines()
+        raise ProbeError(f"iperf3 failed: {msg[-1] if msg else 'no output'}") from None
+    if doc.get("error") and not doc.get("intervals"):
+        raise ProbeError(f"iperf3: {doc['error']}")
+    result = parse_iperf3_json(doc, peer=peer, port=port, requested_duration_s=duration_s,
+                               streams_requested=streams, window_bytes=window_bytes, dscp=dscp,
+                               pacing_rate_bps=pacing_rate_bps, udp_rate_bps=udp_rate_bps)
+    if result.bytes_sent > max_bytes:
+        # iperf3 has no byte cap next to -t; report that the cap was exceeded rather than hide it.
+        result = ThroughputResult(**{**result.__dict__, "partial": True,
+                                     "partial_reason": "iperf3 exceeded the byte cap"})
+    return result

@@ -1,0 +1,326 @@
+"""Throughput results (frozen dataclasses) and their assembly from both ends' samples.
+
+Both ends report the same record shapes (see sampler.IntervalSampler and the ``end`` message):
+the receiving end supplies goodput, the sending end supplies bytes written and TCP_INFO.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from wanprobe.throughput.protocol import DOWN, UP
+from wanprobe.throughput.verdict import (
+    Verdict,
+    VerdictInput,
+    bdp_bytes,
+    decide,
+    single_stream_buffer_bytes,
+)
+
+DIRECTION_NAMES = {UP: "client_to_server", DOWN: "server_to_client"}
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    stream_id: int
+    direction: str
+    bytes_sent: int
+    bytes_received: int
+    seconds: float
+    bits_per_second: float          # receiver goodput
+    sender_bits_per_second: float
+    retransmits: int | None
+    rtt_mean_ms: float | None
+    rtt_max_ms: float | None
+    tcp_info: dict | None           # sender TCP_INFO at the end (see sampler.tcp_info_summary)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class IntervalResult:
+    start_s: float
+    end_s: float
+    bytes_received: int
+    bytes_sent: int
+    bits_per_second: float
+    retransmits: int | None
+    streams: tuple[dict, ...]
+
+
+@dataclass(frozen=True)
+class UdpResult:
+    target_bits_per_second: float
+    bits_per_second: float
+    sender_bits_per_second: float
+    packet_bytes: int
+    packets_sent: int
+    packets_received: int
+    lost_packets: int
+    lost_percent: float
+    out_of_order: int
+    jitter_ms: float
+
+
+@dataclass(frozen=True)
+class DirectionSummary:
+    direction: str
+    bits_per_second: float
+    sender_bits_per_second: float
+    bytes_received: int
+    bytes_sent: int
+    retransmits: int | None
+
+
+@dataclass(frozen=True)
+class ThroughputResult:
+    peer: str
+    port: int
+    engine: str
+    protocol: str
+    mode: str
+    cc: str | None
+    requested_duration_s: float
+    duration_s: float
+    streams_requested: int
+    window_bytes: int | None
+    dscp: int
+    pacing_rate_bps: float | None
+    bits_per_second: float
+    sender_bits_per_second: float
+    bytes_received: int
+    bytes_sent: int
+    retransmits: int | None
+    min_rtt_ms: float | None
+    bdp_bytes: int | None
+    single_stream_buffer_bytes: int | None
+    limited_by: Verdict
+    streams: tuple[StreamResult, ...] = ()
+    intervals: tuple[IntervalResult, ...] = ()
+    cpu: dict = field(default_factory=dict)
+    udp: UdpResult | None = None
+    reverse: DirectionSummary | None = None
+    partial: bool = False
+    partial_reason: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["limited_by"] = self.limited_by.to_json()
+        out["streams"] = [asdict(s) for s in self.streams]
+        out["intervals"] = [asdict(i) for i in self.intervals]
+        return _finite(out)
+
+
+def _finite(obj):
+    """JSON has no inf/nan: map them to None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _rate(nbytes: float, seconds: float | None) -> float:
+    return nbytes * 8.0 / seconds if seconds and seconds > 0 else 0.0
+
+
+def _sum_opt(values) -> int | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) if vals else None
+
+
+@dataclass(frozen=True)
+class _Side:
+    """Records and finals reported by one end; ``finals`` keyed by (direction, stream id)."""
+
+    records: list
+    finals: dict
+    cpu_max_percent: list
+
+
+def _stream_result(key, sender: _Side, receiver: _Side) -> StreamResult:
+    direction, sid = key
+    sf, rf = sender.finals.get(key), receiver.finals.get(key)
+    s_rows = [r for rec in sender.records for r in rec["streams"]
+              if (r["direction"], r["id"]) == key and r["sending"]]
+    r_rows = [(rec, r) for rec in receiver.records for r in rec["streams"]
+              if (r["direction"], r["id"]) == key and not r["sending"]]
+    sent = sf["bytes"] if sf else sum(r["bytes"] for r in s_rows)
+    received = rf["bytes"] if rf else sum(r["bytes"] for _, r in r_rows)
+    r_secs = rf["elapsed_s"] if rf and rf.get("elapsed_s") else (r_rows[-1][0]["end_s"] if r_rows else None)
+    s_secs = sf["elapsed_s"] if sf and sf.get("elapsed_s") else (
+        max((rec["end_s"] for rec in sender.records), default=None))
+    info = (sf or {}).get("tcp_info") or next(
+        (r["tcp_info"] for r in reversed(s_rows) if r["tcp_info"]), None)
+    rtts = [r["tcp_info"]["rtt_ms"] for r in s_rows if r["tcp_info"] and r["tcp_info"]["rtt_ms"]]
+    return StreamResult(
+        stream_id=sid, direction=DIRECTION_NAMES[direction], bytes_sent=sent,
+        bytes_received=received, seconds=round(r_secs or 0.0, 6),
+        bits_per_second=_rate(received, r_secs), sender_bits_per_second=_rate(sent, s_secs),
+        retransmits=(info or {}).get("total_retrans_packets"),
+        rtt_mean_ms=round(sum(rtts) / len(rtts), 3) if rtts else None,
+        rtt_max_ms=max(rtts) if rtts else None, tcp_info=info,
+        error=(rf or {}).get("error") or (sf or {}).get("error"))
+
+
+def _intervals(direction: int, sender: _Side, receiver: _Side) -> list[IntervalResult]:
+    by_k: dict[int, dict] = {}
+    for rec in receiver.records:
+        by_k.setdefault(rec["k"], {})["recv"] = rec
+    for rec in sender.records:
+        by_k.setdefault(rec["k"], {})["send"] = rec
+    out = []
+    for k in sorted(by_k):
+        recv, send = by_k[k].get("recv"), by_k[k].get("send")
+        span = recv or send
+        rows = {}
+        for rec, sending in ((recv, False), (send, True)):
+            for r in (rec or {}).get("streams", []):
+                if r["direction"] != direction or r["sending"] != sending:
+                    continue
+                row = rows.setdefault(r["id"], {"id": r["id"], "bytes_received": 0, "bytes_sent": 0})
+                if sending:
+                    row["bytes_sent"] = r["bytes"]
+                    row["tcp_info"] = r["tcp_info"]
+                else:
+                    row["bytes_received"] = r["bytes"]
+        secs = span["end_s"] - span["start_s"]
+        for row in rows.values():
+            row["bits_per_second"] = _rate(row["bytes_received"], secs)
+        streams = tuple(rows[i] for i in sorted(rows))
+        retrans = [(r.get("tcp_info") or {}).get("total_retrans_packets") for r in streams]
+        recv_bytes = sum(r["bytes_received"] for r in streams)
+        out.append(IntervalResult(
+            start_s=span["start_s"], end_s=span["end_s"], bytes_received=recv_bytes,
+            bytes_sent=sum(r["bytes_sent"] for r in streams),
+            bits_per_second=_rate(recv_bytes, secs), retransmits=_sum_opt(retrans),
+            streams=streams))
+    # Per-interval retransmits are cumulative in TCP_INFO; report the interval's increase.
+    prev = 0
+    fixed = []
+    for iv in out:
+        if iv.retransmits is None:
+            fixed.append(iv)
+            continue
+        fixed.append(IntervalResult(**{**asdict(iv), "streams": iv.streams,
+                                       "retransmits": max(iv.retransmits - prev, 0)}))
+        prev = iv.retransmits
+    return fixed
+
+
+def _thread_busy(side: _Side, sending: bool) -> float | None:
+    ratios = [f["cpu_s"] / f["elapsed_s"] for f in side.finals.values()
+              if f["sending"] == sending and f.get("elapsed_s") and f.get("cpu_s") is not None]
+    return max(ratios) if ratios else None
+
+
+def _verdict_input(direction: int, streams: list[StreamResult], intervals: list[IntervalResult],
+                   goodput: float, sender: _Side, receiver: _Side, window_bytes,
+                   pacing_rate_bps) -> VerdictInput:
+    infos = [s.tcp_info for s in streams if s.tcp_info]
+
+    def total(key):
+        return _sum_opt(i.get(key) for i in infos)
+
+    min_rtts = [i["min_rtt_ms"] for i in infos if i.get("min_rtt_ms")]
+    rtts = [r["tcp_info"]["rtt_ms"] for iv in intervals for r in iv.streams
+            if r.get("tcp_info") and r["tcp_info"].get("rtt_ms")]
+    delivery = [sum((r.get("tcp_info") or {}).get("delivery_rate_bits_per_second") or 0
+                    for r in iv.streams) for iv in intervals]
+    wnds = [r["tcp_info"]["snd_wnd_bytes"] for iv in intervals for r in iv.streams
+            if r.get("tcp_info") and r["tcp_info"].get("snd_wnd_bytes")]
+    mss = [i["snd_mss_bytes"] for i in infos if i.get("snd_mss_bytes")]
+    cwnds = [r["tcp_info"]["cwnd_packets"] * r["tcp_info"]["snd_mss_bytes"]
+             for iv in intervals for r in iv.streams
+             if r.get("tcp_info") and r["tcp_info"].get("cwnd_packets")
+             and r["tcp_info"].get("snd_mss_bytes")]
+    span = max((iv.end_s - iv.start_s for iv in intervals), default=0.0)
+    full = sorted(iv.bits_per_second for iv in intervals if iv.end_s - iv.start_s >= 0.99 * span)
+    return VerdictInput(
+        goodput_bps=goodput, streams=max(len(streams), 1),
+        steady_goodput_bps=full[len(full) // 2] if len(full) >= 3 else None,
+        busy_time_ms=total("busy_time_ms"), rwnd_limited_ms=total("rwnd_limited_ms"),
+        sndbuf_limited_ms=total("sndbuf_limited_ms"), bytes_sent=total("bytes_sent"),
+        bytes_retrans=total("bytes_retrans"), min_rtt_ms=min(min_rtts) if min_rtts else None,
+        srtt_ms=sum(rtts) / len(rtts) if rtts else None,
+        mss_bytes=max(mss) if mss else None,
+        delivery_rate_max_bps=max(delivery) if delivery and max(delivery) > 0 else None,
+        window_bytes=window_bytes, snd_wnd_max_bytes=max(wnds) if wnds else None,
+        cwnd_max_bytes=max(cwnds) if cwnds else None,
+        sender_thread_busy=_thread_busy(sender, True),
+        receiver_thread_busy=_thread_busy(receiver, False),
+        sender_core_busy_percent=max(sender.cpu_max_percent, default=None),
+        receiver_core_busy_percent=max(receiver.cpu_max_percent, default=None),
+        pacing_rate_bps=pacing_rate_bps)
+
+
+def summarize_direction(direction: int, keys, sender: _Side, receiver: _Side, *,
+                        window_bytes=None, pacing_rate_bps=None):
+    """Streams, intervals, totals and verdict input for one direction of a test."""
+    streams = [_stream_result(k, sender, receiver) for k in sorted(keys) if k[0] == direction]
+    intervals = _intervals(direction, sender, receiver)
+    received = sum(s.bytes_received for s in streams)
+    sent = sum(s.bytes_sent for s in streams)
+    r_secs = max((s.seconds for s in streams), default=0.0)
+    s_secs = max((f.get("elapsed_s") or 0.0 for k, f in sender.finals.items() if k[0] == direction),
+                 default=0.0) or (intervals[-1].end_s if intervals else 0.0)
+    goodput = _rate(received, r_secs)
+    vin = _verdict_input(direction, streams, intervals, goodput, sender, receiver,
+                         window_bytes, pacing_rate_bps)
+    summary = DirectionSummary(
+        direction=DIRECTION_NAMES[direction], bits_per_second=goodput,
+        sender_bits_per_second=_rate(sent, s_secs), bytes_received=received, bytes_sent=sent,
+        retransmits=_sum_opt(s.retransmits for s in streams))
+    return streams, intervals, summary, vin, r_secs
+
+
+def assemble(*, peer: str, port: int, request, client: _Side, server: _Side, keys,
+             partial_reason: str | None, udp: UdpResult | None = None,
+             notes: tuple[str, ...] = ()) -> ThroughputResult:
+    """Build the ThroughputResult of a wanprobe-engine test from both ends' reports."""
+    main = DOWN if request.reverse else UP
+    ends = {UP: (client, server), DOWN: (server, client)}
+    streams, intervals, summ, vin, secs = summarize_direction(
+        main, keys, *ends[main], window_bytes=request.window_bytes,
+        pacing_rate_bps=request.pacing_rate_bps)
+    reverse = None
+    all_streams = list(streams)
+    if request.bidir:
+        rs, _, reverse, _, _ = summarize_direction(DOWN, keys, *ends[DOWN],
+                                                  window_bytes=request.window_bytes)
+        all_streams += rs
+    if udp is not None:
+        verdict = Verdict("network", {"lost_percent": udp.lost_percent},
+                          "UDP at a set rate: see udp.* for loss and jitter")
+    else:
+        verdict = decide(vin)
+    rtt_s = (vin.min_rtt_ms or 0) / 1000.0
+    rate = max(summ.bits_per_second, vin.delivery_rate_max_bps or 0.0)
+    bdp = bdp_bytes(rate, rtt_s)
+    return ThroughputResult(
+        peer=peer, port=port, engine="wanprobe", protocol="udp" if request.udp else "tcp",
+        mode="bidir" if request.bidir else ("reverse" if request.reverse else "forward"),
+        cc=request.cc or _cc_of(ends[main][0]), requested_duration_s=request.duration_s,
+        duration_s=round(secs if udp is None else request.duration_s, 6),
+        streams_requested=request.streams, window_bytes=request.window_bytes,
+        dscp=request.dscp, pacing_rate_bps=request.pacing_rate_bps,
+        bits_per_second=udp.bits_per_second if udp else summ.bits_per_second,
+        sender_bits_per_second=udp.sender_bits_per_second if udp else summ.sender_bits_per_second,
+        bytes_received=summ.bytes_received, bytes_sent=summ.bytes_sent,
+        retransmits=summ.retransmits, min_rtt_ms=vin.min_rtt_ms, bdp_bytes=bdp,
+        single_stream_buffer_bytes=single_stream_buffer_bytes(rate, rtt_s), limited_by=verdict,
+        streams=tuple(all_streams), intervals=tuple(intervals),
+        cpu={"sender_thread_busy_ratio": vin.sender_thread_busy,
+             "receiver_thread_busy_ratio": vin.receiver_thread_busy,
+             "client_core_busy_max_percent": client.cpu_max_percent,
+             "server_core_busy_max_percent": server.cpu_max_percent},
+        udp=udp, reverse=reverse, partial=partial_reason is not None,
+        partial_reason=partial_reason, notes=tuple(notes))
+
+
+def _cc_of(sender: _Side) -> str | None:
+    """The congestion control the sending sockets actually used."""
+    return next((f.get("cc") for f in sender.finals.values() if f.get("cc")), None)

@@ -1,0 +1,128 @@
+"""Per-interval sampling of stream counters, sender TCP_INFO and per-core CPU busy."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import psutil
+
+from wanprobe.throughput.datapath import Stream
+from wanprobe.throughput.sockopts import read_tcp_info
+from wanprobe.throughput.tcp_info import TcpInfo
+
+MAX_U64 = 2**64 - 1
+
+
+def tcp_info_summary(info: TcpInfo | None) -> dict | None:
+    """The TCP_INFO fields a throughput report carries, converted to unit-carrying names."""
+    if info is None:
+        return None
+
+    def us_to_ms(v: int | None) -> float | None:
+        return None if v is None else v / 1000.0
+
+    def rate_bits(v: int | None) -> float | None:
+        return None if v is None or v >= MAX_U64 else v * 8.0
+
+    min_rtt = info.min_rtt_us if info.min_rtt_us not in (None, 0xFFFFFFFF) else None
+    return {
+        "rtt_ms": us_to_ms(info.rtt_us),
+        "min_rtt_ms": us_to_ms(min_rtt),
+        "rttvar_ms": us_to_ms(info.rttvar_us),
+        "cwnd_packets": info.snd_cwnd,
+        "snd_mss_bytes": info.snd_mss,
+        "total_retrans_packets": info.total_retrans,
+        "bytes_retrans": info.bytes_retrans,
+        "bytes_sent": info.bytes_sent,
+        "bytes_acked": info.bytes_acked,
+        "delivery_rate_bits_per_second": rate_bits(info.delivery_rate),
+        "pacing_rate_bits_per_second": rate_bits(info.pacing_rate),
+        "busy_time_ms": us_to_ms(info.busy_time_us),
+        "rwnd_limited_ms": us_to_ms(info.rwnd_limited_us),
+        "sndbuf_limited_ms": us_to_ms(info.sndbuf_limited_us),
+        "snd_wnd_bytes": info.snd_wnd,
+        "ca_state": info.ca_state,
+    }
+
+
+class CpuBusy:
+    """Per-core busy percentage between successive calls (psutil.cpu_times, no global state)."""
+
+    def __init__(self) -> None:
+        self._last = psutil.cpu_times(percpu=True)
+
+    def sample(self) -> list[float]:
+        now = psutil.cpu_times(percpu=True)
+        out = []
+        for a, b in zip(self._last, now, strict=False):
+            total = sum(b) - sum(a)
+            idle = (b.idle + getattr(b, "iowait", 0.0)) - (a.idle + getattr(a, "iowait", 0.0))
+            out.append(round(100.0 * (1 - idle / total), 1) if total > 0 else 0.0)
+        self._last = now
+        return out
+
+
+class IntervalSampler:
+    """Every ``interval_s`` from ``t_start``, emit one record of the streams' progress.
+
+    Record: ``{"k", "start_s", "end_s", "streams": [{"id", "direction", "sending", "bytes",
+    "tcp_info"}], "cpu_busy_percent": [...]}``; ``bytes`` is the interval's delta (written by
+    the sender, read by the receiver); ``tcp_info`` is sampled on sending sockets only.
+    """
+
+    def __init__(self, streams: list[Stream], *, t_start: float, interval_s: float,
+                 emit: Callable[[dict], None], stop: threading.Event) -> None:
+        self.streams = streams
+        self.t_start = t_start
+        self.interval_s = max(interval_s, 0.05)
+        self.emit = emit
+        self.stop = stop
+        self.cpu = CpuBusy()
+        self.cpu_max_percent: list[float] = []
+        self._last = {id(s): 0 for s in streams}
+        self._thread = threading.Thread(target=self._run, name="wanprobe-sampler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _record(self, k: int, start_s: float, end_s: float) -> dict:
+        rows = []
+        for s in self.streams:
+            total = s.bytes
+            info = read_tcp_info(s.sock) if s.sending and not s.done.is_set() else None
+            if info is None and s.sending and s.done.is_set():
+                info = s.final_tcp_info
+            rows.append({"id": s.stream_id, "direction": s.direction, "sending": s.sending,
+                         "bytes": total - self._last[id(s)], "tcp_info": tcp_info_summary(info)})
+            self._last[id(s)] = total
+        busy = self.cpu.sample()
+        if not self.cpu_max_percent:
+            self.cpu_max_percent = list(busy)
+        else:
+            self.cpu_max_percent = [max(a, b) for a, b in zip(self.cpu_max_percent, busy, strict=False)]
+        return {"k": k, "start_s": round(start_s, 6), "end_s": round(end_s, 6),
+                "streams": rows, "cpu_busy_percent": busy}
+
+    def _run(self) -> None:
+        k = 0
+        while True:
+            boundary = self.t_start + (k + 1) * self.interval_s
+            finished = all(s.done.is_set() for s in self.streams)
+            while not finished and not self.stop.is_set() and time.monotonic() < boundary:
+                time.sleep(min(0.05, max(boundary - time.monotonic(), 0)))
+                finished = all(s.done.is_set() for s in self.streams)
+            end = min(time.monotonic(), boundary) - self.t_start
+            if finished or self.stop.is_set():
+                end = max((s.t_last or self.t_start) - self.t_start for s in self.streams)
+                end = max(end, k * self.interval_s)
+                rec = self._record(k, k * self.interval_s, end)
+                if any(r["bytes"] for r in rec["streams"]) or k == 0:
+                    self.emit(rec)
+                return
+            self.emit(self._record(k, k * self.interval_s, end))
+            k += 1
