@@ -7,7 +7,7 @@
 
 Prints one line per case with both rates and the ratio; exits 1 when a claim is missed.
 Run as root: ``python bench/throughput_vs_iperf3.py [--rounds 5] [--duration 3]``.
-Creates and always deletes its own namespaces (prefix ``wpbench``); touches nothing else.
+Creates and always deletes its own namespaces (prefix ``wptput``); touches nothing else.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _compare(ns_a: str, addr_b: str, *, streams: int, rounds: int, duration_s: f
 
 
 def veth_case(rounds: int, duration_s: float) -> list[tuple[str, float, float, float, bool]]:
-    a, b = f"wpbench{os.getpid()}a", f"wpbench{os.getpid()}b"
+    a, b = f"wptput{os.getpid()}a", f"wptput{os.getpid()}b"
     procs: list[subprocess.Popen] = []
     try:
         for cmd in (["ip", "netns", "add", a], ["ip", "netns", "add", b],
@@ -80,7 +80,7 @@ def veth_case(rounds: int, duration_s: float) -> list[tuple[str, float, float, f
 
 def lab_case(rounds: int, duration_s: float) -> list[tuple[str, float, float, float, bool]]:
     procs: list[subprocess.Popen] = []
-    with Lab(name=f"wpbench{os.getpid()}", rtt_ms=60, rate_bps=100e6) as lab:
+    with Lab(name=f"wptput{os.getpid()}", rtt_ms=60, rate_bps=100e6) as lab:
         try:
             procs = _servers(lab.b.popen, lab.b.addr)
             w, i, r = _compare(lab.a.name, lab.b.addr, streams=1, rounds=rounds,

@@ -47,7 +47,7 @@ timeout = "400ms"
 [counters]
 interval = "2s"
 [baseline]
-min_samples = 8
+min_samples = 6
 recent = 3
 loss_increase = "2%"
 [[peers]]
@@ -109,7 +109,7 @@ methods = ["stamp", "icmp", "tcp"]
     assert abs(p50_s * 1e3 - RTT_MS) <= tol_ms
     assert abs(store_p50 - RTT_MS) <= tol_ms
     assert all(abs(v - RTT_MS) <= tol_ms for v in other.values()), other
-    assert len(rows) >= 15 and all(r[2] == 20 for r in rows)
+    assert len(rows) >= 12 and all(r[2] == 20 for r in rows)
     # counters of namespace a sampled every 2 s: rates stored and exported
     assert counter_samples >= 3, log
     assert 'wanprobe_counter_rate_per_second{counter="rx_packets",source="netdevs.' in metrics

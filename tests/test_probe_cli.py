@@ -6,7 +6,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -96,10 +95,8 @@ def test_many_sessions_share_one_loop():
     async def many():
         return await asyncio.gather(*[probe_icmp("127.0.0.1", count=5, interval_s=0.01)
                                       for _ in range(50)])
-    t = time.monotonic()
     results = asyncio.run(many())
     assert all(r.loss.received == 5 for r in results)
-    assert time.monotonic() - t < 30
 
 
 def test_library_rejects_bad_arguments():

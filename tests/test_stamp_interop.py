@@ -173,3 +173,41 @@ def test_rate_limit_and_tap():
             cli.close()
         st = refl.stats()
     assert got == 5 and st.rate_limited == 15 and st.tapped == 1 and len(seen) == 21
+
+
+def test_concurrent_sessions_share_one_socket_and_loop():
+    with our_reflector() as refl:
+        port = refl.address[1]
+
+        async def many():
+            return await asyncio.gather(*[
+                probe_stamp("127.0.0.1", port=port, count=10, interval_s=0.01, dscp=d % 64)
+                for d in range(20)])
+
+        results = asyncio.run(many())
+    sessions = refl.stats().sessions
+    assert all(r.loss.received == 10 for r in results)
+    assert [r.dscp.at_reflector for r in results] == list(range(20))
+    assert len(sessions) == 20 and len({s.peer_port for s in sessions}) == 1
+    assert len({s.ssid for s in sessions}) == 20 and all(s.rx == 10 for s in sessions)
+
+
+def test_dual_stack_reflector_keeps_dscp_for_ipv4_and_ipv6():
+    try:
+        socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+
+    async def run():
+        refl = Reflector()
+        await refl.start("::", 0)
+        try:
+            port = refl.address[1]
+            return [await probe_stamp(peer, port=port, count=5, interval_s=0.01, dscp=46)
+                    for peer in ("::1", "127.0.0.1")]
+        finally:
+            await refl.close()
+
+    for r in asyncio.run(run()):
+        assert r.loss.received == 5
+        assert (r.dscp.at_reflector, r.dscp.returned, r.dscp.bleached) == (46, 46, "none")

@@ -126,12 +126,12 @@ def test_server_survives_malformed_clients(loopback_server):
                 b'WPTC{"op":"hello","version":1,"test":{"duration_s":1,"streams":"x"}}\n',
                 b"WPTCnot json\n"):
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(raw)
-            s.shutdown(socket.SHUT_WR)
             try:
+                s.sendall(raw)
+                s.shutdown(socket.SHUT_WR)
                 reply = s.makefile("rb").read()
-            except ConnectionResetError:  # closed with our unread bytes pending: fine
-                reply = b""
+            except OSError:  # reset/ENOTCONN: the server dropped a garbage connection early;
+                reply = b""  # fine, as long as it still serves afterwards (checked below)
         if b"hello" in raw:
             assert b'"refused"' in reply and b"malformed" in reply
     r = run_throughput("127.0.0.1", port=port, duration_s=1.0, max_bytes=10**6)

@@ -9,6 +9,10 @@ import sys
 
 import click
 import typer
+from rich.console import Console
+
+from wanprobe import __version__
+from wanprobe.errors import WanprobeError
 
 try:  # typer >= 0.20 vendors its own click fork with its own exception classes
     from typer._click import exceptions as _typer_click
@@ -20,10 +24,6 @@ _NO_ARGS = tuple(
     c for c in (getattr(_typer_click, "NoArgsIsHelpError", None),
                 getattr(click.exceptions, "NoArgsIsHelpError", None)) if c
 )
-from rich.console import Console
-
-from wanprobe import __version__
-from wanprobe.errors import WanprobeError
 
 COMMAND_MODULES = (
     "lab", "demo", "probe", "throughput", "counters", "diagnose", "tune", "nccl",

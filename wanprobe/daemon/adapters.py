@@ -12,7 +12,6 @@ import asyncio
 import importlib
 import os
 import socket
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -217,7 +216,3 @@ def _finding(peer: Peer, t: dict[str, Any]) -> dict[str, Any]:
                          "baseline": t["baseline"], "current": t["current"],
                          "threshold": t["threshold"], "unit": t["unit"], **t["evidence"]},
             "recommendation": rec, "expected_effect": effect, "knobs": [], "impact": None}
-
-
-def now() -> float:
-    return time.time()

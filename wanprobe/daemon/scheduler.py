@@ -1,7 +1,7 @@
 """One asyncio loop schedules everything the daemon measures.
 
-- one task per peer: a probe session per method every ``interval`` ± ``jitter`` (uniform, so
-  a fleet restarted together does not probe in lock-step); the first session starts at a random
+- one task per peer: a probe session per method (side by side) every ``interval`` ± ``jitter``
+  (uniform, so a fleet restarted together does not probe in lock-step); the first at a random
   offset inside the first interval. A session is bounded by its own deadline (packets × spacing
   + timeout + 1 s), so a peer that is down costs one timeout and never delays the others.
 - one throughput task: tests run one at a time (never two at once on any link, so never two on
@@ -166,8 +166,9 @@ class Scheduler:
         await asyncio.sleep(self.rng.uniform(0, self.probe_settings.interval_s))
         while not self._stopping and self._is_current(peer.name):
             started = time.monotonic()
-            for method in peer.methods:
-                await self.probe_once(peer, method)
+            # methods of one peer run side by side (own sockets), so adding icmp/tcp to a
+            # peer does not stretch its stamp interval
+            await asyncio.gather(*(self.probe_once(peer, m) for m in peer.methods))
             elapsed = time.monotonic() - started
             await asyncio.sleep(max(0.0, next_delay_s(self.probe_settings, self.rng) - elapsed))
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -305,10 +304,3 @@ def open_readonly(path: Path | str) -> Store:
     if not path.exists():
         raise StoreError(f"no history at {path} (is the daemon's state_dir right?)")
     return Store(path)
-
-
-def rows_summary(rows: Iterable[ProbeRow]) -> dict[str, Any]:
-    """Counts for a history listing: sessions, errors, first/last timestamp."""
-    rows = list(rows)
-    return {"rows": len(rows), "errors": sum(1 for r in rows if r.error),
-            "first_ts": rows[0].ts if rows else None, "last_ts": rows[-1].ts if rows else None}

@@ -204,6 +204,8 @@ class Reflector:
         if reply.malformed_tlv:
             c["malformed"] += 1
         family = self._sock.family
+        if family == socket.AF_INET6 and addr[0].startswith("::ffff:"):
+            family = socket.AF_INET  # v4-mapped peer: the kernel sends via the IPv4 path
         cmsgs = [ts.tos_cmsg(family, reply.tos)]
         if anc.local_addr and (family == socket.AF_INET6) == (":" in anc.local_addr):
             cmsgs.append(ts.source_cmsg(family, anc.local_addr))
