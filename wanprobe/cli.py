@@ -7,23 +7,18 @@ from __future__ import annotations
 import importlib
 import sys
 
-import click
 import typer
 from rich.console import Console
 
 from wanprobe import __version__
 from wanprobe.errors import WanprobeError
 
-try:  # typer >= 0.20 vendors its own click fork with its own exception classes
-    from typer._click import exceptions as _typer_click
+try:  # typer >= 0.20 vendors its own click fork (and no longer installs click)
+    from typer._click import exceptions as _click_exc
 except ImportError:  # pragma: no cover - older typer on plain click
-    _typer_click = click.exceptions
+    from click import exceptions as _click_exc
 
-_CLICK_ERRORS = tuple({click.ClickException, _typer_click.ClickException})
-_NO_ARGS = tuple(
-    c for c in (getattr(_typer_click, "NoArgsIsHelpError", None),
-                getattr(click.exceptions, "NoArgsIsHelpError", None)) if c
-)
+_NO_ARGS = getattr(_click_exc, "NoArgsIsHelpError", ())
 
 COMMAND_MODULES = (
     "lab", "demo", "probe", "throughput", "counters", "diagnose", "tune", "nccl",
@@ -79,14 +74,14 @@ def main(argv: list[str] | None = None) -> None:
         rv = command.main(args=argv, prog_name="wanprobe", standalone_mode=False)
     except WanprobeError as exc:
         fail(str(exc), exc.exit_code)
-    except (typer.Abort, click.exceptions.Abort):
+    except typer.Abort:
         fail("aborted", 130)
-    except (typer.Exit, click.exceptions.Exit) as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except _NO_ARGS as exc:
         typer.echo(exc.ctx.get_help() if getattr(exc, "ctx", None) else exc.format_message())
         sys.exit(0)
-    except _CLICK_ERRORS as exc:
+    except _click_exc.ClickException as exc:
         fail(exc.format_message(), exc.exit_code)
     except KeyboardInterrupt:
         fail("interrupted", 130)
