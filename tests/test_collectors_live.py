@@ -7,7 +7,6 @@ deleted."""
 
 from __future__ import annotations
 
-import ctypes
 import itertools
 import json
 import os
@@ -27,8 +26,8 @@ from collectors.netlink_link import read_links
 from collectors.rates import rates
 from collectors.snapshot import collect
 from collectors.sysfs_read import read_counter_dir
+from wanprobe.netns import setns
 
-CLONE_NEWNET = 0x40000000
 _n = itertools.count()
 
 
@@ -67,13 +66,12 @@ def socket_in_netns(ns: str) -> socket.socket:
     out: dict = {}
 
     def run():
-        libc = ctypes.CDLL(None, use_errno=True)
         fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
         try:
-            if libc.setns(fd, CLONE_NEWNET) != 0:
-                out["err"] = OSError(ctypes.get_errno(), "setns")
-                return
+            setns(fd)
             out["sock"] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        except OSError as exc:
+            out["err"] = exc
         finally:
             os.close(fd)
 

@@ -8,22 +8,15 @@ guards against an inode reused after a namespace was destroyed.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 import struct
-from pathlib import Path
 
 from wanprobe.errors import PermissionRequired, UsageError
+from wanprobe.netns import NETNS_DIR as NETNS_RUN_DIR
+from wanprobe.netns import current_inode, setns
 
-CLONE_NEWNET = 0x40000000
 SO_NETNS_COOKIE = 71
-NETNS_RUN_DIR = Path("/run/netns")
-
-
-def current_inode() -> int:
-    """Inode of this thread's network namespace."""
-    return os.stat("/proc/thread-self/ns/net").st_ino
 
 
 def current_cookie() -> int | None:
@@ -55,10 +48,9 @@ def enter(name: str) -> int:
     except PermissionError:
         raise PermissionRequired(f"entering network namespace {name!r} needs root") from None
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise PermissionRequired(f"setns into {name!r} failed: {os.strerror(err)}")
+        setns(fd)
+    except OSError as exc:
+        raise PermissionRequired(f"setns into {name!r} failed: {exc.strerror}") from None
     finally:
         os.close(fd)
     return current_inode()

@@ -7,7 +7,6 @@ them and ``ip netns exec`` can run any tool inside.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -17,18 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wanprobe.errors import LabError
-
-NETNS_DIR = Path("/run/netns")
-CLONE_NEWNET = 0x40000000
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def setns(fd: int, nstype: int = CLONE_NEWNET) -> None:
-    """Move the calling *thread* into the namespace open at ``fd`` (setns(2))."""
-    if _libc.setns(fd, nstype) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
+from wanprobe.netns import NETNS_DIR, setns
 
 
 def netns_path(name: str) -> Path:
