@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from wanprobe.errors import WanprobeError
@@ -158,7 +159,7 @@ def _print_table(console: Console, doc: dict) -> None:
     console.print(t)
     console.print(f"ratio after/before: [bold]{doc['ratio']}×[/]")
     for f in doc["findings"][:3]:
-        console.print(f"  [{f['severity']}] {f['title']}: {f['expected_effect']}")
+        console.print(escape(f"  [{f['severity']}] {f['title']}: {f['expected_effect']}"))
     console.print("rollback restored every value" if doc["rollback"]["restored"]
                   else f"rollback differences: {doc['rollback']['differences']}")
 
