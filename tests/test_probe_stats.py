@@ -90,3 +90,32 @@ def test_percentiles_match_numpy_linear():
         a = rng.exponential(5.0, n)
         got = stats.percentiles_sorted(np.sort(a), (0, 50, 90, 99, 100))
         assert got == pytest.approx(np.percentile(a, [0, 50, 90, 99, 100]).tolist())
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 30, 511])
+def test_plain_python_path_matches_numpy(n, monkeypatch):
+    """Small sessions are summarised without numpy; the figures must equal numpy's."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(n)
+    rtts = [60 + rng.expovariate(5.0) for _ in range(n)]
+    # odd n: nothing lost (the all-consecutive fast path); even n: gaps in the sequence
+    seqs = list(range(n)) if n % 2 else sorted(rng.sample(range(2 * n + 2), n))
+    plain = stats.rtt_summary_ms(rtts)
+    jit_plain = stats.ipdv_many_ms(seqs, rtts, rtts[::-1], [1.0])
+    monkeypatch.setattr(stats, "NUMPY_MIN_SAMPLES", 0)
+    ref = stats.rtt_summary_ms(rtts)
+    jit_ref = stats.ipdv_many_ms(seqs, rtts, rtts[::-1], [1.0])
+    a = np.asarray(rtts)
+    assert ref["p99"] == pytest.approx(float(np.percentile(a, 99)), abs=1e-9)
+    assert ref["stdev"] == pytest.approx(float(np.std(a)), abs=1e-9)
+    assert plain.keys() == ref.keys()
+    for k in ref:
+        assert plain[k] == pytest.approx(ref[k], rel=1e-12, abs=1e-12), k
+    assert jit_plain[2] is None and jit_ref[2] is None
+    for p, r in zip(jit_plain[:2], jit_ref[:2], strict=True):
+        assert (p is None) == (r is None)
+        if p is not None:
+            assert p == pytest.approx(r, rel=1e-12)

@@ -28,6 +28,7 @@ MAX_DATAGRAM = 9216            # larger (beyond a 9000-byte jumbo frame) is coun
 SESSION_IDLE_S = 120.0
 MAX_SESSIONS = 65536
 MAX_SOURCES = 65536
+MAX_CMSG_CACHE = 4096
 BATCH = 256                    # datagrams handled per wake-up before yielding to the loop
 
 
@@ -89,6 +90,7 @@ class Reflector:
         self._c = dict.fromkeys(("received", "reflected", "tapped", "short", "oversize",
                                  "malformed", "rate_limited", "send_errors"), 0)
         self._last_sweep = time.monotonic()
+        self._cmsgs: dict[tuple, list] = {}
 
     @property
     def address(self) -> tuple:
@@ -206,9 +208,15 @@ class Reflector:
         family = self._sock.family
         if family == socket.AF_INET6 and addr[0].startswith("::ffff:"):
             family = socket.AF_INET  # v4-mapped peer: the kernel sends via the IPv4 path
-        cmsgs = [ts.tos_cmsg(family, reply.tos)]
-        if anc.local_addr and (family == socket.AF_INET6) == (":" in anc.local_addr):
-            cmsgs.append(ts.source_cmsg(family, anc.local_addr))
+        ckey = (family, reply.tos, anc.local_addr)
+        cmsgs = self._cmsgs.get(ckey)
+        if cmsgs is None:  # a handful of (TOS, local address) pairs: build each once
+            cmsgs = [ts.tos_cmsg(family, reply.tos)]
+            if anc.local_addr and (family == socket.AF_INET6) == (":" in anc.local_addr):
+                cmsgs.append(ts.source_cmsg(family, anc.local_addr))
+            if len(self._cmsgs) >= MAX_CMSG_CACHE:
+                self._cmsgs.clear()
+            self._cmsgs[ckey] = cmsgs
         try:
             self._sock.sendmsg([reply.data], cmsgs, 0, addr)
         except OSError:

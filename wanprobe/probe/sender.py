@@ -34,6 +34,7 @@ from wanprobe.probe.result import ProbeResult
 from wanprobe.probe.stamp_packet import (
     BASE_LEN,
     FLAG_U,
+    NTP_UNIX_OFFSET_S,
     TLV_CLASS_OF_SERVICE,
     TLV_DIRECT_MEASUREMENT,
     TLV_EXTRA_PADDING,
@@ -42,7 +43,6 @@ from wanprobe.probe.stamp_packet import (
     cos_tlv,
     follow_up_tlv,
     ns_from_ntp,
-    ntp_from_ns,
     parse_tlvs,
 )
 
@@ -56,11 +56,15 @@ _BASE = struct.Struct("!IQHH28x")
 _REFL = struct.Struct("!IQHHQIQH2xB3x")
 _DM_HEAD = struct.Struct("!BBHIII")
 _TIMESPEC = struct.Struct("qq")
+_S_TXC = struct.Struct("!I")
+S_TXC_OFFSET = BASE_LEN + 8 + 4   # Direct Measurement TLV: Session-Sender TX count
 SOL_SOCKET, IPPROTO_IP, IPPROTO_IPV6 = socket.SOL_SOCKET, socket.IPPROTO_IP, socket.IPPROTO_IPV6
 # CoS (flags type len word reserved) | DM (flags type len S_TxC R_RxC R_TxC) | Follow-Up
 _OWN_TLVS = struct.Struct("!BBHHHBBHIIIBBHIQ4x")
 OWN_LAYOUT_LEN = BASE_LEN + _OWN_TLVS.size
 _COS_CACHE: dict[int, ClassOfService] = {}
+_NTP_OFFSET_NS = NTP_UNIX_OFFSET_S * 1_000_000_000
+_new_reply = tuple.__new__   # Reply(...) without NamedTuple's keyword handling, on the hot path
 # With many concurrent sessions, wake-ups are coalesced: replies are read at most every
 # COALESCE_S and probes due within COALESCE_S go out together. Kernel timestamps make this free
 # for accuracy (they are taken when the packet moves, not when Python looks at it).
@@ -97,6 +101,8 @@ class _Session:
     template: bytearray = field(default_factory=bytearray)
     on_progress: ProgressFn | None = None
     all_sent: asyncio.Future | None = None
+    cmsgs: list = field(default_factory=list)     # per-session constant control messages
+    dest: tuple = ()
 
     def pending(self) -> int:
         return len(self.tx_user_ns) - len(self.answered)
@@ -163,6 +169,8 @@ class StampSender:
         sess = _Session(peer, port, self._alloc_ssid(), dscp, payload_len, int(timeout_s * 1e9))
         self._by_ssid[sess.ssid] = sess
         sess.template = _template(sess)
+        sess.cmsgs = [ts.tos_cmsg(self.family, dscp << 2)] if dscp else []
+        sess.dest = (peer, port)
         sess.total = total
         sess.interval_s = interval_s
         sess.on_progress = on_progress
@@ -207,24 +215,25 @@ class StampSender:
         heap = self._heap
         many = len(self._by_ssid) > COALESCE_SESSIONS
         horizon = self._loop.time() + (COALESCE_S if many else SEND_AHEAD_S)
+        send, pop, push, tiebreak = self._send, heapq.heappop, heapq.heappush, self._tiebreak
         while heap and heap[0][0] <= horizon:
-            _due, _n, sess = heapq.heappop(heap)
+            sess = pop(heap)[2]
             if sess.cancelled:
                 continue
             seq = sess.next_seq
             try:
-                self._send(sess, seq, sess.template)
+                send(sess, seq, sess.template)
             except ProbeError as exc:
                 sess.cancelled = True
                 if not sess.all_sent.done():
                     sess.all_sent.set_exception(exc)
                 continue
-            sess.next_seq = seq + 1
+            seq += 1
+            sess.next_seq = seq
             if sess.on_progress is not None:
-                sess.on_progress(seq + 1, len(sess.answered), sess.total)
-            if sess.next_seq < sess.total:
-                heapq.heappush(heap, (sess.t0 + sess.next_seq * sess.interval_s,
-                                      next(self._tiebreak), sess))
+                sess.on_progress(seq, len(sess.answered), sess.total)
+            if seq < sess.total:
+                push(heap, (sess.t0 + seq * sess.interval_s, next(tiebreak), sess))
             else:
                 sess.sending = False
                 if not sess.all_sent.done():
@@ -244,12 +253,17 @@ class StampSender:
 
     def _send(self, sess: _Session, seq: int, template: bytearray) -> None:
         now = time.time_ns()
-        _BASE.pack_into(template, 0, seq, ntp_from_ns(now), 0x0001, sess.ssid)
-        struct.pack_into("!I", template, BASE_LEN + 8 + 4, seq + 1)  # DM S_TxC
-        cmsgs = [ts.tos_cmsg(self.family, sess.dscp << 2)] if sess.dscp else []
+        # ntp_from_ns inlined (RFC 5905 §6: 32.32 fixed point from 1900)
+        sec, rem_ns = divmod(now + _NTP_OFFSET_NS, 1_000_000_000)
+        _BASE.pack_into(template, 0, seq, ((sec & 0xFFFFFFFF) << 32)
+                        | ((rem_ns << 32) // 1_000_000_000), 0x0001, sess.ssid)
+        _S_TXC.pack_into(template, S_TXC_OFFSET, seq + 1)  # DM S_TxC
         sess.tx_user_ns[seq] = now
         try:
-            self._sock.sendmsg([template], cmsgs, 0, (sess.peer, sess.port))
+            if sess.cmsgs:
+                self._sock.sendmsg([template], sess.cmsgs, 0, sess.dest)
+            else:
+                self._sock.sendto(template, sess.dest)
         except (BlockingIOError, InterruptedError):
             return  # counted as sent and lost: the host could not send it
         except OSError as exc:
@@ -265,15 +279,20 @@ class StampSender:
         sock = self._sock
         if sock is None:
             return
-        if self.tx_timestamps and self._tx_map:
+        tx_map = self._tx_map
+        if self.tx_timestamps and tx_map:
             for opt_id, tx_ns in ts.read_tx_timestamps(sock):
-                hit = self._tx_map.pop(opt_id, None)
+                hit = tx_map.pop(opt_id, None)
                 if hit is not None:
                     hit[0].tx_kernel_ns[hit[1]] = tx_ns
+        by_ssid = self._by_ssid
+        recv = sock.recvmsg_into
+        anc_size = ts.ANC_BUFSIZE
+        scm_ts, ip_tos, ipv6_tclass = ts.SCM_TIMESTAMPING, ts.IP_TOS, ts.IPV6_TCLASS
         buf = self._buf
         for _ in range(256):
             try:
-                n, ancdata, _flags, addr = sock.recvmsg_into([buf], ts.ANC_BUFSIZE)
+                n, ancdata, _flags, addr = recv([buf], anc_size)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
@@ -282,7 +301,7 @@ class StampSender:
                 continue
             data = buf if n >= BASE_LEN else bytes(buf[:n]) + bytes(BASE_LEN - n)
             rseq, t3, _e, ssid, t2, sseq, _t1, _se, _ttl = _REFL.unpack_from(data)
-            sess = self._by_ssid.get(ssid)
+            sess = by_ssid.get(ssid)
             if sess is None or sess.peer != addr[0]:
                 sess = self._match_without_ssid(addr)
                 if sess is None:
@@ -291,12 +310,12 @@ class StampSender:
                 continue
             rx_ns = tos = None
             for level, typ, cdata in ancdata:  # inline ts.parse_ancillary: the hot path
-                if typ == ts.SCM_TIMESTAMPING and level == SOL_SOCKET:
+                if typ == scm_ts and level == SOL_SOCKET:
                     sec, nsec = _TIMESPEC.unpack_from(cdata)
                     rx_ns = sec * 1_000_000_000 + nsec
-                elif typ == ts.IP_TOS and level == IPPROTO_IP and cdata:
+                elif typ == ip_tos and level == IPPROTO_IP and cdata:
                     tos = cdata[0]
-                elif level == IPPROTO_IPV6 and typ == ts.IPV6_TCLASS:
+                elif level == IPPROTO_IPV6 and typ == ipv6_tclass:
                     tos = cdata[0]
             cos = dm = None
             if n >= OWN_LAYOUT_LEN and data[45] == 4 and data[53] == 5 and data[69] == 7:
@@ -325,13 +344,19 @@ class StampSender:
                         fseq, fts = struct.unpack_from("!IQ", t.value)
                         if fts:
                             sess.follow_up_ns[fseq] = ns_from_ntp(fts)
-            sess.replies.append(Reply(
-                sseq=sseq, reflector_seq=rseq, rx_ns=rx_ns or time.time_ns(),
-                t2_ns=ns_from_ntp(t2) if t2 else None, t3_ns=ns_from_ntp(t3) if t3 else None,
-                tos=tos, cos=cos, reflector_rx_count=dm[1] if dm else None,
-            ))
-            sess.answered.add(sseq)
-            if not sess.sending and sess.pending() <= 0:
+            # ns_from_ntp inlined; field order of Reply: sseq, rx_ns, reflector_seq, t2_ns,
+            # t3_ns, tos, cos, reflector_rx_count
+            sess.replies.append(_new_reply(Reply, (
+                sseq, rx_ns or time.time_ns(), rseq,
+                (t2 >> 32) * 1_000_000_000 - _NTP_OFFSET_NS
+                + (((t2 & 0xFFFFFFFF) * 1_000_000_000) >> 32) if t2 else None,
+                (t3 >> 32) * 1_000_000_000 - _NTP_OFFSET_NS
+                + (((t3 & 0xFFFFFFFF) * 1_000_000_000) >> 32) if t3 else None,
+                tos, cos, dm[1] if dm else None,
+            )))
+            answered = sess.answered
+            answered.add(sseq)
+            if not sess.sending and len(sess.tx_user_ns) <= len(answered):
                 sess.done.set()
         if len(self._by_ssid) > COALESCE_SESSIONS and not self._paused:
             self._paused = True

@@ -51,6 +51,7 @@ MSG_ERRQUEUE = 0x2000
 ANC_BUFSIZE = 512
 _TIMESPEC = struct.Struct("qq")
 _EXT_ERR = struct.Struct("IBBBBII")
+_U32 = struct.Struct("I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,26 +142,30 @@ def source_cmsg(family: int, local_addr: str) -> tuple[int, int, bytes]:
 
 
 def read_tx_timestamps(sock: socket.socket, limit: int = 1024) -> list[tuple[int, int]]:
-    """Drain software TX timestamps from the error queue: [(opt_id, tx_ns), ...]."""
+    """Drain software TX timestamps from the error queue: [(opt_id, tx_ns), ...].
+
+    One recvmsg per stamp (Python has no recvmmsg), so this is on every probe's path: the
+    cmsg checks are ordered by type first and read ``sock_extended_err`` (linux/errqueue.h:
+    u32 errno; u8 origin, type, code, pad; u32 info; u32 data) by offset."""
     out: list[tuple[int, int]] = []
+    recvmsg = sock.recvmsg
+    unpack_ts = _TIMESPEC.unpack_from
+    unpack_u32 = _U32.unpack_from
+    sol_socket = socket.SOL_SOCKET
     for _ in range(limit):
         try:
-            _data, ancdata, _flags, _addr = sock.recvmsg(0, ANC_BUFSIZE, MSG_ERRQUEUE)
-        except (BlockingIOError, InterruptedError):
-            break
-        except OSError:
+            ancdata = recvmsg(0, ANC_BUFSIZE, MSG_ERRQUEUE)[1]
+        except OSError:  # BlockingIOError: queue drained; anything else: stop for now
             break
         ts_ns = opt_id = None
         for level, typ, data in ancdata:
-            if level == socket.SOL_SOCKET and typ == SCM_TIMESTAMPING and len(data) >= 16:
-                sec, nsec = _TIMESPEC.unpack_from(data)
+            if typ == SCM_TIMESTAMPING and level == sol_socket and len(data) >= 16:
+                sec, nsec = unpack_ts(data)
                 ts_ns = sec * 1_000_000_000 + nsec
-            elif ((level == socket.IPPROTO_IP and typ == IP_RECVERR)
-                  or (level == socket.IPPROTO_IPV6 and typ == IPV6_RECVERR)) \
-                    and len(data) >= _EXT_ERR.size:
-                _errno, origin, _t, _c, _p, _info, data_id = _EXT_ERR.unpack_from(data)
-                if origin == SO_EE_ORIGIN_TIMESTAMPING:
-                    opt_id = data_id
+            elif (typ == IP_RECVERR and level == socket.IPPROTO_IP
+                  or typ == IPV6_RECVERR and level == socket.IPPROTO_IPV6) \
+                    and len(data) >= _EXT_ERR.size and data[4] == SO_EE_ORIGIN_TIMESTAMPING:
+                opt_id = unpack_u32(data, 12)[0]
         if ts_ns and opt_id is not None:
             out.append((opt_id, ts_ns))
     return out
