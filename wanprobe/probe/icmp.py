@@ -70,8 +70,7 @@ class IcmpSender:
         self._loop = None
         self._by_ident: dict[int, _Session] = {}
         self._next_ident = random.randint(1, 0xFFFF)
-        self._tx_id = 0
-        self._tx_map: dict[int, tuple[_Session, int]] = {}
+        self._tx_stamps = ts.TxStampTracker()  # OPT_ID -> (session, seq)
 
     def open(self) -> None:
         if self._sock is not None:
@@ -127,8 +126,7 @@ class IcmpSender:
                     await asyncio.wait_for(sess.done.wait(), timeout_s)
         finally:
             self._by_ident.pop(sess.ident, None)
-            for k in [k for k, v in self._tx_map.items() if v[0] is sess]:
-                del self._tx_map[k]
+            self._tx_stamps.forget(sess)
         return summarize(
             method="icmp", peer=peer, port=None, started_ns=started_ns,
             duration_s=loop.time() - t0, interval_s=interval_s, size_bytes=size, dscp=dscp,
@@ -156,18 +154,15 @@ class IcmpSender:
                 return
             raise ProbeError(f"cannot send ICMP to {sess.peer}: {exc.strerror}") from None
         if self.tx_timestamps:
-            self._tx_map[self._tx_id] = (sess, seq)
-            self._tx_id = (self._tx_id + 1) & 0xFFFFFFFF
+            self._tx_stamps.sent((sess, seq))
 
     def _on_readable(self) -> None:
         sock = self._sock
         if sock is None:
             return
-        if self.tx_timestamps and self._tx_map:
-            for opt_id, tx_ns in ts.read_tx_timestamps(sock):
-                hit = self._tx_map.pop(opt_id, None)
-                if hit is not None:
-                    hit[0].tx_kernel_ns[hit[1]] = tx_ns
+        if self.tx_timestamps and self._tx_stamps.pending:
+            for (stamped, seq), tx_ns in self._tx_stamps.drain(sock):
+                stamped.tx_kernel_ns[seq] = tx_ns
         for _ in range(256):
             try:
                 data, ancdata, _flags, addr = sock.recvmsg(65536, ts.ANC_BUFSIZE)

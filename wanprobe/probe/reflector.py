@@ -84,8 +84,8 @@ class Reflector:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._buf = bytearray(max_datagram + 1)
         self._sessions: dict[tuple, list] = {}  # key -> [rx, tx, last_seen_s, follow_up]
-        self._tx_id = 0
-        self._tx_map: dict[int, tuple[list, int]] = {}   # OPT_ID -> (session, reflector seq)
+        # OPT_ID -> (session, reflector seq); emptied when stamps are not coming (no TX stamping)
+        self._tx_stamps = ts.TxStampTracker(max_pending=4 * BATCH)
         self._buckets: dict[str, list[float]] = {}    # source -> [tokens, last_s]
         self._c = dict.fromkeys(("received", "reflected", "tapped", "short", "oversize",
                                  "malformed", "rate_limited", "send_errors"), 0)
@@ -137,7 +137,7 @@ class Reflector:
         if sock is None:
             return
         for _ in range(BATCH):
-            if self._tx_map:  # stamps of replies just sent, before a queued request needs them
+            if self._tx_stamps.pending:  # stamps of replies just sent, before a request needs them
                 self._read_tx_stamps()
             try:
                 nbytes, ancdata, flags, addr = sock.recvmsg_into([self._buf], ts.ANC_BUFSIZE)
@@ -154,10 +154,8 @@ class Reflector:
             self._sweep(now)
 
     def _read_tx_stamps(self) -> None:
-        for opt_id, tx_ns in ts.read_tx_timestamps(self._sock, limit=BATCH):
-            hit = self._tx_map.pop(opt_id, None)
-            if hit is not None:
-                hit[0][3] = (hit[1], ntp_from_ns(tx_ns))
+        for (sess, seq), tx_ns in self._tx_stamps.drain(self._sock, limit=BATCH):
+            sess[3] = (seq, ntp_from_ns(tx_ns))
 
     def _handle(self, nbytes: int, ancdata: list, flags: int, addr: tuple) -> None:
         c = self._c
@@ -224,10 +222,7 @@ class Reflector:
             return
         sess[1] += 1
         c["reflected"] += 1
-        if len(self._tx_map) > 4 * BATCH:  # stamps are not coming (no TX stamping here)
-            self._tx_map.clear()
-        self._tx_map[self._tx_id] = (sess, sess[0] - 1)
-        self._tx_id = (self._tx_id + 1) & 0xFFFFFFFF
+        self._tx_stamps.sent((sess, sess[0] - 1))
 
     def _allow(self, source: str) -> bool:
         now = time.monotonic()

@@ -118,8 +118,7 @@ class StampSender:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._by_ssid: dict[int, _Session] = {}
         self._next_ssid = random.randint(1, 0xFFFF)
-        self._tx_id = 0
-        self._tx_map: dict[int, tuple[_Session, int]] = {}
+        self._tx_stamps = ts.TxStampTracker()  # OPT_ID -> (session, seq)
         self._buf = bytearray(65536)
         self._heap: list = []
         self._tiebreak = itertools.count()
@@ -189,8 +188,7 @@ class StampSender:
             sess.sending = False
             sess.cancelled = True
             self._by_ssid.pop(sess.ssid, None)
-            for k in [k for k, v in self._tx_map.items() if v[0] is sess]:
-                del self._tx_map[k]
+            self._tx_stamps.forget(sess)
         if on_progress is not None:
             on_progress(total, len(sess.answered), total)
         return summarize(
@@ -271,20 +269,16 @@ class StampSender:
                 return  # the probe is lost
             raise ProbeError(f"cannot send to {sess.peer}:{sess.port}: {exc.strerror}") from None
         if self.tx_timestamps:
-            self._tx_map[self._tx_id] = (sess, seq)
-            self._tx_id = (self._tx_id + 1) & 0xFFFFFFFF
+            self._tx_stamps.sent((sess, seq))
 
     # -- receive path --------------------------------------------------------------------------
     def _on_readable(self) -> None:
         sock = self._sock
         if sock is None:
             return
-        tx_map = self._tx_map
-        if self.tx_timestamps and tx_map:
-            for opt_id, tx_ns in ts.read_tx_timestamps(sock):
-                hit = tx_map.pop(opt_id, None)
-                if hit is not None:
-                    hit[0].tx_kernel_ns[hit[1]] = tx_ns
+        if self.tx_timestamps and self._tx_stamps.pending:
+            for (stamped, seq), tx_ns in self._tx_stamps.drain(sock):
+                stamped.tx_kernel_ns[seq] = tx_ns
         by_ssid = self._by_ssid
         recv = sock.recvmsg_into
         anc_size = ts.ANC_BUFSIZE

@@ -169,3 +169,44 @@ def read_tx_timestamps(sock: socket.socket, limit: int = 1024) -> list[tuple[int
         if ts_ns and opt_id is not None:
             out.append((opt_id, ts_ns))
     return out
+
+
+class TxStampTracker:
+    """Pairs kernel TX software stamps with what was sent (sender, ICMP sender and reflector).
+
+    With SOF_TIMESTAMPING_OPT_ID the kernel numbers every datagram sent on the socket from 0
+    (u32, wrapping; Documentation/networking/timestamping.rst), so a local counter advanced on
+    each *successful* send predicts the id its stamp will carry. ``max_pending`` bounds the map
+    when stamps never come (no TX stamping on this host): it is then simply emptied.
+    """
+
+    __slots__ = ("_next_id", "pending", "max_pending")
+
+    def __init__(self, max_pending: int | None = None) -> None:
+        self._next_id = 0
+        self.pending: dict[int, object] = {}
+        self.max_pending = max_pending
+
+    def sent(self, what: object) -> None:
+        """Record that one datagram, identified by ``what``, has just been sent."""
+        pending = self.pending
+        if self.max_pending is not None and len(pending) > self.max_pending:
+            pending.clear()
+        pending[self._next_id] = what
+        self._next_id = (self._next_id + 1) & 0xFFFFFFFF
+
+    def drain(self, sock: socket.socket, limit: int = 1024) -> list[tuple[object, int]]:
+        """Read the stamps waiting on ``sock``: [(what, tx_ns), ...] for the ones we sent."""
+        pop = self.pending.pop
+        out = []
+        for opt_id, tx_ns in read_tx_timestamps(sock, limit):
+            what = pop(opt_id, None)
+            if what is not None:
+                out.append((what, tx_ns))
+        return out
+
+    def forget(self, owner: object) -> None:
+        """Drop pending entries ``(owner, ...)`` whose stamps nobody will wait for any more."""
+        pending = self.pending
+        for k in [k for k, v in pending.items() if v[0] is owner]:
+            del pending[k]
