@@ -6,26 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
+from wanprobe.demo_story import start_reflector
+
 pytestmark = pytest.mark.netns
-
-
-def start_reflector(lab) -> subprocess.Popen:
-    proc = lab.b.popen([sys.executable, "-m", "wanprobe", "reflect", "--bind", lab.b.addr],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        ss = lab.b.run(["ss", "-Hltn", "sport = :862"], capture_output=True, text=True)
-        if ss.stdout.strip():
-            return proc
-        if proc.poll() is not None:
-            raise AssertionError(f"reflector exited: {proc.stderr.read()}")
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("reflector did not start listening")
 
 
 def diagnose_in_a(lab, *extra) -> dict:

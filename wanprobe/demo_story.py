@@ -57,7 +57,8 @@ def _set_untuned(end) -> None:
             raise WanprobeError(f"demo: cannot set {key} in {end.name}: {r.stderr.strip()}")
 
 
-def _start_reflector(lab) -> subprocess.Popen:
+def start_reflector(lab) -> subprocess.Popen:
+    """`wanprobe reflect` in lab namespace b, returned once it listens on TCP 862."""
     proc = lab.b.popen([sys.executable, "-m", "wanprobe", "reflect", "--bind", lab.b.addr],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 15
@@ -97,7 +98,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                           + ", ".join(f"{k.split('.')[-1]}={v}" for k, v in UNTUNED.items()))
             for end in (lab.a, lab.b):
                 _set_untuned(end)
-            reflector = _start_reflector(lab)
+            reflector = start_reflector(lab)
             try:
                 console.print("measuring before …")
                 doc["before"] = _throughput(lab, duration_s)
