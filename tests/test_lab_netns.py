@@ -119,8 +119,12 @@ def test_ping_median_matches_configured_rtt(lab_factory, rtt_ms):
     samples = rtts_ms(r.stdout)
     assert len(samples) >= 55, r.stdout
     err = median(samples) - rtt_ms
-    print(f"rtt {rtt_ms} ms: ping median error {err:+.3f} ms")
+    stats = lab.stats()
+    print(f"rtt {rtt_ms} ms: ping median error {err:+.3f} ms; "
+          f"arrival stamps {stats['ab'].get('arrival_stamps')} {stats['ba'].get('arrival_stamps')}")
     assert abs(err) <= 0.5 + 0.01 * rtt_ms
+    for d in ("ab", "ba"):  # every packet's delay counted from its kernel entry stamp
+        assert stats[d]["arrival_stamps"]["stamped"] == stats[d]["packets"] > 60, stats[d]
 
 
 def test_jitter_keeps_fifo_order_unless_reorder_requested(lab_factory):

@@ -11,6 +11,7 @@ from scapy.layers.inet import IP, TCP
 
 from wanprobe.errors import UsageError
 from wanprobe.lab import PROFILES, packet
+from wanprobe.lab.arrivals import MATCH_BYTES, ArrivalStamps
 from wanprobe.lab.delayline import DelayLine, wake_estimates
 from wanprobe.lab.lab import effective_caps, resolve_settings, validate_name
 from wanprobe.lab.settings import LinkSettings
@@ -238,3 +239,20 @@ def test_calibration_offset_is_half_the_low_quartile_bias_and_bounded():
     assert offset_ns([9 * ms] * 5, 10) == 0  # never lengthen the configured delay
     assert offset_ns([20 * ms] * 5, 10) == MAX_OFFSET_NS
     assert offset_ns([], 10) == 0
+
+
+def test_arrival_stamps_pair_frames_in_order_and_skip_dropped_ones():
+    """Stamps are taken before the TUN ring; a frame the ring dropped leaves a stamp that the
+    next frame's match must skip, and a frame with no stamp gets None (read time is used)."""
+    stamps = ArrivalStamps.__new__(ArrivalStamps)
+    stamps.counters = {"stamped": 0, "unmatched": 0, "skipped": 0}
+    stamps.drain = lambda: None
+    frames = [bytes([0x45, 0, 0, 60, i]) + bytes(MATCH_BYTES) for i in range(4)]
+    import collections
+    stamps.pending = collections.deque((f[:MATCH_BYTES], 1000 + i) for i, f in enumerate(frames))
+    assert stamps.arrival_ns(frames[0]) == 1000
+    assert stamps.arrival_ns(frames[2]) == 1002       # frames[1] was dropped by the ring
+    assert stamps.arrival_ns(frames[1]) is None       # its stamp is gone with it
+    assert stamps.arrival_ns(frames[3] + b"payload") == 1003
+    assert stamps.counters == {"stamped": 3, "unmatched": 1, "skipped": 1}
+    assert not stamps.pending

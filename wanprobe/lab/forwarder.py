@@ -11,11 +11,14 @@ DSCP bleaching, then a release time ``now + rtt/2 + jitter`` (Gaussian, clipped 
 times never go backwards within a direction (a real path is FIFO) unless the packet is picked
 for reordering, in which case it overtakes the previous 1 ms of traffic.
 
-Timing: packets wait in one heap; a select() loop sleeps until shortly before the next release
-and spins the rest. The process learns how late select() wakes on this host (timer slack set to
-1 ns; on a VM wake-ups take ~0.05-0.3 ms): it spins for 1.5x the 75th percentile of that
-lateness, and credits the median lateness to packets that woke it from sleep (they reached the
-TUN that long before read() saw them). It runs at a low SCHED_FIFO priority, as netem runs in
+Timing: a packet's delay counts from the kernel's stamp of its entry into the TUN (an
+AF_PACKET socket per TUN, arrivals.py), not from the read() that found it, so the forwarder's
+own wake-up (0.05-0.3 ms on a VM, sometimes milliseconds) is not added to a reply that had to
+wake it, as it is not added to an ICMP echo reply made inside the forwarder's write(). Packets
+wait in one heap; a select() loop sleeps until shortly before the next release and spins the
+rest. The process learns how late select() wakes on this host (timer slack set to 1 ns): it
+spins for 1.5x the 75th percentile of that lateness; without arrival stamps it also credits the
+median lateness to packets that woke it. It runs at a low SCHED_FIFO priority, as netem runs in
 softirq context, so ordinary load on a shared host does not delay releases.
 
 Throughput: TCP GSO super-packets (TUN offload, see tun.py) are forwarded whole with their
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -40,6 +44,7 @@ import sys
 import time
 from pathlib import Path
 
+from wanprobe.lab.arrivals import ArrivalStamps
 from wanprobe.lab.delayline import (
     SPIN_MAX_NS,
     WAKE_WINDOW,
@@ -65,6 +70,7 @@ class Forwarder:
         settings = LinkSettings.from_json(json.loads(args.settings)).validated()
         self.ns_inodes = {}
         fds = []
+        stamps: list[ArrivalStamps | None] = []
         home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         try:
             for ns in (args.ns_a, args.ns_b):
@@ -78,10 +84,16 @@ class Forwarder:
                     with open("/proc/sys/net/ipv6/conf/default/disable_ipv6", "w") as f:
                         f.write("1")
                 fds.append(open_tun(args.ifname, offload=not args.no_offload))
+                try:
+                    stamps.append(ArrivalStamps(args.ifname))
+                except OSError as exc:  # no AF_PACKET: fall back to read time minus wake-up
+                    print(f"forwarder: no arrival stamps ({exc})", file=sys.stderr)
+                    stamps.append(None)
         finally:
             setns(home)
             os.close(home)
         self.line = DelayLine(fds[0], fds[1], settings, offload=not args.no_offload)
+        self.line.ab.arrivals, self.line.ba.arrivals = stamps
         self.ctl = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(args.control)
@@ -219,6 +231,9 @@ class Forwarder:
             os.unlink(self.args.control)
         os.close(self.line.ab.src_fd)
         os.close(self.line.ba.src_fd)
+        for d in (self.line.ab, self.line.ba):
+            if d.arrivals is not None:
+                d.arrivals.close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -252,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         print(f"error: {' '.join(str(exc).split())}", flush=True)
         return 1
+    # A full collection walks every live object (imports included) and takes milliseconds in
+    # which no packet moves; the packet path makes no reference cycles, so freeze what start-up
+    # built and let only young objects be collected.
+    gc.collect()
+    gc.freeze()
     print("ready", flush=True)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
