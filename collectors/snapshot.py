@@ -31,22 +31,14 @@ from collectors.qdisc import read_qdiscs, read_qdiscs_raw
 from collectors.sample import CollectError, CounterSet, SourceStatus, units_json
 from collectors.sysfs_ecn import EcnConfig
 from collectors.sysfs_infiniband import RdmaDevice, iboe_mtu_bytes
+from collectors.sysfs_net import NetdevSysfs
 
 
 @dataclass(frozen=True)
-class Netdev:
-    """One network device: sysfs attributes and statistics, ethtool counters, rings, ECN/DCB."""
+class Netdev(NetdevSysfs):
+    """One network device: its sysfs attributes and statistics (NetdevSysfs; ``stats`` falls
+    back to netlink's IFLA_STATS64 where sysfs has none), ethtool counters, rings, ECN/DCB."""
 
-    name: str
-    path: str
-    ifindex: int | None
-    mtu: int | None
-    operstate: str | None
-    speed_mbps: int | None
-    carrier_changes: int | None
-    driver: str | None
-    qos_trust: str | None
-    stats: CounterSet | None
     ethtool: CounterSet | None = None
     ethtool_source: str | None = None
     rings: RingParams | None = None
@@ -290,10 +282,8 @@ class Collector:
                 errors += errs
             link = links.get(name)
             netdevs[name] = Netdev(
-                name=name, path=sd.path, ifindex=sd.ifindex, mtu=sd.mtu, operstate=sd.operstate,
-                speed_mbps=sd.speed_mbps, carrier_changes=sd.carrier_changes, driver=sd.driver,
-                qos_trust=sd.qos_trust,
-                stats=sd.stats if sd.stats else (link.stats if link else None),
+                **{**vars(sd), "name": name,
+                   "stats": sd.stats if sd.stats else (link.stats if link else None)},
                 ethtool=ethtool_stats.get(name),
                 ethtool_source=ethtool_source if name in ethtool_stats else None,
                 rings=rings.get(name), ecn=ecn, dcb=dcb_cfg, link=link,

@@ -76,7 +76,7 @@ def test_read_dcb_with_a_stand_in_binary(tmp_path):
     cfg, errors = read_dcb("p0", _fake_dcb(tmp_path, PFC_JSON))
     assert errors == [] and cfg.pfc_enabled[3] is True and cfg.apptrust == {"order": ["dscp", "pcp"]}
     nd = Netdev(name="p0", path="", ifindex=1, mtu=1500, operstate="up", speed_mbps=None,
-                carrier_changes=0, driver=None, qos_trust=None, stats=None, dcb=cfg)
+                carrier_changes=0, tx_queue_len=None, driver=None, qos_trust=None, stats=None, dcb=cfg)
     assert pfc_priorities(nd) == {3}                 # dcb wins over ethtool-name inference
     garbage, errors = read_dcb("p0", _fake_dcb(tmp_path / "g", "not json"))
     assert garbage is None and errors[0].reason.startswith("garbage")

@@ -57,7 +57,7 @@ def test_non_wrapping_counter_decrease_is_reset():
 def _snap(mono, values, widths, ifindex=7):
     cs = CounterSet("/x/statistics", values, widths=widths)
     nd = Netdev(name="e0", path="/x", ifindex=ifindex, mtu=1500, operstate="up", speed_mbps=None,
-                carrier_changes=0, driver=None, qos_trust=None, stats=cs)
+                carrier_changes=0, tx_queue_len=None, driver=None, qos_trust=None, stats=cs)
     return Snapshot(taken_at_s=0, monotonic_s=mono, sys_root="/s", proc_root="/p", netns=None,
                     netdevs={"e0": nd})
 

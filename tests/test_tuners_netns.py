@@ -17,6 +17,7 @@ import pytest
 from conftest import new_lab_name
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tuner_cases import sysctl_plans
 
 from tuners.knob import Change
 from tuners.plan import Plan, host_id, now_iso, save
@@ -224,29 +225,9 @@ def test_kernel_refusal_midway_restores_earlier_changes(netns, tmp_path: Path) -
     assert "2 restored" in out["error"] and out["snap"] == before == snapshot(ns)
 
 
-SYSCTL_VALUES = {
-    "net.ipv4.tcp_rmem": st.tuples(st.integers(4096, 16384), st.integers(16384, 2**20),
-                                   st.integers(2**21, 2**28)).map(lambda t: " ".join(map(str, t))),
-    "net.ipv4.tcp_wmem": st.tuples(st.integers(4096, 16384), st.integers(16384, 2**20),
-                                   st.integers(2**21, 2**28)).map(lambda t: " ".join(map(str, t))),
-    "net.ipv4.tcp_congestion_control": st.sampled_from(["reno", "bbr"]),
-    "net.ipv4.tcp_mtu_probing": st.sampled_from(["0", "1", "2"]),
-    "net.ipv4.tcp_slow_start_after_idle": st.sampled_from(["0", "1"]),
-    "net.ipv4.tcp_notsent_lowat": st.integers(1, 2**32 - 1).map(str),
-    "net.ipv4.tcp_no_metrics_save": st.sampled_from(["0", "1"]),
-    "net.ipv4.tcp_ecn": st.sampled_from(["0", "1", "2"]),
-}
-
-
-@st.composite
-def live_plans(draw):
-    keys = draw(st.lists(st.sampled_from(sorted(SYSCTL_VALUES)), min_size=1, max_size=8, unique=True))
-    return [[k, draw(SYSCTL_VALUES[k])] for k in keys]
-
-
 @settings(max_examples=12, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(changes=live_plans(), fail_at=st.integers(0, 8), mode=st.sampled_from(["error", "kill", "none"]))
+@given(changes=sysctl_plans(buffer_max_bytes=2**28), fail_at=st.integers(0, 8), mode=st.sampled_from(["error", "kill", "none"]))
 def test_property_live_any_plan_any_failure(netns, tmp_path_factory, changes, fail_at, mode) -> None:
     ns = netns()  # a fresh namespace per example; all are deleted after the test
     state = str(tmp_path_factory.mktemp("st"))

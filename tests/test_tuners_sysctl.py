@@ -6,39 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from tuner_cases import make_proc
 
 from tuners.from_report import build_plan
 from tuners.knob import Change, Skip, same_value
 from tuners.plan import Plan
 from tuners.sysctl import SysctlTuner
 from wanprobe.errors import ConfigError
-
-# What a fresh non-init namespace on the CI kernel shows (tcp-tuning.md §4.1): rmem_max present
-# but read-only, default_qdisc and netdev_max_backlog absent, cc restricted to reno/bbr.
-NETNS_TREE = {
-    "net/ipv4/tcp_rmem": "4096\t131072\t6291456",
-    "net/ipv4/tcp_wmem": "4096\t16384\t4194304",
-    "net/ipv4/tcp_congestion_control": "reno",
-    "net/ipv4/tcp_available_congestion_control": "reno bbr cubic",
-    "net/ipv4/tcp_allowed_congestion_control": "reno bbr",
-    "net/ipv4/tcp_mtu_probing": "0",
-    "net/ipv4/tcp_slow_start_after_idle": "1",
-    "net/ipv4/tcp_notsent_lowat": "4294967295",
-    "net/ipv4/tcp_no_metrics_save": "0",
-    "net/core/rmem_max": "212992",
-    "net/core/wmem_max": "212992",
-}
-READ_ONLY = ("net/core/rmem_max", "net/core/wmem_max")
-
-
-def make_proc(root: Path, tree: dict[str, str] = NETNS_TREE) -> Path:
-    for rel, value in tree.items():
-        p = root / "sys" / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(value + "\n")
-        if rel in READ_ONLY:
-            p.chmod(0o444)
-    return root
 
 
 def report(*knobs: dict) -> dict:

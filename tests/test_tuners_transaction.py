@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tuner_cases import make_proc, sysctl_plans
 
 from tuners import transaction
 from tuners.journal import JournalStore
@@ -18,29 +19,6 @@ from tuners.knob import Change
 from tuners.plan import Plan, host_id, now_iso
 from tuners.sysctl import SysctlTuner
 from wanprobe.errors import ConfigError, TuneError
-
-TREE = {
-    "net/ipv4/tcp_rmem": "4096\t131072\t6291456",
-    "net/ipv4/tcp_wmem": "4096\t16384\t4194304",
-    "net/ipv4/tcp_congestion_control": "reno",
-    "net/ipv4/tcp_available_congestion_control": "reno bbr cubic",
-    "net/ipv4/tcp_allowed_congestion_control": "reno bbr",
-    "net/ipv4/tcp_mtu_probing": "0",
-    "net/ipv4/tcp_slow_start_after_idle": "1",
-    "net/ipv4/tcp_notsent_lowat": "4294967295",
-    "net/ipv4/tcp_no_metrics_save": "0",
-    "net/ipv4/tcp_ecn": "2",
-    "net/core/rmem_max": "212992",
-}
-
-
-def make_proc(root: Path) -> Path:
-    for rel, value in TREE.items():
-        p = root / "sys" / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(value + "\n")
-    (root / "sys/net/core/rmem_max").chmod(0o444)
-    return root
 
 
 def snapshot(proc: Path) -> dict[str, str]:
@@ -208,28 +186,8 @@ def test_persist_writes_and_rollback_removes(env, tmp_path: Path) -> None:
     assert not (sysctl_d / "90-wanprobe.conf").exists()
 
 
-KNOB_VALUES = {
-    "net.ipv4.tcp_rmem": st.tuples(st.integers(4096, 65536), st.integers(65536, 2**20),
-                                   st.integers(2**20, 2**30)).map(lambda t: " ".join(map(str, t))),
-    "net.ipv4.tcp_wmem": st.tuples(st.integers(4096, 65536), st.integers(65536, 2**20),
-                                   st.integers(2**20, 2**30)).map(lambda t: " ".join(map(str, t))),
-    "net.ipv4.tcp_congestion_control": st.sampled_from(["reno", "bbr"]),
-    "net.ipv4.tcp_mtu_probing": st.sampled_from(["0", "1", "2"]),
-    "net.ipv4.tcp_slow_start_after_idle": st.sampled_from(["0", "1"]),
-    "net.ipv4.tcp_notsent_lowat": st.integers(1, 2**32 - 1).map(str),
-    "net.ipv4.tcp_no_metrics_save": st.sampled_from(["0", "1"]),
-    "net.ipv4.tcp_ecn": st.sampled_from(["0", "1", "2"]),
-}
-
-
-@st.composite
-def plans(draw):
-    keys = draw(st.lists(st.sampled_from(sorted(KNOB_VALUES)), min_size=1, max_size=len(KNOB_VALUES), unique=True))
-    return [(k, draw(KNOB_VALUES[k])) for k in keys]
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(changes=plans(), fail_at=st.integers(0, 9), mode=st.sampled_from(["error", "crash", "none"]))
+@given(changes=sysctl_plans(), fail_at=st.integers(0, 9), mode=st.sampled_from(["error", "crash", "none"]))
 def test_property_any_plan_any_failure_restores_snapshot(tmp_path_factory, changes, fail_at, mode) -> None:
     root = tmp_path_factory.mktemp("prop")
     proc = make_proc(root / "proc")
