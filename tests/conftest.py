@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -126,3 +127,18 @@ def _root_namespace_untouched():
     assert not changed, f"tests changed root-namespace sysctls: {changed}"
     left = _our_namespaces()
     assert not left, f"tests left network namespaces behind: {left}"
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 for both UDP (STAMP) and TCP (the throughput server beside it)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.bind(("127.0.0.1", 0))
+            port = u.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+                try:
+                    t.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no port free for both UDP and TCP on 127.0.0.1")

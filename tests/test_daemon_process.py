@@ -17,21 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-
-def free_port() -> int:
-    """A port free for both UDP (STAMP) and TCP (throughput server) on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port = u.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    raise RuntimeError("no free port")
+from conftest import free_port
 
 
 def write_config(path: Path, state_dir: Path, *, metrics_port: int, reflector_port: int,
@@ -248,3 +234,38 @@ max_bytes_per_test = "2GiB"
     r = subprocess.run([sys.executable, "-m", "wanprobe", "history", "self-0", "--state-dir",
                         str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "no history" in r.stderr
+
+
+def test_hmac_key_authenticates_the_daemons_reflector_and_its_probes(tmp_path, daemons):
+    """With daemon.hmac_key the reflector answers only authenticated STAMP (RFC 8762 §4.4) and
+    the daemon's own peer probes carry the key: its probes to itself are answered, an
+    unauthenticated `wanprobe probe` to the same reflector is not."""
+    mport, rport = free_port(), free_port()
+    cfg = tmp_path / "wanprobe.toml"
+    state = tmp_path / "state"
+    db = state / "history.sqlite3"
+    key = "k3y-0f-at-least-16-chars"
+    write_config(cfg, state, metrics_port=mport, reflector_port=rport, peers=2)
+    cfg.write_text(cfg.read_text().replace("[daemon]\n", f'[daemon]\nhmac_key = "{key}"\n', 1))
+    d = daemons(cfg)
+    d.wait_message(b"READY=1")
+    deadline = time.monotonic() + 20
+    while (not db.exists() or count_rows(db) < 6) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    keyfile = tmp_path / "key"
+    keyfile.write_text(key + "\n")
+    plain = subprocess.run([sys.executable, "-m", "wanprobe", "probe", "127.0.0.1", "--port",
+                            str(rport), "--count", "5", "--interval", "10ms", "--json"],
+                           capture_output=True, text=True, timeout=60)
+    keyed = subprocess.run([sys.executable, "-m", "wanprobe", "probe", "127.0.0.1", "--port",
+                            str(rport), "--count", "5", "--interval", "10ms", "--json",
+                            "--hmac-key-file", str(keyfile)], capture_output=True, text=True,
+                           timeout=60)
+    d.proc.send_signal(signal.SIGTERM)
+    assert d.proc.wait(10) == 0
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT sent, received, error FROM probes").fetchall()
+    con.close()
+    assert len(rows) >= 6 and all(r[2] is None and r[1] == r[0] > 0 for r in rows), rows
+    assert json.loads(plain.stdout)["loss"]["ratio"] == 1.0, plain.stdout + plain.stderr
+    assert json.loads(keyed.stdout)["loss"]["ratio"] == 0.0, keyed.stdout + keyed.stderr

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import free_port
 
 from wanprobe.errors import UsageError
 from wanprobe.probe.api import run_probe
@@ -40,13 +41,6 @@ def test_bad_input_is_one_line(args, words):
     assert "Traceback" not in r.stderr and words.lower() in lines[0].lower()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u, \
-            socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-        u.bind(("127.0.0.1", 0))
-        port = u.getsockname()[1]
-        t.bind(("127.0.0.1", port))
-        return port
 
 
 def test_reflect_and_probe_json_on_loopback():

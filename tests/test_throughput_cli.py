@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from wanprobe.errors import ProbeError, UsageError
 from wanprobe.throughput.client import run_throughput
@@ -30,10 +31,6 @@ def one_line_error(r: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def in_process(capsys, *args: str) -> subprocess.CompletedProcess:

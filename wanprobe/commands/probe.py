@@ -29,6 +29,28 @@ def _opt(option: str, parse, *args, **kw):
         raise UsageError(f"{option}: {exc}") from None
 
 
+MIN_KEY_CHARS = 16
+
+
+def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> bytes | None:
+    """The STAMP HMAC key (RFC 8762 §4.4) from a file: its content stripped of surrounding
+    whitespace, at least 16 characters (the same rule as the daemon's ``hmac_key_file``). The key
+    is never taken from the command line, where other users could read it."""
+    if path is None:
+        return None
+    from pathlib import Path
+
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{option} {path}: cannot read it: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
+    if len(key) < MIN_KEY_CHARS:
+        raise UsageError(f"{option} {path}: the key must be at least {MIN_KEY_CHARS} characters "
+                         f"(got {len(key)})")
+    return key.encode()
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the main app."""
     app.command("reflect")(reflect)
@@ -45,8 +67,12 @@ def reflect(
         "--max-test-bytes", help="Most bytes one throughput test may move, e.g. 10GiB.")] = "10GiB",
     rate_pps: Annotated[str, typer.Option(
         "--rate-limit", help="STAMP replies per second per source address.")] = "5000",
+    hmac_key_file: Annotated[str | None, typer.Option(
+        "--hmac-key-file", help="Authenticated STAMP (RFC 8762 §4.4): read the shared key from "
+        "this file (>= 16 characters); unauthenticated probes are then dropped.")] = None,
 ) -> None:
     """Run a STAMP (RFC 8762/8972) / TWAMP-Light reflector and the throughput server."""
+    key = read_hmac_key_file(hmac_key_file)
     port_n = _opt("--port", parse_port, port)
     duration_s = _opt("--max-test-duration", parse_duration_s, max_test_duration,
                       default_unit="s", allow_zero=False)
@@ -57,10 +83,11 @@ def reflect(
         raise UsageError(f"--rate-limit {rate_pps!r} is not a number") from None
     if rate <= 0:
         raise UsageError("--rate-limit must be > 0")
-    asyncio.run(_serve(bind, port_n, duration_s, max_bytes, rate))
+    asyncio.run(_serve(bind, port_n, duration_s, max_bytes, rate, key))
 
 
-async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: float) -> None:
+async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: float,
+                 hmac_key: bytes | None = None) -> None:
     from wanprobe.probe.reflector import Reflector
     from wanprobe.throughput.server import ThroughputServer
 
@@ -69,12 +96,15 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     server = ThroughputServer(max_duration_s=duration_s, max_bytes=max_bytes)
-    reflector = Reflector(udp_tap=server.udp_tap, rate_pps=rate, burst=max(100, int(rate / 5)))
+    reflector = Reflector(udp_tap=server.udp_tap, rate_pps=rate, burst=max(100, int(rate / 5)),
+                          hmac_key=hmac_key)
     await reflector.start(bind, port)
     try:
         await server.start(bind, port)
         err = Console(stderr=True, highlight=False)
-        err.print(f"wanprobe reflect: STAMP on udp {bind}:{port}, throughput on tcp {bind}:{port}")
+        mode = " (authenticated mode)" if hmac_key is not None else ""
+        err.print(f"wanprobe reflect: STAMP on udp {bind}:{port}{mode}, "
+                  f"throughput on tcp {bind}:{port}")
         await stop.wait()
     finally:
         await reflector.close()
@@ -83,7 +113,8 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
     s = reflector.stats()
     Console(stderr=True, highlight=False).print(
         f"wanprobe reflect: stopped; {s.reflected} reflected, {s.short + s.oversize} short/oversize,"
-        f" {s.malformed} malformed, {s.rate_limited} rate-limited")
+        f" {s.malformed} malformed, {s.rate_limited} rate-limited"
+        + (f", {s.auth_failed} failed authentication" if hmac_key is not None else ""))
 
 
 def probe(
@@ -97,6 +128,9 @@ def probe(
     method: Annotated[str, typer.Option("--method", help="stamp, icmp or tcp.")] = "stamp",
     timeout: Annotated[str, typer.Option("--timeout", help="A reply later than this is lost.")] = "2s",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    hmac_key_file: Annotated[str | None, typer.Option(
+        "--hmac-key-file", help="Authenticated STAMP (RFC 8762 §4.4): read the shared key from "
+        "this file (>= 16 characters).")] = None,
 ) -> None:
     """Measure RTT, loss per direction, jitter, reordering and DSCP treatment to HOST."""
     from wanprobe.probe.api import METHODS
@@ -104,6 +138,9 @@ def probe(
 
     if method not in METHODS:
         raise UsageError(f"unknown --method {method!r} (use stamp, icmp or tcp)")
+    key = read_hmac_key_file(hmac_key_file)
+    if key is not None and method != "stamp":
+        raise UsageError("--hmac-key-file needs --method stamp")
     kw = dict(
         port=_opt("--port", parse_port, port), count=count,
         duration_s=(_opt("--duration", parse_duration_s, duration, default_unit="s",
@@ -114,6 +151,8 @@ def probe(
         dscp=_opt("--dscp", parse_dscp, dscp),
         timeout_s=_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False),
     )
+    if key is not None:
+        kw["hmac_key"] = key
     if count is not None and count < 1:
         raise UsageError(f"--count must be >= 1 (got {count})")
     if count is not None and duration:

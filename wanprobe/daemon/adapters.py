@@ -47,13 +47,18 @@ def _resolve(candidates: tuple[tuple[str, str], ...], what: str):
     raise ProbeError(f"{what} is not available in this build")
 
 
-async def probe(peer: Peer, method: str, s: ProbeSettings) -> dict[str, Any]:
-    """Run one probe session of ``method`` against ``peer``; return its ``to_json()``."""
+async def probe(peer: Peer, method: str, s: ProbeSettings, *,
+                hmac_key: bytes | None = None) -> dict[str, Any]:
+    """Run one probe session of ``method`` against ``peer``; return its ``to_json()``. With
+    ``hmac_key`` (the config's ``daemon.hmac_key``) STAMP runs in authenticated mode
+    (RFC 8762 §4.4), as the peers' reflectors do when they share the key."""
     fn = _resolve(_PROBE_FUNCS[method], f"{method} probe")
     kwargs: dict[str, Any] = {"count": s.count, "interval_s": s.packet_interval_s,
                               "timeout_s": s.timeout_s}
     if method == "stamp":
         kwargs.update(port=peer.port, dscp=s.dscp)
+        if hmac_key is not None:
+            kwargs["hmac_key"] = hmac_key
     elif method == "tcp":
         kwargs.update(port=peer.port)
     result = await fn(peer.address, **kwargs)
@@ -70,8 +75,20 @@ def throughput(peer: Peer, s: ThroughputSettings) -> dict[str, Any]:
     return result.to_json() if hasattr(result, "to_json") else dict(result)
 
 
+def prober_for(hmac_key: bytes | None):
+    """The probe adapter bound to the daemon's HMAC key (``probe`` itself when there is none)."""
+    if hmac_key is None:
+        return probe
+
+    async def keyed_probe(peer: Peer, method: str, s: ProbeSettings) -> dict[str, Any]:
+        return await probe(peer, method, s, hmac_key=hmac_key)
+
+    return keyed_probe
+
+
 class Reflector:
-    """The STAMP reflector (and the throughput server on the same port) for the daemon's loop."""
+    """The STAMP reflector (and the throughput server on the same port) for the daemon's loop;
+    with ``hmac_key`` in authenticated mode only (RFC 8762 §4.4)."""
 
     def __init__(self, hmac_key: bytes | None = None) -> None:
         self.hmac_key = hmac_key

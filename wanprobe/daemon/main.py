@@ -63,7 +63,9 @@ class Daemon:
                  prober: ProbeFn = adapters.probe, throughput_fn: ThroughputFn = adapters.throughput,
                  reflector: Any = None, counters: Any = None, notifier: Notifier | None = None) -> None:
         self.cfg, self.peers, self.config_path = cfg, peers, config_path
-        self.prober, self.throughput_fn = prober, throughput_fn
+        # peers share the key: their reflectors drop unauthenticated probes (RFC 8762 §4.4)
+        self.prober = adapters.prober_for(cfg.hmac_key) if prober is adapters.probe else prober
+        self.throughput_fn = throughput_fn
         self.reflector = reflector if reflector is not None else adapters.Reflector(cfg.hmac_key)
         self.counters = counters if counters is not None else adapters.Counters(
             cfg.counters.sys_root, cfg.counters.proc_root)

@@ -18,6 +18,9 @@ async def probe(peer: str, method: str = "stamp", **kw) -> ProbeResult:
     fn = METHODS.get(method)
     if fn is None:
         raise UsageError(f"unknown probe method {method!r} (use stamp, icmp or tcp)")
+    if method != "stamp":
+        if kw.pop("hmac_key", None) is not None:
+            raise UsageError("an HMAC key (authenticated STAMP) needs --method stamp")
     if method == "icmp":
         kw.pop("port", None)
     return await fn(peer, **kw)

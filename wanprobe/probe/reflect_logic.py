@@ -2,7 +2,8 @@
 
 RFC 8762 §4.3 (reflected packet, stateful sequence numbering), §4.6 (TWAMP-Light interop),
 RFC 8972 §4 (TLV flags: U for unrecognised, M for malformed, processing stops at a malformed TLV),
-§4.4 (Class of Service with erratum 8199), §4.5 (Direct Measurement). One deliberate deviation
+§4.4 (Class of Service with erratum 8199), §4.5 (Direct Measurement), §4.8 (HMAC TLV); RFC 8762
+§4.3.2/§4.4 for authenticated mode (112-octet base packets with an HMAC over octets 0-95). One deliberate deviation
 from RFC 8762 §4.6: a request shorter than 44 octets is answered with at most as many octets as it
 had (a 41-43 octet TWAMP-Light probe gets the 41-octet TWAMP reflector header), never the full base
 packet, so the reflector can never amplify.
@@ -15,25 +16,33 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wanprobe.probe.stamp_packet import (
+    AUTH_BASE_LEN,
     BASE_LEN,
     COS_LEN,
     DIRECT_MEASUREMENT_LEN,
+    FLAG_I,
     FLAG_M,
     FLAG_U,
     FOLLOW_UP_LEN,
     FOLLOW_UP_MODE_SW_LOCAL,
+    HMAC_LEN,
     REFLECTED_CONTROL_LEN,
     TLV_CLASS_OF_SERVICE,
     TLV_DIRECT_MEASUREMENT,
     TLV_EXTRA_PADDING,
     TLV_FOLLOW_UP,
+    TLV_HMAC,
     TLV_REFLECTED_CONTROL,
     TWAMP_REFLECTOR_MIN_LEN,
+    HmacKey,
+    check_tlv_hmac,
 )
 
 _REFLECTOR_BASE = struct.Struct("!IQHHQIQH2xB3x")
 _SENDER_HEAD = struct.Struct("!IQHH")
 _TLV_HEADER = struct.Struct("!BBH")
+_AUTH_SENDER_HEAD = struct.Struct("!I12xQHH")                    # RFC 8762 §4.2.2, octets 0-27
+_AUTH_REFLECTOR_HEAD = struct.Struct("!I12xQHH4xQ8xI12xQH6xB15x")  # RFC 8762 §4.3.2, octets 0-95
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,20 +52,34 @@ class Reply:
     data: bytes
     tos: int
     malformed_tlv: bool = False
+    integrity_failed: bool = False  # RFC 8972 §4.8: the HMAC TLV did not verify; TLVs copied, I set
 
 
 def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: int,
                 t2_ntp: int, t3_ntp: int, ttl: int, tos_received: int,
                 error_estimate: int = 0x0001,
                 dscp_permitted: Callable[[int], bool] | None = None,
-                follow_up: tuple[int, int] | None = None) -> Reply | None:
+                follow_up: tuple[int, int] | None = None,
+                auth: HmacKey | None = None, base_verified: bool = False) -> Reply | None:
     """Answer ``request`` (a UDP payload) or return None when it is too short to answer.
 
     ``rx_count``/``tx_count`` are the session's counts including this packet (Direct
     Measurement R_RxC, R_TxC). ``follow_up`` = (reflector seq, NTP transmit time) of this
-    session's previous reflected packet, for the Follow-Up Telemetry TLV (RFC 8972 §4.7). Without a CoS TLV the reply carries the received DSCP (ECN
-    cleared). The reply is never longer than the request.
+    session's previous reflected packet, for the Follow-Up Telemetry TLV (RFC 8972 §4.7). Without
+    a CoS TLV the reply carries the received DSCP (ECN cleared). The reply is never longer than
+    the request.
+
+    With ``auth`` (authenticated mode, RFC 8762 §4.3.2/§4.4) the request must be at least 112
+    octets with a valid HMAC (checked here unless ``base_verified``), else None; the reply uses the
+    authenticated layout with its own HMAC, and its TLVs are answered only if the request's HMAC
+    TLV verifies (RFC 8972 §4.8), else copied with the I flag set.
     """
+    if auth is not None:
+        return _build_auth_reply(
+            request, auth, base_verified=base_verified, reflector_seq=reflector_seq,
+            rx_count=rx_count, tx_count=tx_count, t2_ntp=t2_ntp, t3_ntp=t3_ntp, ttl=ttl,
+            tos_received=tos_received, error_estimate=error_estimate,
+            dscp_permitted=dscp_permitted, follow_up=follow_up)
     n = len(request)
     if n < TWAMP_REFLECTOR_MIN_LEN:
         return None
@@ -71,11 +94,32 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
     rest = request[BASE_LEN:]
     if not any(rest):  # plain zero padding (TWAMP-Light symmetric size, RFC 6038): copy
         return Reply(base + rest, reply_tos)
+    out, padding_idx, want_len, malformed, reply_tos, _hmac_idx = _reflect_tlvs(
+        rest, tos_received, rx_count, tx_count, dscp_permitted, follow_up, auth=False)
+    if want_len is not None and want_len < n and not malformed:
+        # Asymmetrical reply (draft-ietf-ippm-asymmetrical-pkts): drop the Extra Padding and
+        # pad back up to the requested length, never above the request.
+        kept = [b for i, b in enumerate(out) if i not in padding_idx]
+        body = base + b"".join(kept)
+        if want_len >= len(body) + 4:
+            body += _TLV_HEADER.pack(0, TLV_EXTRA_PADDING, want_len - len(body) - 4) \
+                + bytes(want_len - len(body) - 4)
+        return Reply(body[:n], reply_tos)
+    return Reply(base + b"".join(out), reply_tos, malformed)
 
+
+def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
+                  dscp_permitted: Callable[[int], bool] | None,
+                  follow_up: tuple[int, int] | None, *, auth: bool):
+    """Answer each TLV (RFC 8972 §4). Returns (reply TLV byte strings, indices of Extra Padding,
+    Reflected Control length or None, malformed, reply TOS, index of the HMAC TLV or None). The
+    HMAC TLV (auth only) is copied as is; the caller recomputes its value."""
     out: list[bytes] = []
     padding_idx: list[int] = []
     want_len: int | None = None
+    hmac_idx: int | None = None
     malformed = False
+    reply_tos = tos_received & 0xFC
     off = 0
     m = len(rest)
     while off < m:
@@ -116,6 +160,8 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
             (want_len,) = struct.unpack_from("!I", value)
         elif typ == TLV_EXTRA_PADDING:
             padding_idx.append(len(out))
+        elif auth and typ == TLV_HMAC and length == HMAC_LEN and hmac_idx is None:
+            hmac_idx = len(out)
         elif typ in (TLV_CLASS_OF_SERVICE, TLV_DIRECT_MEASUREMENT, TLV_REFLECTED_CONTROL,
                      TLV_FOLLOW_UP):
             flags |= FLAG_M  # known type, wrong length: RFC 8972 §4 malformed
@@ -123,14 +169,52 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
             flags |= FLAG_U  # not understood: echo it with U set
         out.append(_TLV_HEADER.pack(flags, typ, length) + value)
         off = end
+    return out, padding_idx, want_len, malformed, reply_tos, hmac_idx
 
-    if want_len is not None and want_len < n and not malformed:
-        # Asymmetrical reply (draft-ietf-ippm-asymmetrical-pkts): drop the Extra Padding and
-        # pad back up to the requested length, never above the request.
-        kept = [b for i, b in enumerate(out) if i not in padding_idx]
-        body = base + b"".join(kept)
-        if want_len >= len(body) + 4:
-            body += _TLV_HEADER.pack(0, TLV_EXTRA_PADDING, want_len - len(body) - 4) \
-                + bytes(want_len - len(body) - 4)
-        return Reply(body[:n], reply_tos)
-    return Reply(base + b"".join(out), reply_tos, malformed)
+
+def _integrity_failed_copy(rest: bytes) -> bytes:
+    """RFC 8972 §4.8: on an HMAC TLV failure stop processing, copy the TLVs and set I in each."""
+    out = bytearray(rest)
+    off, m = 0, len(rest)
+    while m - off >= 4:
+        out[off] |= FLAG_I
+        (length,) = struct.unpack_from("!H", rest, off + 2)
+        if off + 4 + length > m:
+            out[off] |= FLAG_M
+            break
+        off += 4 + length
+    return bytes(out)
+
+
+def _build_auth_reply(request: bytes, key: HmacKey, *, base_verified: bool, reflector_seq: int,
+                      rx_count: int, tx_count: int, t2_ntp: int, t3_ntp: int, ttl: int,
+                      tos_received: int, error_estimate: int,
+                      dscp_permitted: Callable[[int], bool] | None,
+                      follow_up: tuple[int, int] | None) -> Reply | None:
+    n = len(request)
+    if n < AUTH_BASE_LEN or not (base_verified or key.verify_base(request)):
+        return None
+    sseq, t1, serr, ssid = _AUTH_SENDER_HEAD.unpack_from(request)
+    head = _AUTH_REFLECTOR_HEAD.pack(reflector_seq & 0xFFFFFFFF, t3_ntp, error_estimate, ssid,
+                                     t2_ntp, sseq, t1, serr, ttl & 0xFF)
+    base = head + key.base_hmac(head)
+    reply_tos = tos_received & 0xFC
+    rest = request[AUTH_BASE_LEN:]
+    if not any(rest):
+        return Reply(base + rest, reply_tos)
+    integrity = check_tlv_hmac(key, request[:4], rest)
+    if integrity is False:
+        return Reply(base + _integrity_failed_copy(rest), reply_tos, integrity_failed=True)
+    out, padding_idx, want_len, malformed, reply_tos, hmac_idx = _reflect_tlvs(
+        rest, tos_received, rx_count, tx_count, dscp_permitted, follow_up, auth=True)
+    asym = want_len is not None and want_len < n and not malformed
+    keep = [i for i in range(len(out)) if not (asym and i in padding_idx)]
+    tlvs = [out[i] for i in keep]
+    if hmac_idx is not None:
+        pos = keep.index(hmac_idx)
+        tlvs[pos] = tlvs[pos][:4] + key.tlv_hmac(head[:4], b"".join(tlvs[:pos]))
+    body = base + b"".join(tlvs)
+    if asym and want_len >= len(body) + 4:
+        body += _TLV_HEADER.pack(0, TLV_EXTRA_PADDING, want_len - len(body) - 4) \
+            + bytes(want_len - len(body) - 4)
+    return Reply(body[:n], reply_tos, malformed)

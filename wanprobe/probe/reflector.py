@@ -1,4 +1,11 @@
-"""The STAMP Session-Reflector (RFC 8762, unauthenticated, stateful) on one UDP socket.
+"""The STAMP Session-Reflector (RFC 8762, stateful) on one UDP socket.
+
+Without a key it runs in unauthenticated mode (and answers TWAMP-Light). With ``hmac_key`` it
+runs in authenticated mode only (RFC 8762 §4.2.2/§4.3.2/§4.4): a datagram shorter than 112 octets
+or whose HMAC does not verify is counted (``auth_failed``) and dropped before it touches any
+session state, rate-limit bucket or reply; a good one is answered in the authenticated layout
+with the reflector's own HMAC, and its TLVs are answered only if their HMAC TLV verifies
+(RFC 8972 §4.8; else copied with the I flag, counted in ``tlv_auth_failed``).
 
 Runs inside any asyncio loop (``loop.add_reader`` on a non-blocking socket; no threads). Every
 datagram is first offered to ``udp_tap(data, addr, rx_ns)``; True means another service (the
@@ -21,7 +28,12 @@ from dataclasses import dataclass
 from wanprobe.errors import ProbeError
 from wanprobe.probe import timestamps as ts
 from wanprobe.probe.reflect_logic import build_reply
-from wanprobe.probe.stamp_packet import TWAMP_REFLECTOR_MIN_LEN, ntp_from_ns
+from wanprobe.probe.stamp_packet import (
+    AUTH_BASE_LEN,
+    TWAMP_REFLECTOR_MIN_LEN,
+    HmacKey,
+    ntp_from_ns,
+)
 
 UdpTap = Callable[[bytes, tuple, int], bool]
 MAX_DATAGRAM = 9216            # larger (beyond a 9000-byte jumbo frame) is counted and dropped
@@ -57,23 +69,33 @@ class ReflectorStats:
     rate_limited: int
     send_errors: int
     sessions: tuple[SessionStats, ...]
+    auth_failed: int = 0       # authenticated mode: too short or bad HMAC, dropped
+    tlv_auth_failed: int = 0   # authenticated mode: answered, but the HMAC TLV failed (I flag)
+    authenticated: bool = False
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("received", "reflected", "tapped", "short",
                                           "oversize", "malformed", "rate_limited",
-                                          "send_errors")}
+                                          "send_errors", "auth_failed", "tlv_auth_failed",
+                                          "authenticated")}
         d["sessions"] = [s.to_json() for s in self.sessions]
         return d
 
 
 class Reflector:
     """Stateful STAMP / TWAMP-Light reflector. ``rate_pps``/``burst`` bound replies per source
-    address (token bucket); ``dscp_permitted(dscp)`` is the CoS TLV policy (default: allow)."""
+    address (token bucket); ``dscp_permitted(dscp)`` is the CoS TLV policy (default: allow);
+    ``hmac_key`` switches to authenticated mode (RFC 8762 §4.4)."""
 
     def __init__(self, *, udp_tap: UdpTap | None = None, rate_pps: float = 5000.0,
                  burst: int = 1000, max_datagram: int = MAX_DATAGRAM,
                  dscp_permitted: Callable[[int], bool] | None = None,
-                 session_idle_s: float = SESSION_IDLE_S) -> None:
+                 session_idle_s: float = SESSION_IDLE_S,
+                 hmac_key: bytes | str | HmacKey | None = None) -> None:
+        try:
+            self._auth = HmacKey.of(hmac_key)
+        except ValueError as exc:
+            raise ProbeError(f"reflector HMAC key: {exc}") from None
         self.udp_tap = udp_tap
         self.rate_pps = float(rate_pps)
         self.burst = float(burst)
@@ -88,7 +110,8 @@ class Reflector:
         self._tx_stamps = ts.TxStampTracker(max_pending=4 * BATCH)
         self._buckets: dict[str, list[float]] = {}    # source -> [tokens, last_s]
         self._c = dict.fromkeys(("received", "reflected", "tapped", "short", "oversize",
-                                 "malformed", "rate_limited", "send_errors"), 0)
+                                 "malformed", "rate_limited", "send_errors", "auth_failed",
+                                 "tlv_auth_failed"), 0)
         self._last_sweep = time.monotonic()
         self._cmsgs: dict[tuple, list] = {}
 
@@ -129,7 +152,11 @@ class Reflector:
         sessions = tuple(
             SessionStats(k[0], k[1], k[2], k[3], v[0], v[1]) for k, v in self._sessions.items()
         )
-        return ReflectorStats(**self._c, sessions=sessions)
+        return ReflectorStats(**self._c, sessions=sessions, authenticated=self._auth is not None)
+
+    @property
+    def authenticated(self) -> bool:
+        return self._auth is not None
 
     # -- datagram path ----------------------------------------------------------------------
     def _on_readable(self) -> None:
@@ -173,13 +200,22 @@ class Reflector:
                     return
             except Exception:
                 pass  # a broken tap must not stop STAMP
-        if nbytes < TWAMP_REFLECTOR_MIN_LEN:
+        auth = self._auth
+        if auth is not None:
+            # RFC 8762 §4.4: verify before anything else uses the packet (no session, no bucket)
+            if nbytes < AUTH_BASE_LEN or not auth.verify_base(data, nbytes):
+                c["auth_failed"] += 1
+                return
+        elif nbytes < TWAMP_REFLECTOR_MIN_LEN:
             c["short"] += 1
             return
         if not self._allow(addr[0]):
             c["rate_limited"] += 1
             return
-        ssid = int.from_bytes(data[14:16], "big") if nbytes >= 44 else 0
+        if auth is not None:
+            ssid = int.from_bytes(data[26:28], "big")  # RFC 8972 §3, authenticated layout
+        else:
+            ssid = int.from_bytes(data[14:16], "big") if nbytes >= 44 else 0
         key = (ssid, addr[0], addr[1], anc.local_addr)
         now_s = time.monotonic()
         sess = self._sessions.get(key)
@@ -196,13 +232,15 @@ class Reflector:
             data, reflector_seq=sess[0] - 1, rx_count=sess[0], tx_count=sess[1] + 1,
             t2_ntp=ntp_from_ns(rx_ns), t3_ntp=ntp_from_ns(time.time_ns()),
             ttl=anc.ttl or 0, tos_received=anc.tos or 0, dscp_permitted=self.dscp_permitted,
-            follow_up=sess[3],
+            follow_up=sess[3], auth=auth, base_verified=True,
         )
         if reply is None:
             c["short"] += 1
             return
         if reply.malformed_tlv:
             c["malformed"] += 1
+        if reply.integrity_failed:
+            c["tlv_auth_failed"] += 1
         family = self._sock.family
         if family == socket.AF_INET6 and addr[0].startswith("::ffff:"):
             family = socket.AF_INET  # v4-mapped peer: the kernel sends via the IPv4 path

@@ -7,6 +7,15 @@ queue (SO_TIMESTAMPING + OPT_ID) to sequence numbers. Every probe carries a Clas
 receive count → forward vs reverse loss); a stateful reflector's own sequence number
 (RFC 8762 §4.3.1) is the fallback when the reflector does not process TLVs.
 
+Authenticated mode (RFC 8762 §4.2.2/§4.3.2/§4.4, ``hmac_key``): 112-octet base packets with an
+HMAC-SHA-256/128 over octets 0-95, and an HMAC TLV (RFC 8972 §4.8) over the sequence number and
+the TLVs. A reply whose base HMAC does not verify is dropped (the probe counts as lost); a reply
+whose HMAC TLV fails or carries the I flag still measures RTT, but its TLVs are ignored.
+Authenticated and unauthenticated sessions can share one socket: a reply is tried against the
+authenticated layout first (SSID at octet 26) and only accepted for an authenticated session if
+its HMAC verifies with that session's key; unauthenticated sessions never take a reply meant for
+an authenticated one.
+
 RTT = (T4 - T1) - (T3 - T2): kernel TX stamp (or the clock read just before sendmsg when TX
 stamps are off or missing), kernel RX stamp, minus the reflector's residence time.
 """
@@ -17,6 +26,7 @@ import asyncio
 import contextlib
 import errno
 import heapq
+import hmac
 import itertools
 import random
 import socket
@@ -32,14 +42,19 @@ from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
 from wanprobe.probe.probe_summary import Reply, summarize
 from wanprobe.probe.result import ProbeResult
 from wanprobe.probe.stamp_packet import (
+    AUTH_BASE_LEN,
     BASE_LEN,
+    FLAG_I,
     FLAG_U,
     NTP_UNIX_OFFSET_S,
     TLV_CLASS_OF_SERVICE,
     TLV_DIRECT_MEASUREMENT,
     TLV_EXTRA_PADDING,
     TLV_FOLLOW_UP,
+    TLV_HMAC,
     ClassOfService,
+    HmacKey,
+    check_tlv_hmac,
     cos_tlv,
     follow_up_tlv,
     ns_from_ntp,
@@ -62,6 +77,15 @@ SOL_SOCKET, IPPROTO_IP, IPPROTO_IPV6 = socket.SOL_SOCKET, socket.IPPROTO_IP, soc
 # CoS (flags type len word reserved) | DM (flags type len S_TxC R_RxC R_TxC) | Follow-Up
 _OWN_TLVS = struct.Struct("!BBHHHBBHIIIBBHIQ4x")
 OWN_LAYOUT_LEN = BASE_LEN + _OWN_TLVS.size
+# Authenticated mode (RFC 8762 §4.2.2/§4.3.2): base 0-95, HMAC 96-111, then CoS, DM, Follow-Up,
+# the HMAC TLV (RFC 8972 §4.8) over them, and Extra Padding last.
+_AUTH_BASE = struct.Struct("!I12xQHH68x")
+_AUTH_REFL = struct.Struct("!I12xQHH4xQ8xI12xQH6xB15x")
+_U16 = struct.Struct("!H")
+AUTH_TLVS_END = AUTH_BASE_LEN + TLV_BYTES                 # 156: the HMAC TLV starts here
+AUTH_MIN_PAYLOAD = AUTH_TLVS_END + 4 + 16                 # 176
+AUTH_S_TXC_OFFSET = AUTH_BASE_LEN + 8 + 4
+_AUTH_TLV_HMAC_AT = AUTH_TLVS_END + 4                     # 160..176: the HMAC TLV value
 _COS_CACHE: dict[int, ClassOfService] = {}
 _NTP_OFFSET_NS = NTP_UNIX_OFFSET_S * 1_000_000_000
 _new_reply = tuple.__new__   # Reply(...) without NamedTuple's keyword handling, on the hot path
@@ -73,9 +97,10 @@ COALESCE_S = 0.025
 ProgressFn = Callable[[int, int, int], None]
 
 
-def min_size_bytes(family: int = socket.AF_INET) -> int:
+def min_size_bytes(family: int = socket.AF_INET, authenticated: bool = False) -> int:
     """Smallest STAMP probe wanprobe sends, as an IP packet (header included)."""
-    return IP_HEADER_BYTES[family] + UDP_HEADER + MIN_PAYLOAD
+    return IP_HEADER_BYTES[family] + UDP_HEADER + (AUTH_MIN_PAYLOAD if authenticated
+                                                   else MIN_PAYLOAD)
 
 
 @dataclass
@@ -103,6 +128,9 @@ class _Session:
     all_sent: asyncio.Future | None = None
     cmsgs: list = field(default_factory=list)     # per-session constant control messages
     dest: tuple = ()
+    auth: HmacKey | None = None                   # authenticated mode (RFC 8762 §4.4)
+    auth_rejected: int = 0                        # replies dropped: too short or bad HMAC
+    tlv_rejected: int = 0                         # replies whose TLVs failed RFC 8972 §4.8
 
     def pending(self) -> int:
         return len(self.tx_user_ns) - len(self.answered)
@@ -125,6 +153,7 @@ class StampSender:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due: float | None = None
         self._paused = False
+        self._n_auth = 0   # authenticated sessions on this socket: replies get the auth demux
 
     def open(self) -> None:
         """Create the socket (in the current thread's network namespace) and start reading."""
@@ -156,18 +185,28 @@ class StampSender:
     async def run(self, peer: str, port: int = STAMP_PORT, *, count: int | None = None,
                   duration_s: float | None = None, interval_s: float = 1.0,
                   size: int | None = None, dscp: int = 0, timeout_s: float = 2.0,
-                  on_progress: ProgressFn | None = None) -> ProbeResult:
-        """Run one session against ``peer`` (an address of this sender's family)."""
+                  on_progress: ProgressFn | None = None,
+                  hmac_key: bytes | str | HmacKey | None = None) -> ProbeResult:
+        """Run one session against ``peer`` (an address of this sender's family); with
+        ``hmac_key`` in authenticated mode (RFC 8762 §4.2.2)."""
         total = _probe_count(count, duration_s, interval_s)
-        size = size if size is not None else min_size_bytes(self.family)
+        try:
+            auth = HmacKey.of(hmac_key)
+        except ValueError as exc:
+            raise UsageError(f"HMAC key: {exc}") from None
+        smallest = min_size_bytes(self.family, auth is not None)
+        size = size if size is not None else smallest
         payload_len = size - IP_HEADER_BYTES[self.family] - UDP_HEADER
-        if payload_len < MIN_PAYLOAD:
-            raise UsageError(f"--size {size} is below the STAMP minimum of "
-                             f"{min_size_bytes(self.family)} bytes")
+        if size < smallest:
+            raise UsageError(f"--size {size} is below the {'authenticated ' if auth else ''}"
+                             f"STAMP minimum of {smallest} bytes")
         self.open()
         sess = _Session(peer, port, self._alloc_ssid(), dscp, payload_len, int(timeout_s * 1e9))
+        sess.auth = auth
         self._by_ssid[sess.ssid] = sess
-        sess.template = _template(sess)
+        if auth is not None:
+            self._n_auth += 1
+        sess.template = _template_auth(sess) if auth is not None else _template(sess)
         sess.cmsgs = [ts.tos_cmsg(self.family, dscp << 2)] if dscp else []
         sess.dest = (peer, port)
         sess.total = total
@@ -187,7 +226,8 @@ class StampSender:
         finally:
             sess.sending = False
             sess.cancelled = True
-            self._by_ssid.pop(sess.ssid, None)
+            if self._by_ssid.pop(sess.ssid, None) is not None and auth is not None:
+                self._n_auth -= 1
             self._tx_stamps.forget(sess)
         if on_progress is not None:
             on_progress(total, len(sess.answered), total)
@@ -253,9 +293,17 @@ class StampSender:
         now = time.time_ns()
         # ntp_from_ns inlined (RFC 5905 §6: 32.32 fixed point from 1900)
         sec, rem_ns = divmod(now + _NTP_OFFSET_NS, 1_000_000_000)
-        _BASE.pack_into(template, 0, seq, ((sec & 0xFFFFFFFF) << 32)
-                        | ((rem_ns << 32) // 1_000_000_000), 0x0001, sess.ssid)
-        _S_TXC.pack_into(template, S_TXC_OFFSET, seq + 1)  # DM S_TxC
+        ntp = ((sec & 0xFFFFFFFF) << 32) | ((rem_ns << 32) // 1_000_000_000)
+        auth = sess.auth
+        if auth is None:
+            _BASE.pack_into(template, 0, seq, ntp, 0x0001, sess.ssid)
+            _S_TXC.pack_into(template, S_TXC_OFFSET, seq + 1)  # DM S_TxC
+        else:  # RFC 8762 §4.2.2 layout; HMAC TLV (RFC 8972 §4.8) first, then the base HMAC
+            _AUTH_BASE.pack_into(template, 0, seq, ntp, 0x0001, sess.ssid)
+            _S_TXC.pack_into(template, AUTH_S_TXC_OFFSET, seq + 1)
+            template[_AUTH_TLV_HMAC_AT:AUTH_MIN_PAYLOAD] = auth.tlv_hmac(
+                template[:4], template[AUTH_BASE_LEN:AUTH_TLVS_END])
+            template[96:AUTH_BASE_LEN] = auth.digest(template[:96])
         sess.tx_user_ns[seq] = now
         try:
             if sess.cmsgs:
@@ -293,15 +341,30 @@ class StampSender:
                 continue
             if n < 41:
                 continue
-            data = buf if n >= BASE_LEN else bytes(buf[:n]) + bytes(BASE_LEN - n)
-            rseq, t3, _e, ssid, t2, sseq, _t1, _se, _ttl = _REFL.unpack_from(data)
-            sess = by_ssid.get(ssid)
-            if sess is None or sess.peer != addr[0]:
-                sess = self._match_without_ssid(addr)
+            if self._n_auth and n >= AUTH_BASE_LEN:
+                got = self._auth_reply(buf, n, addr)
+            else:
+                got = None
+            if got is not None:
+                sess, rseq, t3, t2, sseq, cos, dm = got
                 if sess is None:
                     continue
-            if sseq not in sess.tx_user_ns:
-                continue
+            else:
+                data = buf if n >= BASE_LEN else bytes(buf[:n]) + bytes(BASE_LEN - n)
+                rseq, t3, _e, ssid, t2, sseq, _t1, _se, _ttl = _REFL.unpack_from(data)
+                sess = by_ssid.get(ssid)
+                if sess is None or sess.peer != addr[0] or sess.auth is not None:
+                    sess = self._match_without_ssid(addr)
+                    if sess is None:
+                        continue
+                if sseq not in sess.tx_user_ns:
+                    continue
+                cos = dm = None
+                if n >= OWN_LAYOUT_LEN and data[45] == 4 and data[53] == 5 and data[69] == 7:
+                    # fast path: the TLVs this sender put in, at their fixed offsets
+                    cos, dm = _own_tlvs(sess, data, BASE_LEN)
+                elif n > BASE_LEN:
+                    cos, dm = _slow_tlvs(sess, data[BASE_LEN:n])
             rx_ns = tos = None
             for level, typ, cdata in ancdata:  # inline ts.parse_ancillary: the hot path
                 if typ == scm_ts and level == SOL_SOCKET:
@@ -311,33 +374,6 @@ class StampSender:
                     tos = cdata[0]
                 elif level == IPPROTO_IPV6 and typ == ipv6_tclass:
                     tos = cdata[0]
-            cos = dm = None
-            if n >= OWN_LAYOUT_LEN and data[45] == 4 and data[53] == 5 and data[69] == 7:
-                # fast path: the TLVs this sender put in, at their fixed offsets
-                (cf, _ct, cl, cword, _cr, df, _dt, dl, _s, r_rx, _r_tx, ff, _ft, fl, fseq,
-                 fts) = _OWN_TLVS.unpack_from(data, BASE_LEN)
-                if not cf & FLAG_U and cl == 4:
-                    cos = _COS_CACHE.get(cword)
-                    if cos is None:
-                        cos = _COS_CACHE[cword] = ClassOfService(
-                            cword >> 10, (cword >> 4) & 0x3F, (cword >> 2) & 3, cword & 3)
-                if not df & FLAG_U and dl == 12:
-                    dm = (0, r_rx)
-                if not ff & FLAG_U and fl == 16 and fts:
-                    sess.follow_up_ns[fseq] = ns_from_ntp(fts)
-            elif n > BASE_LEN:
-                tlvs, _rest = parse_tlvs(data[BASE_LEN:n])
-                for t in tlvs:
-                    if t.flags & FLAG_U:
-                        continue  # reflector did not process it (RFC 8972 §4)
-                    if t.type == TLV_CLASS_OF_SERVICE and len(t.value) == 4:
-                        cos = ClassOfService.unpack_value(t.value)
-                    elif t.type == TLV_DIRECT_MEASUREMENT and len(t.value) == 12:
-                        dm = struct.unpack("!III", t.value)
-                    elif t.type == TLV_FOLLOW_UP and len(t.value) == 16:
-                        fseq, fts = struct.unpack_from("!IQ", t.value)
-                        if fts:
-                            sess.follow_up_ns[fseq] = ns_from_ntp(fts)
             # ns_from_ntp inlined; field order of Reply: sseq, rx_ns, reflector_seq, t2_ns,
             # t3_ns, tos, cos, reflector_rx_count
             sess.replies.append(_new_reply(Reply, (
@@ -362,10 +398,92 @@ class StampSender:
         if self._sock is not None:
             self._loop.add_reader(self._sock.fileno(), self._on_readable)
 
-    def _match_without_ssid(self, addr: tuple) -> _Session | None:
-        """A reflector without RFC 8972 support returns SSID 0: match on the peer if unique."""
-        found = [s for s in self._by_ssid.values() if s.peer == addr[0] and s.port == addr[1]]
+    def _match_without_ssid(self, addr: tuple, authenticated: bool = False) -> _Session | None:
+        """A reflector without RFC 8972 support returns SSID 0: match on the peer if unique
+        among the sessions of the same mode."""
+        found = [s for s in self._by_ssid.values() if s.peer == addr[0] and s.port == addr[1]
+                 and (s.auth is not None) == authenticated]
         return found[0] if len(found) == 1 else None
+
+    def _auth_reply(self, buf: bytearray, n: int, addr: tuple):
+        """Try ``buf[:n]`` as an authenticated reply (RFC 8762 §4.3.2). None: not for an
+        authenticated session (try the unauthenticated layout). Otherwise (session or None when
+        dropped, reflector seq, T3, T2, sender seq, CoS, Direct Measurement)."""
+        (ssid,) = _U16.unpack_from(buf, 26)
+        sess = self._by_ssid.get(ssid)
+        if sess is None or sess.auth is None or sess.peer != addr[0]:
+            sess = self._match_without_ssid(addr, True) if ssid == 0 else None
+            if sess is None:
+                return None
+        auth = sess.auth
+        if not auth.verify_base(buf, n):
+            # maybe an unauthenticated reply whose octets 26-27 look like this SSID
+            sess.auth_rejected += 1
+            return None
+        rseq, t3, _e, _ssid, t2, sseq, _t1, _se, _ttl = _AUTH_REFL.unpack_from(buf)
+        if sseq not in sess.tx_user_ns:
+            return (None, 0, 0, 0, 0, None, None)
+        cos = dm = None
+        if n > AUTH_BASE_LEN:
+            if (n >= AUTH_MIN_PAYLOAD and buf[113] == 4 and buf[121] == 5 and buf[137] == 7
+                    and buf[157] == TLV_HMAC
+                    and not (buf[112] | buf[120] | buf[136] | buf[156]) & FLAG_I):
+                # fast path: our own TLVs at their offsets; RFC 8972 §4.8 check before use
+                with memoryview(buf) as mv:
+                    ok = hmac.compare_digest(
+                        auth.tlv_hmac(mv[:4], mv[AUTH_BASE_LEN:AUTH_TLVS_END]),
+                        mv[_AUTH_TLV_HMAC_AT:AUTH_MIN_PAYLOAD])
+                if ok:
+                    cos, dm = _own_tlvs(sess, buf, AUTH_BASE_LEN)
+                else:
+                    sess.tlv_rejected += 1
+            else:
+                data = bytes(buf[:n])
+                rest = data[AUTH_BASE_LEN:]
+                tlvs, _r = parse_tlvs(rest)
+                if check_tlv_hmac(auth, data[:4], rest) is False \
+                        or any(t.flags & FLAG_I for t in tlvs):
+                    sess.tlv_rejected += 1  # RFC 8972 §4.8: stop processing the TLVs
+                else:
+                    cos, dm = _slow_tlvs(sess, rest)
+        return sess, rseq, t3, t2, sseq, cos, dm
+
+
+def _slow_tlvs(sess: _Session, area: bytes):
+    """CoS and Direct Measurement from a reply's TLVs (skipping unprocessed ones, U set), and
+    the Follow-Up Telemetry TLV into the session."""
+    cos = dm = None
+    tlvs, _rest = parse_tlvs(area)
+    for t in tlvs:
+        if t.flags & FLAG_U:
+            continue  # reflector did not process it (RFC 8972 §4)
+        if t.type == TLV_CLASS_OF_SERVICE and len(t.value) == 4:
+            cos = ClassOfService.unpack_value(t.value)
+        elif t.type == TLV_DIRECT_MEASUREMENT and len(t.value) == 12:
+            dm = struct.unpack("!III", t.value)
+        elif t.type == TLV_FOLLOW_UP and len(t.value) == 16:
+            fseq, fts = struct.unpack_from("!IQ", t.value)
+            if fts:
+                sess.follow_up_ns[fseq] = ns_from_ntp(fts)
+    return cos, dm
+
+
+def _own_tlvs(sess: _Session, data, offset: int) -> tuple[ClassOfService | None, tuple | None]:
+    """(CoS, (0, R_RxC)) from the CoS, Direct Measurement and Follow-Up TLVs this sender put at
+    ``offset``, skipping any the reflector left flagged U; records the Follow-Up T3."""
+    (cf, _ct, cl, cword, _cr, df, _dt, dl, _s, r_rx, _r_tx, ff, _ft, fl, fseq,
+     fts) = _OWN_TLVS.unpack_from(data, offset)
+    cos = dm = None
+    if not cf & FLAG_U and cl == 4:
+        cos = _COS_CACHE.get(cword)
+        if cos is None:
+            cos = _COS_CACHE[cword] = ClassOfService(
+                cword >> 10, (cword >> 4) & 0x3F, (cword >> 2) & 3, cword & 3)
+    if not df & FLAG_U and dl == 12:
+        dm = (0, r_rx)
+    if not ff & FLAG_U and fl == 16 and fts:
+        sess.follow_up_ns[fseq] = ns_from_ntp(fts)
+    return cos, dm
 
 
 def _template(sess: _Session) -> bytearray:
@@ -379,6 +497,23 @@ def _template(sess: _Session) -> bytearray:
         body += struct.pack("!BBH", FLAG_U, TLV_EXTRA_PADDING, rest - 4) + bytes(rest - 4)
     else:
         body += bytes(rest)  # 1-3 octets cannot hold a TLV; reflectors copy them as padding
+    return body
+
+
+def _template_auth(sess: _Session) -> bytearray:
+    """Authenticated probe bytes (RFC 8762 §4.2.2): base and HMAC left to fill in per packet, then
+    CoS, Direct Measurement, Follow-Up, the HMAC TLV (value per packet, RFC 8972 §4.8) and, after
+    it, Extra Padding up to the payload length."""
+    body = bytearray(AUTH_BASE_LEN)
+    body += cos_tlv(sess.dscp).pack()
+    body += _DM_HEAD.pack(FLAG_U, TLV_DIRECT_MEASUREMENT, 12, 0, 0, 0)
+    body += follow_up_tlv().pack()
+    body += struct.pack("!BBH", FLAG_U, TLV_HMAC, 16) + bytes(16)
+    rest = sess.payload_len - len(body)
+    if rest >= 4:
+        body += struct.pack("!BBH", FLAG_U, TLV_EXTRA_PADDING, rest - 4) + bytes(rest - 4)
+    else:
+        body += bytes(rest)
     return body
 
 
@@ -424,13 +559,20 @@ async def probe_stamp(peer: str, *, port: int = STAMP_PORT, count: int | None = 
                       duration_s: float | None = None, interval_s: float = 1.0,
                       size: int | None = None, dscp: int = 0, timeout_s: float = 2.0,
                       sender: StampSender | None = None, tx_timestamps: bool = True,
-                      on_progress: ProgressFn | None = None) -> ProbeResult:
-    """Probe ``peer``'s STAMP reflector. Concurrent calls in one loop share one socket."""
+                      on_progress: ProgressFn | None = None,
+                      hmac_key: bytes | str | HmacKey | None = None) -> ProbeResult:
+    """Probe ``peer``'s STAMP reflector. Concurrent calls in one loop share one socket. With
+    ``hmac_key`` the session runs in authenticated mode (RFC 8762 §4.2.2/§4.4): replies that do
+    not verify count as lost."""
     _check_common(port, dscp, timeout_s)
     _probe_count(count, duration_s, interval_s)
+    try:
+        hmac_key = HmacKey.of(hmac_key)
+    except ValueError as exc:
+        raise UsageError(f"HMAC key: {exc}") from None
     family, addr = await resolve_peer(peer)
     kw = dict(count=count, duration_s=duration_s, interval_s=interval_s, size=size, dscp=dscp,
-              timeout_s=timeout_s, on_progress=on_progress)
+              timeout_s=timeout_s, on_progress=on_progress, hmac_key=hmac_key)
     if sender is not None:
         result = await sender.run(addr, port, **kw)
     else:

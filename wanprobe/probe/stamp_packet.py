@@ -1,4 +1,5 @@
-"""STAMP test packets: a pure codec for RFC 8762 (unauthenticated mode) and RFC 8972 TLVs.
+"""STAMP test packets: a pure codec for RFC 8762 (unauthenticated and authenticated mode) and
+RFC 8972 TLVs.
 
 Layouts (all big-endian):
 
@@ -16,16 +17,42 @@ TWAMP-Light (RFC 5357 §4.1.2/§4.2.1) shares offsets 0-40 of both; its sender p
 octets and its reflector packet 41+ octets, so a TWAMP-Light reflector sees STAMP TLVs as padding
 (RFC 8762 §4.6).
 
+Authenticated Session-Sender (RFC 8762 §4.2.2 Figure 4, SSID from RFC 8972 §3), 112 octets + TLVs::
+
+    0 Sequence Number(4) | 4 MBZ(12) | 16 Timestamp T1(8) | 24 Error Estimate(2) | 26 SSID(2)
+    28 MBZ(68) | 96 HMAC(16)
+
+Authenticated Session-Reflector (RFC 8762 §4.3.2 Figure 6, SSID from RFC 8972 §3), 112 octets::
+
+    0 Sequence Number(4) | 4 MBZ(12) | 16 Timestamp T3(8) | 24 Error Estimate(2) | 26 SSID(2)
+    28 MBZ(4) | 32 Receive Timestamp T2(8) | 40 MBZ(8) | 48 Sender Sequence Number(4)
+    52 MBZ(12) | 64 Sender Timestamp T1(8) | 72 Sender Error Estimate(2) | 74 MBZ(6)
+    80 Sender TTL(1) | 81 MBZ(15) | 96 HMAC(16)
+
+HMAC (RFC 8762 §4.4): HMAC-SHA-256 over octets 0-95 (the first six 16-octet blocks), truncated to
+128 bits, verified in constant time before any field is used. TLVs follow octet 112; in
+authenticated mode they are protected by the HMAC TLV (RFC 8972 §4.8, type 8, 16-octet value):
+HMAC-SHA-256 over the base packet's Sequence Number field followed by all TLVs before the HMAC
+TLV (headers included, as on the wire), truncated to 128 bits. The HMAC TLV follows every other
+TLV except Extra Padding; a packet whose HMAC TLV is missing, misplaced or wrong fails
+verification: the reflector stops processing the TLVs, copies them and sets the I flag in each.
+
 TLV (RFC 8972 §4): Flags(1) | Type(1) | Length(2, value octets) | Value. Flags bit 0 (0x80) is U
 (unrecognised), bit 1 (0x40) M (malformed), bit 2 (0x20) I (integrity failed).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 from dataclasses import dataclass
 
 BASE_LEN = 44
+AUTH_BASE_LEN = 112            # RFC 8762 §4.2.2 / §4.3.2
+AUTH_HMAC_OFFSET = 96          # RFC 8762 §4.4: HMAC covers octets 0-95
+HMAC_LEN = 16                  # HMAC-SHA-256 truncated to 128 bits
+HMAC_TLV_LEN = 4 + HMAC_LEN
 TWAMP_REFLECTOR_MIN_LEN = 41  # RFC 5357 §4.2.1, erratum 5045
 NTP_UNIX_OFFSET_S = 2_208_988_800  # seconds from 1900-01-01 to 1970-01-01 (RFC 5905 §6)
 
@@ -57,10 +84,108 @@ DEFAULT_ERROR_ESTIMATE = 0x0001
 _SENDER = struct.Struct("!IQHH28x")
 _REFLECTOR = struct.Struct("!IQHHQIQH2xB3x")
 _TLV_HEADER = struct.Struct("!BBH")
+# authenticated layouts, octets 0-95 (the HMAC follows)
+_AUTH_SENDER = struct.Struct("!I12xQHH68x")
+_AUTH_REFLECTOR = struct.Struct("!I12xQHH4xQ8xI12xQH6xB15x")
 
 
 class StampDecodeError(ValueError):
     """The bytes are not a STAMP packet of the expected kind."""
+
+
+class StampAuthError(StampDecodeError):
+    """An authenticated packet is too short or its HMAC does not verify (RFC 8762 §4.4)."""
+
+
+class HmacKey:
+    """A STAMP HMAC key (RFC 8762 §4.4): HMAC-SHA-256 truncated to 16 octets. The keyed hash
+    object is built once; each packet costs one ``.copy()``, one update and one digest."""
+
+    __slots__ = ("_h",)
+
+    def __init__(self, key: bytes | str) -> None:
+        if isinstance(key, str):
+            key = key.encode()
+        if not key:
+            raise ValueError("STAMP HMAC key is empty")
+        self._h = hmac.new(bytes(key), digestmod=hashlib.sha256)
+
+    @classmethod
+    def of(cls, key: HmacKey | bytes | str | None) -> HmacKey | None:
+        if key is None or isinstance(key, HmacKey):
+            return key
+        return cls(key)
+
+    def digest(self, *parts) -> bytes:
+        """The 16-octet truncated HMAC of the concatenation of ``parts`` (bytes-like)."""
+        h = self._h.copy()
+        for p in parts:
+            h.update(p)
+        return h.digest()[:HMAC_LEN]
+
+    def base_hmac(self, packet) -> bytes:
+        """HMAC of an authenticated base packet: octets 0-95 (RFC 8762 §4.4)."""
+        h = self._h.copy()
+        h.update(memoryview(packet)[:AUTH_HMAC_OFFSET])
+        return h.digest()[:HMAC_LEN]
+
+    def verify_base(self, packet, n: int | None = None) -> bool:
+        """True if ``packet[:n]`` is at least 112 octets and octets 96-111 are the HMAC of 0-95.
+        Constant-time comparison (hmac.compare_digest)."""
+        n = len(packet) if n is None else n
+        if n < AUTH_BASE_LEN:
+            return False
+        mv = memoryview(packet)
+        return hmac.compare_digest(self.base_hmac(mv), mv[AUTH_HMAC_OFFSET:AUTH_BASE_LEN])
+
+    def tlv_hmac(self, seq_field, tlv_bytes) -> bytes:
+        """HMAC TLV value (RFC 8972 §4.8): over the Sequence Number field then the TLVs before the
+        HMAC TLV, as on the wire."""
+        h = self._h.copy()
+        h.update(seq_field)
+        h.update(tlv_bytes)
+        return h.digest()[:HMAC_LEN]
+
+
+def hmac_tlv(key: HmacKey, seq_field: bytes, preceding_tlvs: bytes, *, flags: int = FLAG_U) -> Tlv:
+    """The HMAC TLV (RFC 8972 §4.8) protecting ``preceding_tlvs``."""
+    return Tlv(TLV_HMAC, key.tlv_hmac(seq_field, preceding_tlvs), flags)
+
+
+def check_tlv_hmac(key: HmacKey, seq_field, tlv_area) -> bool | None:
+    """Verify the TLVs of an authenticated packet (RFC 8972 §4.8). ``tlv_area`` is everything
+    after the 112-octet base. None: nothing to protect (no TLVs, zero padding or only Extra Padding
+    TLVs); True: the HMAC TLV verifies and only Extra Padding follows it; False: an integrity
+    failure (HMAC TLV missing, misplaced, of the wrong length, or wrong)."""
+    data = bytes(tlv_area)
+    if not any(data):
+        return None
+    off, n = 0, len(data)
+    hmac_at = -1
+    only_padding = True
+    while off < n:
+        if n - off < 4:
+            if any(data[off:]):
+                return False
+            break
+        _flags, typ, length = _TLV_HEADER.unpack_from(data, off)
+        end = off + 4 + length
+        if end > n:
+            return False
+        if hmac_at >= 0:
+            if typ != TLV_EXTRA_PADDING:
+                return False  # only Extra Padding may follow the HMAC TLV
+        elif typ == TLV_HMAC:
+            if length != HMAC_LEN:
+                return False
+            hmac_at = off
+        elif typ != TLV_EXTRA_PADDING:
+            only_padding = False
+        off = end
+    if hmac_at < 0:
+        return None if only_padding else False
+    want = key.tlv_hmac(seq_field, data[:hmac_at])
+    return hmac.compare_digest(want, data[hmac_at + 4:hmac_at + 4 + HMAC_LEN])
 
 
 def ntp_from_ns(unix_ns: int) -> int:
@@ -251,6 +376,75 @@ def unpack_reflector(data: bytes) -> ReflectorPacket:
         tlvs, trailer = (), rest
     else:
         tlvs, trailer = parse_tlvs(rest)
+    return ReflectorPacket(seq, t3, t2, sseq, t1, ssid, err, serr, ttl, tlvs, trailer)
+
+
+def _auth_tlv_area(key: HmacKey, seq_field: bytes, tlvs: tuple[Tlv, ...]) -> bytes:
+    """TLVs of an authenticated packet: the protected TLVs, then the HMAC TLV over them, then any
+    Extra Padding (RFC 8972 §4.8). A given HMAC TLV is replaced by a freshly computed one."""
+    protected = [t for t in tlvs if t.type not in (TLV_EXTRA_PADDING, TLV_HMAC)]
+    padding = [t for t in tlvs if t.type == TLV_EXTRA_PADDING]
+    if not protected:
+        return pack_tlvs(padding)
+    body = pack_tlvs(protected)
+    given = find_tlv(tlvs, TLV_HMAC)
+    flags = given.flags if given is not None else FLAG_U
+    return body + hmac_tlv(key, seq_field, body, flags=flags).pack() + pack_tlvs(padding)
+
+
+def _unpack_auth_tlvs(key: HmacKey, data: bytes, what: str) -> tuple[tuple[Tlv, ...], bytes]:
+    rest = bytes(data[AUTH_BASE_LEN:])
+    if check_tlv_hmac(key, data[:4], rest) is False:
+        raise StampAuthError(f"{what} packet: the HMAC TLV does not verify (RFC 8972 §4.8)")
+    if rest and not any(rest):
+        return (), rest
+    return parse_tlvs(rest)
+
+
+def pack_sender_auth(p: SenderPacket, key: HmacKey | bytes, *, pad_to: int = 0) -> bytes:
+    """Encode an authenticated Session-Sender packet (RFC 8762 §4.2.2): 96 octets, the HMAC of
+    them, then the TLVs with an HMAC TLV when there are any besides Extra Padding."""
+    key = HmacKey.of(key)
+    head = _AUTH_SENDER.pack(p.seq & 0xFFFFFFFF, p.timestamp_ntp, p.error_estimate, p.ssid)
+    raw = head + key.base_hmac(head) + _auth_tlv_area(key, head[:4], p.tlvs)
+    if len(raw) < pad_to:
+        raw += bytes(pad_to - len(raw))
+    return raw
+
+
+def unpack_sender_auth(data: bytes, key: HmacKey | bytes) -> SenderPacket:
+    """Decode an authenticated Session-Sender packet; StampAuthError if it is shorter than 112
+    octets or an HMAC (base, or the HMAC TLV) does not verify."""
+    key = HmacKey.of(key)
+    if not key.verify_base(data):
+        raise StampAuthError(f"authenticated sender packet of {len(data)} octets: "
+                             + ("too short" if len(data) < AUTH_BASE_LEN else "bad HMAC"))
+    seq, ts, err, ssid = _AUTH_SENDER.unpack_from(data)
+    tlvs, _rest = _unpack_auth_tlvs(key, data, "sender")
+    return SenderPacket(seq, ts, ssid, err, tlvs)
+
+
+def pack_reflector_auth(p: ReflectorPacket, key: HmacKey | bytes) -> bytes:
+    """Encode an authenticated Session-Reflector packet (RFC 8762 §4.3.2), its TLVs protected by
+    an HMAC TLV (RFC 8972 §4.8), then the raw trailer."""
+    key = HmacKey.of(key)
+    head = _AUTH_REFLECTOR.pack(
+        p.seq & 0xFFFFFFFF, p.timestamp_ntp, p.error_estimate, p.ssid, p.receive_timestamp_ntp,
+        p.sender_seq & 0xFFFFFFFF, p.sender_timestamp_ntp, p.sender_error_estimate,
+        p.sender_ttl & 0xFF,
+    )
+    return head + key.base_hmac(head) + _auth_tlv_area(key, head[:4], p.tlvs) + p.trailer
+
+
+def unpack_reflector_auth(data: bytes, key: HmacKey | bytes) -> ReflectorPacket:
+    """Decode an authenticated Session-Reflector packet; StampAuthError if it is shorter than 112
+    octets or an HMAC does not verify."""
+    key = HmacKey.of(key)
+    if not key.verify_base(data):
+        raise StampAuthError(f"authenticated reflector packet of {len(data)} octets: "
+                             + ("too short" if len(data) < AUTH_BASE_LEN else "bad HMAC"))
+    seq, t3, err, ssid, t2, sseq, t1, serr, ttl = _AUTH_REFLECTOR.unpack_from(data)
+    tlvs, trailer = _unpack_auth_tlvs(key, data, "reflector")
     return ReflectorPacket(seq, t3, t2, sseq, t1, ssid, err, serr, ttl, tlvs, trailer)
 
 
