@@ -4,6 +4,7 @@ raising a→b loss midway produces a regression report naming the peer and the l
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import sqlite3
@@ -33,6 +34,10 @@ def test_daemon_in_lab_matches_rtt_and_reports_loss_regression(lab_factory, tmp_
     lab = lab_factory(rtt_ms=RTT_MS)
     state = tmp_path / "state"
     cfg = tmp_path / "wanprobe.toml"
+    plan = tmp_path / "plan.json"  # the operator's signed-off plan, for the auto-apply trigger
+    plan.write_text(json.dumps({"changes": [{"tuner": "sysctl", "key": "net.ipv4.tcp_rmem",
+                                             "new": "4096 131072 33554432"}]}))
+    digest = hashlib.sha256(plan.read_bytes()).hexdigest()
     cfg.write_text(f"""
 [daemon]
 state_dir = "{state}"
@@ -50,6 +55,11 @@ interval = "2s"
 min_samples = 6
 recent = 3
 loss_increase = "2%"
+[auto_apply]
+enabled = true
+tuners = ["sysctl"]
+plan = "{plan}"
+plan_sha256 = "{digest}"
 [[peers]]
 name = "lab-b"
 address = "{lab.b.addr}"
@@ -134,3 +144,9 @@ methods = ["stamp", "icmp", "tcp"]
     assert any(f[0] == "path.loss_regression" and f[2] == str(reports[0]) for f in findings)
     assert "path.loss_regression" not in {f[0] for f in findings[1:]}, "hysteresis: one report"
     assert "Loss to lab-b rose" in log
+    # auto-apply on: the regression asked wanprobe-tune.path/.service for the signed-off plan,
+    # once (min_interval 1 h), naming the report; the daemon itself changed nothing
+    request = json.loads((state / "apply-request.json").read_text())
+    assert request["plan_sha256"] == digest and request["reason"]["peer"] == "lab-b", request
+    assert request["reason"]["report"] in {str(p) for p in (state / "reports").glob("*.json")}
+    assert log.count("auto-apply: requested wanprobe-tune.service") == 1, log

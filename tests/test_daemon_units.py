@@ -17,7 +17,7 @@ import pytest
 from conftest import require_tool
 
 from wanprobe.daemon import logging as dlog
-from wanprobe.daemon.auto_apply import check_plan
+from wanprobe.daemon.auto_apply import REQUEST_NAME, check_plan, request_apply
 from wanprobe.daemon.config import AutoApply
 from wanprobe.daemon.sd_notify import Notifier, socket_address, watchdog_interval_s
 from wanprobe.errors import ConfigError
@@ -133,6 +133,31 @@ def test_auto_apply_gate_checks_sign_off_and_whitelist(tmp_path):
         check_plan(AutoApply(True, ("sysctl",), plan, digest))
     with pytest.raises(ConfigError, match="off"):
         check_plan(AutoApply())
+
+
+def test_apply_request_is_gated_rate_limited_and_watched_by_the_path_unit(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"changes": [{"tuner": "sysctl", "key": "net.ipv4.tcp_rmem",
+                                             "new": "4096 131072 67108864"}]}))
+    digest = hashlib.sha256(plan.read_bytes()).hexdigest()
+    auto = AutoApply(True, ("sysctl",), plan, digest, min_interval_s=600.0)
+    why = {"peer": "tokyo-1", "metric": "loss", "report": "/r.json"}
+    assert request_apply(AutoApply(), tmp_path, reason=why, now_s=1000.0, last_request_s=None) is None
+    path = request_apply(auto, tmp_path, reason=why, now_s=1000.0, last_request_s=None)
+    doc = json.loads(path.read_text())
+    assert path.name == REQUEST_NAME and doc["plan_sha256"] == digest and doc["reason"] == why
+    assert request_apply(auto, tmp_path, reason=why, now_s=1500.0, last_request_s=1000.0) is None
+    assert request_apply(auto, tmp_path, reason=why, now_s=1600.0, last_request_s=1000.0) == path
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+    plan.write_text(plan.read_text().replace("67108864", "134217728"))  # edited after sign-off
+    with pytest.raises(ConfigError, match="not the signed-off plan"):
+        request_apply(auto, tmp_path, reason=why, now_s=9000.0, last_request_s=None)
+    # the path unit watches exactly that file in the daemon's StateDirectory, for the tune unit
+    unit = (REPO / "systemd" / "wanprobe-tune.path").read_text()
+    svc = (REPO / "systemd" / "wanprobe.service").read_text()
+    state_dir = re.search(r"^StateDirectory=(\S+)", svc, re.M).group(1)
+    assert f"PathChanged=/var/lib/{state_dir}/{REQUEST_NAME}" in unit.splitlines()
+    assert "Unit=wanprobe-tune.service" in unit.splitlines()
 
 
 def test_metrics_exposition_names_units_and_forgetting_a_peer():

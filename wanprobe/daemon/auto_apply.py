@@ -5,12 +5,21 @@ enabled it checks, at start and on every reload, that the plan file is exactly t
 operator signed off (its sha256 pinned in the config) and that every change in it belongs to a
 whitelisted tuner; ``wanprobe daemon --check-plan`` runs the same gate as the tune unit's
 ``ExecCondition=``, so a plan edited after review or touching another tuner is never applied.
+
+The trigger: when a path regresses, the daemon writes ``apply-request.json`` in its state dir
+(atomically, at most once per ``auto_apply.min_interval``) naming the report and the plan's
+digest; ``systemd/wanprobe-tune.path`` watches that file (PathChanged=) and starts the tune unit,
+which checks the plan again before it applies it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import tempfile
+from pathlib import Path
 
 from wanprobe.daemon.config import AutoApply
 from wanprobe.errors import ConfigError
@@ -40,3 +49,34 @@ def check_plan(auto: AutoApply) -> list[dict]:
             raise ConfigError(f"auto_apply.plan {auto.plan} changes {change.get('key') if isinstance(change, dict) else change!r} "
                               f"with tuner {tuner!r}, which is not in auto_apply.tuners")
     return changes
+
+
+REQUEST_NAME = "apply-request.json"
+
+
+def request_apply(auto: AutoApply, state_dir: Path, *, reason: dict, now_s: float,
+                  last_request_s: float | None) -> Path | None:
+    """Ask ``wanprobe-tune.service`` to apply the signed-off plan: write ``state_dir /
+    REQUEST_NAME`` (tmp file + rename, so the path unit never sees half a file). Returns the
+    path, or None when auto-apply is off or the last request is younger than min_interval.
+    Raises ConfigError (one line) if the plan fails the gate; OSError if the file cannot be
+    written."""
+    if not auto.enabled:
+        return None
+    if last_request_s is not None and now_s - last_request_s < auto.min_interval_s:
+        return None
+    changes = check_plan(auto)
+    doc = {"requested_at_unix": now_s, "plan": str(auto.plan), "plan_sha256": auto.plan_sha256,
+           "changes": len(changes), "reason": reason}
+    path = state_dir / REQUEST_NAME
+    fd, tmp = tempfile.mkstemp(prefix=f".{REQUEST_NAME}.", dir=state_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path

@@ -123,6 +123,7 @@ class AutoApply:
     tuners: tuple[str, ...] = ()
     plan: Path | None = None
     plan_sha256: str | None = None  # the sign-off: the operator pins the reviewed plan's hash
+    min_interval_s: float = 3600.0  # at most one apply request per this long
 
 
 @dataclass(frozen=True)
@@ -306,7 +307,7 @@ def _baseline(v: FieldReader, t: dict) -> BaselineSettings:
 
 
 def _auto_apply(v: FieldReader, t: dict) -> AutoApply:
-    v.known(t, "auto_apply", {"enabled", "tuners", "plan", "plan_sha256"})
+    v.known(t, "auto_apply", {"enabled", "tuners", "plan", "plan_sha256", "min_interval"})
     tuners = tuple(v.str_list(t, "auto_apply.tuners", []))
     for name in tuners:
         if name not in AUTO_APPLY_TUNERS:
@@ -324,7 +325,9 @@ def _auto_apply(v: FieldReader, t: dict) -> AutoApply:
     if enabled and digest is None and "auto_apply.plan_sha256" not in v.bad:
         v.problem("auto_apply.plan_sha256", "is required when auto_apply.enabled = true: it is the "
                   "sign-off of the reviewed plan (sha256sum plan.json)")
-    return AutoApply(enabled=enabled, tuners=tuners, plan=plan, plan_sha256=digest)
+    min_interval_s = v.duration(t, "auto_apply.min_interval", 3600.0, positive=True)
+    return AutoApply(enabled=enabled, tuners=tuners, plan=plan, plan_sha256=digest,
+                     min_interval_s=min_interval_s)
 
 
 def _hmac_key(v: FieldReader, d: dict) -> bytes | None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from wanprobe.daemon import adapters, mesh
 from wanprobe.daemon import logging as dlog
-from wanprobe.daemon.auto_apply import check_plan
+from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
 from wanprobe.daemon.config import DaemonConfig, Peer, load_config
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
@@ -74,6 +74,7 @@ class Daemon:
         self.store: Store | None = None
         self.baseline = BaselineTracker(cfg.baseline)
         self.stop_event = asyncio.Event()
+        self.last_apply_request: float | None = None
         self.metrics_address: tuple[str, int] | None = None
         self.reflector_error: str | None = None
         self.flush_error: str | None = None
@@ -278,6 +279,27 @@ class Daemon:
         self.metrics.regressions.labels(peer=peer.name, metric=t.metric).inc()
         dlog.log(logging.WARNING, finding["title"], peer=peer.name, metric=t.metric,
                  baseline=round(t.baseline, 6), current=round(t.current, 6), report=path)
+        self._request_apply(peer, t.metric, path, now)
+
+    def _request_apply(self, peer: Peer, metric: str, report: Path | None, now: float) -> None:
+        """With auto-apply on, a regression asks wanprobe-tune.service (via its .path unit) to
+        apply the signed-off plan; the daemon itself never changes a setting."""
+        try:
+            path = request_apply(self.cfg.auto_apply, self.cfg.state_dir,
+                                 reason={"peer": peer.name, "metric": metric,
+                                         "report": str(report) if report else None},
+                                 now_s=now, last_request_s=self.last_apply_request)
+        except ConfigError as exc:
+            dlog.log(logging.WARNING, "auto-apply: plan refused, no apply requested", reason=exc)
+            return
+        except OSError as exc:
+            dlog.log(logging.ERROR, "auto-apply: cannot write the apply request",
+                     error=exc.strerror or exc)
+            return
+        if path is not None:
+            self.last_apply_request = now
+            dlog.log(logging.WARNING, "auto-apply: requested wanprobe-tune.service", peer=peer.name,
+                     metric=metric, request=path)
 
     def _write_report(self, doc: dict, peer: str, metric: str, ts: float) -> Path | None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(ts))

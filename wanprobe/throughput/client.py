@@ -229,8 +229,6 @@ class _Client:
             if udp_sock is not None:
                 udp_sock.close()
             ctrl.close()
-            if payload is not None:
-                payload.close()
 
     def _run_tcp(self, data: list[Stream], payload: Payload | None) -> ThroughputResult:
         req = self.req

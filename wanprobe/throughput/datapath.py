@@ -1,8 +1,10 @@
 """The bulk data path: one thread per stream on a blocking socket, no per-byte Python work.
 
-Senders push a preallocated payload with ``os.sendfile`` from a memfd (the kernel references the
-pages; nothing is copied through Python), falling back to ``send`` of a memoryview. Receivers
-``recv_into`` one large buffer. SO_SNDTIMEO/SO_RCVTIMEO bound each blocking call so threads
+Senders ``send`` slices of one preallocated incompressible payload (a memoryview: no per-byte
+Python work), as iperf3 write()s its buffer; receivers ``recv_into`` one large buffer. Not
+sendfile from a memfd: on the 2-core AMD EPYC VM, sendfile moved 12-15 Gbit/s (1 stream) and
+21-26 (4 streams) over a veth pair where send() moved 20-24 and 26-29 in the same session, as
+iperf3 -Z (sendfile) is slower than its default write() there (27 vs 42 Gbit/s at -P 4). SO_SNDTIMEO/SO_RCVTIMEO bound each blocking call so threads
 notice the deadline and an abort without polling in Python.
 """
 
@@ -32,24 +34,11 @@ def _set_timeouts(sock: socket.socket, seconds: float) -> None:
 
 
 class Payload:
-    """CHUNK_BYTES of incompressible bytes, in a memfd (for sendfile) and a memoryview."""
+    """CHUNK_BYTES of incompressible bytes (os.urandom) behind a memoryview."""
 
     def __init__(self, size: int = CHUNK_BYTES) -> None:
         self.size = size
-        data = os.urandom(size)
-        self.view = memoryview(data)
-        self.fd: int | None = None
-        try:
-            fd = os.memfd_create("wanprobe-payload")
-            os.write(fd, data)
-            self.fd = fd
-        except (AttributeError, OSError):
-            self.fd = None
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.view = memoryview(os.urandom(size))
 
 
 @dataclass
@@ -81,9 +70,8 @@ class Stream:
 def _send_loop(stream: Stream, payload: Payload, deadline: float, max_bytes: int,
                abort: threading.Event, drain_s: float) -> None:
     sock = stream.sock
-    fd = sock.fileno()
     offset = 0
-    use_sendfile = payload.fd is not None
+    view = payload.view
     # Adapt the bytes per call so one call takes ~10-50 ms: a slow path must not overrun the
     # deadline by a whole 1 MiB chunk, a fast one must not pay a syscall per 16 KiB.
     chunk = MIN_CHUNK_BYTES
@@ -93,17 +81,11 @@ def _send_loop(stream: Stream, payload: Payload, deadline: float, max_bytes: int
             break
         count = min(chunk, payload.size - offset, max_bytes - stream.bytes)
         try:
-            if use_sendfile:
-                n = os.sendfile(fd, payload.fd, offset, count)
-            else:
-                n = sock.send(payload.view[offset:offset + count])
+            n = sock.send(view[offset:offset + count])
         except (BlockingIOError, InterruptedError):
             chunk = max(chunk // 2, MIN_CHUNK_BYTES)
             continue
         except OSError as exc:
-            if use_sendfile and exc.errno in (22, 38):  # EINVAL/ENOSYS: no sendfile here
-                use_sendfile = False
-                continue
             stream.error = exc.strerror or str(exc)
             return
         if n == 0:

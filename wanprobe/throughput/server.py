@@ -120,9 +120,7 @@ class ThroughputServer:
         if self._lsock is not None:
             self._lsock.close()
             self._lsock = None
-        if self._payload is not None:
-            self._payload.close()
-            self._payload = None
+        self._payload = None
 
     # ---- UDP -------------------------------------------------------------------------------
     def udp_tap(self, data: bytes, addr: tuple, rx_ns: int) -> bool:
