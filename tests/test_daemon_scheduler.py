@@ -197,3 +197,30 @@ def test_a_failing_result_handler_never_ends_a_peer_loop():
 
     sink, sch = asyncio.run(main())
     assert len(sink.done) >= 5 and sch.delivery_errors == len(sink.done)
+
+
+def test_sessions_of_many_peers_start_on_a_shared_grid():
+    """200 peers at a 1 s interval: sessions start on the 50 ms grid, so they share loop
+    wake-ups (at most 20 distinct start slots per second instead of ~200)."""
+    starts: list[float] = []
+
+    async def prober(peer, method, s):
+        starts.append(asyncio.get_running_loop().time())
+        return _doc()
+
+    async def main():
+        settings = ProbeSettings(interval_s=1.0, jitter_s=0.1, count=1, packet_interval_s=0.01,
+                                 timeout_s=0.5)
+        sch = Scheduler(Sink(), prober, probe=settings, throughput=ThroughputSettings())
+        sch.apply(tuple(Peer(f"p{i}", f"198.18.1.{i + 1}") for i in range(200)), settings,
+                  ThroughputSettings())
+        await asyncio.sleep(2.5)
+        await sch.stop()
+
+    asyncio.run(main())
+    assert len(starts) >= 300, len(starts)
+    off_grid = [t for t in starts if abs(t / 0.05 - round(t / 0.05)) > 0.1]  # > 5 ms off
+    slots = {round(t / 0.05) for t in starts}
+    print(f"\n{len(starts)} sessions in {len(slots)} start slots")
+    assert not off_grid, off_grid[:5]
+    assert len(slots) <= 2.5 / 0.05 + 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import threading
 import time
@@ -71,6 +72,9 @@ async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
 def session_deadline_s(s: ProbeSettings) -> float:
     """Upper bound of one probe session: all packets sent, the last one waited for, plus 1 s."""
     return s.count * s.packet_interval_s + s.timeout_s + 1.0
+
+
+SESSION_GRID_S = 0.05
 
 
 def next_delay_s(s: ProbeSettings, rng: random.Random) -> float:
@@ -163,14 +167,26 @@ class Scheduler:
 
     # -- probing ------------------------------------------------------------------------------
     async def _peer_loop(self, peer: Peer) -> None:
-        await asyncio.sleep(self.rng.uniform(0, self.probe_settings.interval_s))
+        await self._sleep_on_grid(self.rng.uniform(0, self.probe_settings.interval_s))
         while not self._stopping and self._is_current(peer.name):
             started = time.monotonic()
             # methods of one peer run side by side (own sockets), so adding icmp/tcp to a
             # peer does not stretch its stamp interval
-            await asyncio.gather(*(self.probe_once(peer, m) for m in peer.methods))
+            if len(peer.methods) == 1:
+                await self.probe_once(peer, peer.methods[0])
+            else:
+                await asyncio.gather(*(self.probe_once(peer, m) for m in peer.methods))
             elapsed = time.monotonic() - started
-            await asyncio.sleep(max(0.0, next_delay_s(self.probe_settings, self.rng) - elapsed))
+            await self._sleep_on_grid(next_delay_s(self.probe_settings, self.rng) - elapsed)
+
+    async def _sleep_on_grid(self, delay_s: float) -> None:
+        """Sleep ``delay_s``, rounded up to a grid of at most 50 ms (a twentieth of the
+        interval): with hundreds of peers, sessions that start in the same slot share one
+        wake-up of the loop instead of one each (bench/daemon_footprint.py)."""
+        loop = asyncio.get_running_loop()
+        grid = min(SESSION_GRID_S, self.probe_settings.interval_s / 20)
+        wake = math.ceil((loop.time() + max(0.0, delay_s)) / grid) * grid
+        await asyncio.sleep(max(0.0, wake - loop.time()))
 
     def _is_current(self, name: str) -> bool:
         """False once a reload replaced or removed this peer's session (even if the cancel of
