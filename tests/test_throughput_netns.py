@@ -85,11 +85,9 @@ def veth():
 @pytest.mark.parametrize("streams", [1, 4])
 def test_unshaped_veth_close_to_iperf3(veth, streams):
     """Sanity bound only, best of two alternating runs; the ≥ 0.9× claim is measured and printed by
-    bench/throughput_vs_iperf3.py. 1 stream ≥ 0.6× (here 19-31 vs iperf3's 13-18 Gbit/s).
-    4 streams ≥ 0.5×: on the 2-core AMD EPYC VM iperf3 -P 4 (one C thread per side, 128 KiB
-    writes) moves 32-48 Gbit/s of veth memcpy and our thread-per-stream path 22-28, 0.57-0.75×
-    (issue 4 stays open on that); 4 separate 1-stream processes do no better (22-27), so it is
-    not the GIL."""
+    bench/throughput_vs_iperf3.py. 1 stream ≥ 0.6× (here 26-42 vs iperf3's 14-17 Gbit/s).
+    4 streams ≥ 0.5×: on the 2-core AMD EPYC VM iperf3 -P 4 moves 31-51 Gbit/s of veth memcpy
+    and our one-thread epoll data path 26-38 (0.65-0.85×; issue 4 stays open on that)."""
     require_tool("iperf3")
     veth.start_wanprobe_server()
     veth.start_iperf3_server()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from wanprobe.errors import ProbeError, UsageError
 from wanprobe.throughput import protocol as proto
-from wanprobe.throughput.datapath import Payload, Stream, start_stream, stream_final
+from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
 from wanprobe.throughput.result import ThroughputResult, UdpResult, _Side, assemble
 from wanprobe.throughput.sampler import IntervalSampler
 from wanprobe.throughput.server import DEFAULT_MAX_BYTES, DEFAULT_MAX_DURATION_S
@@ -234,9 +234,8 @@ class _Client:
         req = self.req
         t0 = time.monotonic()
         cap = max(req.max_bytes // len(data), 1)
-        for s in data:
-            start_stream(s, t_start=t0, duration_s=req.duration_s, max_bytes=cap,
-                         abort=self.abort, payload=payload)
+        start_streams(data, t_start=t0, duration_s=req.duration_s, max_bytes=cap,
+                      abort=self.abort, payload=payload)
         local_records: list[dict] = []
 
         def emit(rec: dict) -> None:

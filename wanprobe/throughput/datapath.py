@@ -1,18 +1,28 @@
-"""The bulk data path: one thread per stream on a blocking socket, no per-byte Python work.
+"""The bulk data path: one thread per test side drives every stream of the test, as iperf3 does.
 
-Senders ``send`` slices of one preallocated incompressible payload (a memoryview: no per-byte
-Python work), as iperf3 write()s its buffer; receivers ``recv_into`` one large buffer. Not
-sendfile from a memfd: on the 2-core AMD EPYC VM, sendfile moved 12-15 Gbit/s (1 stream) and
-21-26 (4 streams) over a veth pair where send() moved 20-24 and 26-29 in the same session, as
-iperf3 -Z (sendfile) is slower than its default write() there (27 vs 42 Gbit/s at -P 4). SO_SNDTIMEO/SO_RCVTIMEO bound each blocking call so threads
-notice the deadline and an abort without polling in Python.
+The thread runs a level-triggered epoll loop over non-blocking sockets: a writable sending stream
+gets one ``send`` from a preallocated incompressible payload (a memoryview, no per-byte Python
+work), a readable receiving stream one ``recv_into`` of up to RECV_BYTES.
+
+The write size was measured over a veth pair on the 2-core AMD EPYC VM (one epoll thread per
+side, Gbit/s, 3 runs each), and it is not monotonic, so it is a table, not a formula:
+
+    streams   128 KiB   256 KiB   512 KiB   1 MiB
+    1         16-17     13-15     19-22     26-40
+    2         25-30     18-22     30        -
+    4         39-43     15-19     -         21-24
+
+hence 1 MiB writes for a lone sending stream and 128 KiB when several share the thread (iperf3
+itself, one thread and 128 KiB writes by default, moves 32-48 at -P 4 and 20 with -l 1M). A
+blocking thread per stream did worse at 4 streams (24-31, and 4 separate processes 22-27: not
+the GIL).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import socket
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,17 +30,11 @@ from dataclasses import dataclass, field
 from wanprobe.throughput.sockopts import TCP_CONGESTION, read_tcp_info
 from wanprobe.throughput.tcp_info import TcpInfo
 
-CHUNK_BYTES = 1 << 20
-MIN_CHUNK_BYTES = 16 << 10
-RECV_BUFFER_BYTES = 1 << 20
-_WAKE_S = 0.25
-
-
-def _set_timeouts(sock: socket.socket, seconds: float) -> None:
-    tv = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
-    sock.settimeout(None)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+CHUNK_BYTES = 1 << 20    # the payload the senders cycle through
+SEND_BYTES_ONE = 1 << 20     # per send() call when one stream sends (see the table above)
+SEND_BYTES_MANY = 128 << 10  # per send() call when several do
+RECV_BYTES = 256 << 10   # per recv_into() call
+_WAKE_S = 0.25           # the loop looks at the abort flag and the deadlines at least this often
 
 
 class Payload:
@@ -43,7 +47,7 @@ class Payload:
 
 @dataclass
 class Stream:
-    """One data connection and its live counters (written by its thread, read by the sampler)."""
+    """One data connection and its live counters (written by the data thread, read by the sampler)."""
 
     stream_id: int
     direction: int
@@ -67,118 +71,154 @@ class Stream:
         return max(self.t_last - self.t_start, 1e-9)
 
 
-def _send_loop(stream: Stream, payload: Payload, deadline: float, max_bytes: int,
-               abort: threading.Event, drain_s: float) -> None:
-    sock = stream.sock
-    offset = 0
-    view = payload.view
-    # Adapt the bytes per call so one call takes ~10-50 ms: a slow path must not overrun the
-    # deadline by a whole 1 MiB chunk, a fast one must not pay a syscall per 16 KiB.
-    chunk = MIN_CHUNK_BYTES
-    while not abort.is_set() and stream.bytes < max_bytes:
-        t_call = time.monotonic()
-        if t_call >= deadline:
-            break
-        count = min(chunk, payload.size - offset, max_bytes - stream.bytes)
-        try:
-            n = sock.send(view[offset:offset + count])
-        except (BlockingIOError, InterruptedError):
-            chunk = max(chunk // 2, MIN_CHUNK_BYTES)
-            continue
-        except OSError as exc:
-            stream.error = exc.strerror or str(exc)
-            return
-        if n == 0:
-            stream.error = "connection closed by peer"
-            return
-        now = time.monotonic()
-        if stream.t_first is None:
-            stream.t_first = now
-        stream.t_last = now
-        stream.bytes += n
-        offset = (offset + n) % payload.size
-        took = now - t_call
-        if took < 0.01 and n == count:
-            chunk = min(chunk * 2, CHUNK_BYTES)
-        elif took > 0.05:
-            chunk = max(chunk // 2, MIN_CHUNK_BYTES)
-    try:
-        sock.shutdown(socket.SHUT_WR)
-    except OSError:
-        return
-    # Wait for the receiver to read everything and close, so the final TCP_INFO covers it all.
-    end = time.monotonic() + drain_s
-    scratch = bytearray(4096)
-    while not abort.is_set() and time.monotonic() < end:
-        try:
-            if sock.recv_into(scratch) == 0:
-                break
-        except (BlockingIOError, InterruptedError, TimeoutError):
-            continue
-        except OSError:
-            break
+class _Pump:
+    """The epoll loop for the streams of one test on this side (see the module docstring)."""
 
+    def __init__(self, streams: list[Stream], *, t_start: float, duration_s: float,
+                 max_bytes: int, abort: threading.Event, payload: Payload | None,
+                 grace_s: float) -> None:
+        self.streams = streams
+        self.send_deadline = t_start + duration_s
+        self.recv_deadline = t_start + duration_s + grace_s
+        self.drain_s = grace_s
+        self.max_bytes = max_bytes
+        self.abort = abort
+        self.payload = payload
+        self.ep = select.epoll()
+        self.by_fd: dict[int, list] = {}   # fd -> [stream, offset, drain_until]
+        self.buf = bytearray(RECV_BYTES)
+        self.send_bytes = (SEND_BYTES_ONE if sum(s.sending for s in streams) == 1
+                           else SEND_BYTES_MANY)
 
-def _recv_loop(stream: Stream, deadline: float, max_bytes: int, abort: threading.Event) -> None:
-    sock = stream.sock
-    buf = bytearray(RECV_BUFFER_BYTES)
-    while not abort.is_set():
-        try:
-            n = sock.recv_into(buf)
-        except (BlockingIOError, InterruptedError, TimeoutError):
-            if time.monotonic() > deadline:
-                stream.error = "receive deadline passed"
-                return
-            continue
-        except OSError as exc:
-            stream.error = exc.strerror or str(exc)
-            return
-        if n == 0:
-            return
-        now = time.monotonic()
-        if stream.t_first is None:
-            stream.t_first = now
-        stream.t_last = now
-        stream.bytes += n
-        if stream.bytes > max_bytes or now > deadline:
-            stream.error = "byte cap reached" if stream.bytes > max_bytes else "receive deadline passed"
-            return
-
-
-def start_stream(stream: Stream, *, t_start: float, duration_s: float, max_bytes: int,
-                 abort: threading.Event, payload: Payload | None = None,
-                 grace_s: float = 10.0) -> None:
-    """Run the stream in a daemon thread; ``stream.done`` is set when it has finished."""
-    stream.t_start = t_start
-    _set_timeouts(stream.sock, _WAKE_S)
-    try:
-        raw = stream.sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16)
-        stream.cc = raw.split(b"\0", 1)[0].decode() or None
-    except OSError:
-        stream.cc = None
-
-    def run() -> None:
+    def run(self) -> None:
         cpu0 = time.thread_time()
         try:
-            if stream.sending:
-                assert payload is not None
-                _send_loop(stream, payload, t_start + duration_s, max_bytes, abort, grace_s)
-                stream.final_tcp_info = read_tcp_info(stream.sock)
-            else:
-                _recv_loop(stream, t_start + duration_s + grace_s, max_bytes, abort)
-        except Exception as exc:  # a data thread must never take the process down
-            stream.error = f"{type(exc).__name__}: {exc}"
+            for s in self.streams:
+                s.sock.setblocking(False)
+                fd = s.sock.fileno()
+                self.by_fd[fd] = [s, 0, None]
+                self.ep.register(fd, select.EPOLLOUT if s.sending else select.EPOLLIN)
+            while self.by_fd and not self.abort.is_set():
+                now = time.monotonic()
+                self._deadlines(now)
+                for fd, _events in self.ep.poll(_WAKE_S):
+                    state = self.by_fd.get(fd)
+                    if state is not None:
+                        self._ready(fd, state)
         finally:
-            stream.cpu_s = time.thread_time() - cpu0
+            cpu_s = time.thread_time() - cpu0
+            for fd in list(self.by_fd):
+                self._finish(fd, None)
+            self.ep.close()
+            for s in self.streams:
+                s.cpu_s = cpu_s  # the one thread's busy time: what the cpu verdict asks about
+
+    def _deadlines(self, now: float) -> None:
+        for fd, (s, _off, drain_until) in list(self.by_fd.items()):
+            if s.sending and drain_until is None and (now >= self.send_deadline
+                                                     or s.bytes >= self.max_bytes):
+                self._shutdown(fd)
+            elif s.sending and drain_until is not None and now >= drain_until:
+                self._finish(fd, None)  # the receiver never closed: keep what was sent
+            elif not s.sending and now > self.recv_deadline:
+                self._finish(fd, "receive deadline passed")
+
+    def _ready(self, fd: int, state: list) -> None:
+        s, offset, drain_until = state
+        try:
+            if s.sending and drain_until is None:
+                count = min(self.send_bytes, self.payload.size - offset, self.max_bytes - s.bytes)
+                n = s.sock.send(self.payload.view[offset:offset + count])
+                state[1] = (offset + n) % self.payload.size
+                self._moved(s, n)
+                if s.bytes >= self.max_bytes or time.monotonic() >= self.send_deadline:
+                    self._shutdown(fd)
+            elif s.sending:  # draining: wait for the receiver to read everything and close
+                if s.sock.recv_into(self.buf, 4096) == 0:
+                    self._finish(fd, None)
+            else:
+                n = s.sock.recv_into(self.buf)
+                if n == 0:
+                    self._finish(fd, None)
+                    return
+                self._moved(s, n)
+                if s.bytes > self.max_bytes:
+                    self._finish(fd, "byte cap reached")
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._finish(fd, exc.strerror or str(exc))
+
+    @staticmethod
+    def _moved(s: Stream, n: int) -> None:
+        now = time.monotonic()
+        if s.t_first is None:
+            s.t_first = now
+        s.t_last = now
+        s.bytes += n
+
+    def _shutdown(self, fd: int) -> None:
+        """The sender is done: FIN, then wait for the receiver's close so that the final
+        TCP_INFO covers every byte acknowledged."""
+        state = self.by_fd[fd]
+        try:
+            state[0].sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._finish(fd, None)
+            return
+        state[2] = time.monotonic() + self.drain_s
+        self.ep.modify(fd, select.EPOLLIN)
+
+    def _finish(self, fd: int, error: str | None) -> None:
+        s = self.by_fd.pop(fd)[0]
+        if error and not s.error:
+            s.error = error
+        try:
+            self.ep.unregister(fd)
+        except (OSError, ValueError):
+            pass
+        if s.sending:
             try:
-                stream.sock.close()
+                s.final_tcp_info = read_tcp_info(s.sock)
             except OSError:
                 pass
-            stream.done.set()
+        try:
+            s.sock.close()
+        except OSError:
+            pass
+        s.done.set()
 
-    stream.thread = threading.Thread(target=run, name=f"wanprobe-stream-{stream.stream_id}",
-                                     daemon=True)
-    stream.thread.start()
+
+def start_streams(streams: list[Stream], *, t_start: float, duration_s: float, max_bytes: int,
+                  abort: threading.Event, payload: Payload | None = None,
+                  grace_s: float = 10.0) -> None:
+    """Move the data of ``streams`` (``max_bytes`` each) in one daemon thread; each stream's
+    ``done`` is set when it has finished."""
+    for s in streams:
+        s.t_start = t_start
+        try:
+            raw = s.sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16)
+            s.cc = raw.split(b"\0", 1)[0].decode() or None
+        except OSError:
+            s.cc = None
+    if any(s.sending for s in streams) and payload is None:
+        raise ValueError("sending streams need a payload")
+    pump = _Pump(streams, t_start=t_start, duration_s=duration_s, max_bytes=max_bytes,
+                 abort=abort, payload=payload, grace_s=grace_s)
+
+    def run() -> None:
+        try:
+            pump.run()
+        except Exception as exc:  # the data thread must never take the process down
+            for s in streams:
+                if not s.done.is_set():
+                    s.error = s.error or f"{type(exc).__name__}: {exc}"
+                    s.done.set()
+
+    thread = threading.Thread(target=run, name="wanprobe-streams", daemon=True)
+    for s in streams:
+        s.thread = thread
+    thread.start()
 
 
 def stream_final(stream: Stream) -> dict:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from wanprobe.errors import ProbeError, WanprobeError
 from wanprobe.throughput import protocol as proto
-from wanprobe.throughput.datapath import Payload, Stream, start_stream, stream_final
+from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
 from wanprobe.throughput.sampler import IntervalSampler
 from wanprobe.throughput.sockopts import apply_stream_options, check_cc
 from wanprobe.throughput.udp import UdpReceiverStats
@@ -293,9 +293,8 @@ class ThroughputServer:
             self._payload = Payload()
         t0 = time.monotonic()
         per_stream_cap = max(req.max_bytes // max(len(test.streams), 1), 1)
-        for s in test.streams:
-            start_stream(s, t_start=t0, duration_s=req.duration_s, max_bytes=per_stream_cap,
-                         abort=test.abort, payload=self._payload)
+        start_streams(test.streams, t_start=t0, duration_s=req.duration_s,
+                      max_bytes=per_stream_cap, abort=test.abort, payload=self._payload)
 
         def emit(rec: dict) -> None:
             loop.call_soon_threadsafe(writer.write, proto.encode("interval", **rec))
