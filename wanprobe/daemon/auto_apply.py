@@ -14,13 +14,11 @@ which checks the plan again before it applies it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from tuners.journal import atomic_write
 from wanprobe.daemon.config import AutoApply
 from wanprobe.errors import ConfigError
 
@@ -57,7 +55,7 @@ REQUEST_NAME = "apply-request.json"
 def request_apply(auto: AutoApply, state_dir: Path, *, reason: dict, now_s: float,
                   last_request_s: float | None) -> Path | None:
     """Ask ``wanprobe-tune.service`` to apply the signed-off plan: write ``state_dir /
-    REQUEST_NAME`` (tmp file + rename, so the path unit never sees half a file). Returns the
+    REQUEST_NAME`` (tuners.journal.atomic_write: temp file, fsync, rename, so the path unit never sees half a file). Returns the
     path, or None when auto-apply is off or the last request is younger than min_interval.
     Raises ConfigError (one line) if the plan fails the gate; OSError if the file cannot be
     written."""
@@ -68,15 +66,4 @@ def request_apply(auto: AutoApply, state_dir: Path, *, reason: dict, now_s: floa
     changes = check_plan(auto)
     doc = {"requested_at_unix": now_s, "plan": str(auto.plan), "plan_sha256": auto.plan_sha256,
            "changes": len(changes), "reason": reason}
-    path = state_dir / REQUEST_NAME
-    fd, tmp = tempfile.mkstemp(prefix=f".{REQUEST_NAME}.", dir=state_dir)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write(state_dir / REQUEST_NAME, json.dumps(doc, indent=2) + "\n", mode=0o600)
