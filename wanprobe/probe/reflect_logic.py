@@ -100,12 +100,17 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
         # Asymmetrical reply (draft-ietf-ippm-asymmetrical-pkts): drop the Extra Padding and
         # pad back up to the requested length, never above the request.
         kept = [b for i, b in enumerate(out) if i not in padding_idx]
-        body = base + b"".join(kept)
-        if want_len >= len(body) + 4:
-            body += _TLV_HEADER.pack(0, TLV_EXTRA_PADDING, want_len - len(body) - 4) \
-                + bytes(want_len - len(body) - 4)
-        return Reply(body[:n], reply_tos)
+        return Reply(_padded_to(base + b"".join(kept), want_len)[:n], reply_tos)
     return Reply(base + b"".join(out), reply_tos, malformed)
+
+
+def _padded_to(body: bytes, want_len: int) -> bytes:
+    """An asymmetrical reply (draft-ietf-ippm-asymmetrical-pkts) padded up to ``want_len`` with
+    one Extra Padding TLV, if there is room for its header."""
+    if want_len >= len(body) + 4:
+        return body + _TLV_HEADER.pack(0, TLV_EXTRA_PADDING, want_len - len(body) - 4) \
+            + bytes(want_len - len(body) - 4)
+    return body
 
 
 def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
@@ -214,7 +219,6 @@ def _build_auth_reply(request: bytes, key: HmacKey, *, base_verified: bool, refl
         pos = keep.index(hmac_idx)
         tlvs[pos] = tlvs[pos][:4] + key.tlv_hmac(head[:4], b"".join(tlvs[:pos]))
     body = base + b"".join(tlvs)
-    if asym and want_len >= len(body) + 4:
-        body += _TLV_HEADER.pack(0, TLV_EXTRA_PADDING, want_len - len(body) - 4) \
-            + bytes(want_len - len(body) - 4)
+    if asym:
+        body = _padded_to(body, want_len)
     return Reply(body[:n], reply_tos, malformed)
