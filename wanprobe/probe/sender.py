@@ -206,7 +206,7 @@ class StampSender:
         self._by_ssid[sess.ssid] = sess
         if auth is not None:
             self._n_auth += 1
-        sess.template = _template_auth(sess) if auth is not None else _template(sess)
+        sess.template = _template(sess)
         sess.cmsgs = [ts.tos_cmsg(self.family, dscp << 2)] if dscp else []
         sess.dest = (peer, port)
         sess.total = total
@@ -487,33 +487,21 @@ def _own_tlvs(sess: _Session, data, offset: int) -> tuple[ClassOfService | None,
 
 
 def _template(sess: _Session) -> bytearray:
-    """The probe bytes with sequence/timestamp/S_TxC left to fill in per packet."""
-    body = bytearray(_BASE.size)
+    """The probe bytes with sequence/timestamp/S_TxC left to fill in per packet: the base packet
+    (44 octets, or 112 in authenticated mode, RFC 8762 §4.2.2, base HMAC per packet), then CoS,
+    Direct Measurement and Follow-Up, in authenticated mode the HMAC TLV (value per packet,
+    RFC 8972 §4.8), and Extra Padding up to the payload length."""
+    body = bytearray(_BASE.size if sess.auth is None else AUTH_BASE_LEN)
     body += cos_tlv(sess.dscp).pack()
     body += _DM_HEAD.pack(FLAG_U, TLV_DIRECT_MEASUREMENT, 12, 0, 0, 0)
     body += follow_up_tlv().pack()
+    if sess.auth is not None:
+        body += struct.pack("!BBH", FLAG_U, TLV_HMAC, 16) + bytes(16)
     rest = sess.payload_len - len(body)
     if rest >= 4:
         body += struct.pack("!BBH", FLAG_U, TLV_EXTRA_PADDING, rest - 4) + bytes(rest - 4)
     else:
         body += bytes(rest)  # 1-3 octets cannot hold a TLV; reflectors copy them as padding
-    return body
-
-
-def _template_auth(sess: _Session) -> bytearray:
-    """Authenticated probe bytes (RFC 8762 §4.2.2): base and HMAC left to fill in per packet, then
-    CoS, Direct Measurement, Follow-Up, the HMAC TLV (value per packet, RFC 8972 §4.8) and, after
-    it, Extra Padding up to the payload length."""
-    body = bytearray(AUTH_BASE_LEN)
-    body += cos_tlv(sess.dscp).pack()
-    body += _DM_HEAD.pack(FLAG_U, TLV_DIRECT_MEASUREMENT, 12, 0, 0, 0)
-    body += follow_up_tlv().pack()
-    body += struct.pack("!BBH", FLAG_U, TLV_HMAC, 16) + bytes(16)
-    rest = sess.payload_len - len(body)
-    if rest >= 4:
-        body += struct.pack("!BBH", FLAG_U, TLV_EXTRA_PADDING, rest - 4) + bytes(rest - 4)
-    else:
-        body += bytes(rest)
     return body
 
 
