@@ -8,11 +8,14 @@ namespace behind and does not change the root namespace's TCP sysctls.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
 import socket
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -142,3 +145,36 @@ def free_port() -> int:
                     continue
                 return port
     raise RuntimeError("no port free for both UDP and TCP on 127.0.0.1")
+
+
+@contextlib.contextmanager
+def udp_server(handler):
+    """A blocking UDP server thread on 127.0.0.1 (yields its port); ``handler(data, state, t2)``
+    returns the reply bytes or None; ``state["count"]`` is the number of datagrams handled
+    before this one."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.1)
+    stop = threading.Event()
+    state = {"count": 0}
+
+    def serve():
+        while not stop.is_set():
+            try:
+                data, addr = sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            t2 = time.time()
+            reply = handler(data, state, t2)
+            state["count"] += 1
+            if reply is not None:
+                sock.sendto(reply, addr)
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        stop.set()
+        th.join()
+        sock.close()

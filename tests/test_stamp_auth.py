@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from conftest import free_port
+from conftest import free_port, udp_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -359,41 +359,22 @@ def test_sender_with_wrong_key_gets_nothing():
     assert s["auth_failed"] == 10 and s["reflected"] == 0
 
 
-@contextlib.contextmanager
 def forging_reflector(mode):
     """Answers authenticated probes itself: ``wrong_key`` signs replies with another key;
     ``bad_tlv_hmac`` signs the base correctly but breaks the HMAC TLV."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.05)
-    stop = threading.Event()
+    key = OTHER_KEY if mode == "wrong_key" else KEY
 
-    def serve():
-        n = 0
-        while not stop.is_set():
-            try:
-                data, addr = sock.recvfrom(65536)
-            except TimeoutError:
-                continue
-            key = OTHER_KEY if mode == "wrong_key" else KEY
-            now = ntp_now()
-            reply = build_reply(data, reflector_seq=n, rx_count=n + 1, tx_count=n + 1,
-                                t2_ntp=now, t3_ntp=now, ttl=64, tos_received=0,
-                                auth=sp.HmacKey(key), base_verified=True)
-            n += 1
-            out = bytearray(reply.data)
-            if mode == "bad_tlv_hmac":
-                out[175] ^= 0x01       # last octet of the HMAC TLV value (sender layout)
-            sock.sendto(bytes(out), addr)
+    def handle(data, state, t2):
+        n, now = state["count"], ntp_now()
+        reply = build_reply(data, reflector_seq=n, rx_count=n + 1, tx_count=n + 1,
+                            t2_ntp=now, t3_ntp=now, ttl=64, tos_received=0,
+                            auth=sp.HmacKey(key), base_verified=True)
+        out = bytearray(reply.data)
+        if mode == "bad_tlv_hmac":
+            out[175] ^= 0x01       # last octet of the HMAC TLV value (sender layout)
+        return bytes(out)
 
-    th = threading.Thread(target=serve, daemon=True)
-    th.start()
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        stop.set()
-        th.join()
-        sock.close()
+    return udp_server(handle)
 
 
 def test_sender_rejects_replies_signed_with_another_key():

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from conftest import udp_server
 
 from wanprobe.probe import stamp_packet as sp
 from wanprobe.probe.reflector import Reflector
@@ -17,37 +18,6 @@ from wanprobe.probe.sender import probe_stamp
 
 scapy_stamp = pytest.importorskip("scapy.contrib.stamp")
 NTP_OFFSET = 2208988800
-
-
-@contextlib.contextmanager
-def udp_server(handler):
-    """A blocking UDP server thread on 127.0.0.1; ``handler(data, state) -> bytes | None``."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.1)
-    stop = threading.Event()
-    state = {"count": 0}
-
-    def serve():
-        while not stop.is_set():
-            try:
-                data, addr = sock.recvfrom(65536)
-            except TimeoutError:
-                continue
-            t2 = time.time()
-            reply = handler(data, state, t2)
-            state["count"] += 1
-            if reply is not None:
-                sock.sendto(reply, addr)
-
-    th = threading.Thread(target=serve, daemon=True)
-    th.start()
-    try:
-        yield sock.getsockname()[1]
-    finally:
-        stop.set()
-        th.join()
-        sock.close()
 
 
 def scapy_reflector(stateful):
