@@ -130,9 +130,7 @@ class _Pump:
                 count = min(self.send_bytes, self.payload.size - offset, self.max_bytes - s.bytes)
                 n = s.sock.send(self.payload.view[offset:offset + count])
                 state[1] = (offset + n) % self.payload.size
-                self._moved(s, n)
-                if s.bytes >= self.max_bytes or time.monotonic() >= self.send_deadline:
-                    self._shutdown(fd)
+                self._moved(s, n)  # deadline and byte cap: _deadlines, before the next poll
             elif s.sending:  # draining: wait for the receiver to read everything and close
                 if s.sock.recv_into(self.buf, 4096) == 0:
                     self._finish(fd, None)
