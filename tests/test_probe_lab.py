@@ -62,19 +62,34 @@ def _bootstrap_se(a: np.ndarray, b: np.ndarray, rounds: int = 400) -> tuple[floa
     return float(np.std(med_a - med_b)), float(np.std(spread_a - spread_b))
 
 
+def _with_ping(lab, count: int, interval_s: float, run, *, window_s: float | None = None):
+    """``run()`` inside namespace a while iputils ping measures the same link at the same
+    rate; returns (run's result, ping's per-reply RTTs, ping's print resolution). ping sends
+    ``count`` probes, or with ``window_s`` runs that long (-w, whole seconds; then at least half
+    of ``count`` replies are required, see _accuracy_run)."""
+    limit = ["-w", str(max(1, round(window_s)))] if window_s else ["-c", str(count)]
+    ping = lab.a.popen(["ping", "-n", "-i", str(interval_s), *limit, "-W", "2", lab.b.addr],
+                       stdout=subprocess.PIPE, text=True)
+    try:
+        with lab.a.entered():
+            res = run()
+    finally:
+        out, _ = ping.communicate(timeout=60)
+    pings, resolution = ping_rtts_ms(out)
+    assert len(pings) >= (0.5 if window_s else 0.95) * count, out[-300:]
+    return res, pings, resolution
+
+
 def _accuracy_run(lab, rtt_ms: float, n: int = 600, interval: float = 0.01) -> dict:
     """STAMP and iputils ping side by side, same rate, same time, same path. ping runs for the
     STAMP run's duration (-w, whole seconds) rather than a count: here it falls behind its -i (600 probes at
     -i 0.005 took 6 s at 60 ms RTT, 9 s at 200 ms at -i 0.01), and the two tools must sample the
     same stretch of the lab's stalls for their tails to be comparable."""
-    window_s = n * interval + rtt_ms / 1e3
-    ping = lab.a.popen(["ping", "-n", "-i", str(interval), "-w", str(max(1, round(window_s))), "-W", "2",
-                        lab.b.addr], stdout=subprocess.PIPE, text=True)
-    with lab.a.entered():
-        res = asyncio.run(probe_stamp(lab.b.addr, port=PORT, count=n, interval_s=interval))
-    out, _ = ping.communicate(timeout=60)
-    pings, resolution = ping_rtts_ms(out)
-    assert len(res.rtt_samples_ms) >= 0.95 * n and len(pings) >= 0.5 * n, out[-300:]
+    res, pings, resolution = _with_ping(
+        lab, n, interval, lambda: asyncio.run(
+            probe_stamp(lab.b.addr, port=PORT, count=n, interval_s=interval)),
+        window_s=n * interval + rtt_ms / 1e3)
+    assert len(res.rtt_samples_ms) >= 0.95 * n
     ours = np.array(res.rtt_samples_ms)
     m = {"rtt_ms": rtt_ms, "stamp_p50": float(np.median(ours)),
          "ping_p50": float(np.median(pings)), "ping_resolution": resolution,
@@ -199,21 +214,6 @@ def test_path_mtu(lab_factory, settings, expected):
     if "black_hole_mtu" in settings:
         assert doc["local_mtu"] == 1500 and "binary search" in doc["found_by"]
         assert any(not s["passed"] and s["size_bytes"] == expected + 1 for s in doc["steps"])
-
-
-def _with_ping(lab, count: int, interval_s: float, run):
-    """``run()`` inside namespace a while iputils ping measures the same link at the same
-    rate; returns (run's result, ping's per-reply RTTs, ping's print resolution)."""
-    ping = lab.a.popen(["ping", "-n", "-i", str(interval_s), "-c", str(count), "-W", "2",
-                        lab.b.addr], stdout=subprocess.PIPE, text=True)
-    try:
-        with lab.a.entered():
-            res = run()
-    finally:
-        out, _ = ping.communicate(timeout=60)
-    pings, resolution = ping_rtts_ms(out)
-    assert len(pings) >= 0.95 * count, out[-300:]
-    return res, pings, resolution
 
 
 def test_icmp_and_tcp_methods_in_lab(lab_factory):
