@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from wanprobe.lab import packet
+from wanprobe.lab.arrivals import MATCH_BYTES
 from wanprobe.lab.settings import LinkSettings
 from wanprobe.lab.tun import VNET_HDR_LEN
 
@@ -176,7 +177,7 @@ class DelayLine:
             now = read_ns - woke_ns
             woke_ns = 0
             if arrivals is not None:
-                stamp = arrivals.arrival_ns(frame[skip:skip + 64])
+                stamp = arrivals.arrival_ns(frame[skip:skip + MATCH_BYTES])
                 if stamp is not None and read_ns - STAMP_MAX_AGE_NS < stamp <= read_ns:
                     now = stamp
             try:
