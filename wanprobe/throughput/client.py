@@ -124,6 +124,7 @@ class _Client:
         self.control_closed = threading.Event()
         self.got_end = threading.Event()
         self.abort = threading.Event()
+        self.wake = threading.Event()  # the streams finished or the control connection closed
         self.buffers: tuple[int, int] | None = None
 
     # ---- control connection ----------------------------------------------------------------
@@ -171,6 +172,7 @@ class _Client:
             pass
         finally:
             self.control_closed.set()
+            self.wake.set()
 
     # ---- the test --------------------------------------------------------------------------
     def run(self) -> ThroughputResult:
@@ -234,8 +236,14 @@ class _Client:
         req = self.req
         t0 = time.monotonic()
         cap = max(req.max_bytes // len(data), 1)
+        finished = threading.Event()
+
+        def on_finished() -> None:
+            finished.set()
+            self.wake.set()
+
         start_streams(data, t_start=t0, duration_s=req.duration_s, max_bytes=cap,
-                      abort=self.abort, payload=payload)
+                      abort=self.abort, payload=payload, on_finished=on_finished)
         local_records: list[dict] = []
 
         def emit(rec: dict) -> None:
@@ -250,12 +258,17 @@ class _Client:
                                   stop=stop)
         sampler.start()
         hard_end = t0 + req.duration_s + 30.0
-        while not all(s.done.is_set() for s in data) and time.monotonic() < hard_end:
-            time.sleep(0.05)
+        # No polling beside the data thread while data flows: ``wake`` is set when the streams
+        # finish or the control connection closes.
+        while not finished.is_set() and (now := time.monotonic()) < hard_end:
             if self.control_closed.is_set() and not self.got_end.is_set():
                 # The server went away: give the streams a moment to notice, then stop.
-                if time.monotonic() > t0 + req.duration_s or any(s.error for s in data):
+                if now > t0 + req.duration_s or any(s.error for s in data):
                     break
+                finished.wait(0.05)
+            else:
+                self.wake.wait(hard_end - now)
+                self.wake.clear()  # the flags it stands for are re-read at the loop's top
         stop.set()
         sampler.join(2.0)
         self.got_end.wait(_END_WAIT_S if not self.control_closed.is_set() else 0.5)

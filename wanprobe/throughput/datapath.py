@@ -15,7 +15,13 @@ side, Gbit/s, 3 runs each), and it is not monotonic, so it is a table, not a for
 hence 1 MiB writes for a lone sending stream and 128 KiB when several share the thread (iperf3
 itself, one thread and 128 KiB writes by default, moves 32-48 at -P 4 and 20 with -l 1M). A
 blocking thread per stream did worse at 4 streams (24-31, and 4 separate processes 22-27: not
-the GIL).
+the GIL), and so did two epoll threads of two streams each (20-25 against 35-47 for one).
+
+On veth the sending thread is the bottleneck (busy 0.96-0.99 of a core, mostly in the kernel,
+which also runs the receiver's TCP input in its softirq), so what Python does per call counts.
+Measured with perf over a 4-stream run: the user-space share of the sending thread is 6 % and
+of the receiving thread 15 % (7.7 % and 20 % before the loop below was trimmed; iperf3: under
+1 % and about 4 %). The threads beside the data thread wait on events, not in polling loops.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wanprobe.throughput.sockopts import TCP_CONGESTION, read_tcp_info
@@ -98,13 +105,56 @@ class _Pump:
                 fd = s.sock.fileno()
                 self.by_fd[fd] = [s, 0, None]
                 self.ep.register(fd, select.EPOLLOUT if s.sending else select.EPOLLIN)
-            while self.by_fd and not self.abort.is_set():
-                now = time.monotonic()
-                self._deadlines(now)
-                for fd, _events in self.ep.poll(_WAKE_S):
-                    state = self.by_fd.get(fd)
-                    if state is not None:
-                        self._ready(fd, state)
+            # The loop body is the whole per-byte cost of the tool (see the module docstring):
+            # its Python work per send/recv is kept to a few attribute and integer operations,
+            # one clock read per batch of ready sockets, and the deadlines are visited only
+            # when the earliest of them is due.
+            by_fd, poll, monotonic = self.by_fd, self.ep.poll, time.monotonic
+            send_bytes, max_bytes, buf = self.send_bytes, self.max_bytes, self.buf
+            view = self.payload.view if self.payload is not None else None
+            size = self.payload.size if self.payload is not None else 0
+            next_due = 0.0
+            while by_fd and not self.abort.is_set():
+                now = monotonic()
+                if now >= next_due:
+                    next_due = self._deadlines(now)
+                ready = poll(min(_WAKE_S, max(next_due - now, 0.0)))
+                now = monotonic()
+                for fd, _events in ready:
+                    state = by_fd.get(fd)
+                    if state is None:
+                        continue
+                    s = state[0]
+                    try:
+                        if not s.sending:
+                            n = s.sock.recv_into(buf)
+                            if n == 0:
+                                self._finish(fd, None)
+                                continue
+                        elif state[2] is None:
+                            offset = state[1]
+                            count = min(send_bytes, size - offset, max_bytes - s.bytes)
+                            n = s.sock.send(view[offset:offset + count])
+                            state[1] = (offset + n) % size
+                        else:  # draining: wait for the receiver to read everything and close
+                            if s.sock.recv_into(buf, 4096) == 0:
+                                self._finish(fd, None)
+                            continue
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError as exc:
+                        self._finish(fd, exc.strerror or str(exc))
+                        continue
+                    if s.t_first is None:
+                        s.t_first = now
+                    s.t_last = now
+                    s.bytes += n
+                    if s.bytes >= max_bytes:  # the byte cap, per stream
+                        if s.sending:
+                            self._shutdown(fd)
+                            next_due = min(next_due, state[2] or now)
+                        elif s.bytes > max_bytes:
+                            self._finish(fd, "byte cap reached")
         finally:
             cpu_s = time.thread_time() - cpu0
             for fd in list(self.by_fd):
@@ -113,47 +163,19 @@ class _Pump:
             for s in self.streams:
                 s.cpu_s = cpu_s  # the one thread's busy time: what the cpu verdict asks about
 
-    def _deadlines(self, now: float) -> None:
+    def _deadlines(self, now: float) -> float:
+        """Act on every deadline that is due; return when the next one falls due."""
         for fd, (s, _off, drain_until) in list(self.by_fd.items()):
-            if s.sending and drain_until is None and (now >= self.send_deadline
-                                                     or s.bytes >= self.max_bytes):
+            if s.sending and drain_until is None and now >= self.send_deadline:
                 self._shutdown(fd)
             elif s.sending and drain_until is not None and now >= drain_until:
                 self._finish(fd, None)  # the receiver never closed: keep what was sent
             elif not s.sending and now > self.recv_deadline:
                 self._finish(fd, "receive deadline passed")
-
-    def _ready(self, fd: int, state: list) -> None:
-        s, offset, drain_until = state
-        try:
-            if s.sending and drain_until is None:
-                count = min(self.send_bytes, self.payload.size - offset, self.max_bytes - s.bytes)
-                n = s.sock.send(self.payload.view[offset:offset + count])
-                state[1] = (offset + n) % self.payload.size
-                self._moved(s, n)  # deadline and byte cap: _deadlines, before the next poll
-            elif s.sending:  # draining: wait for the receiver to read everything and close
-                if s.sock.recv_into(self.buf, 4096) == 0:
-                    self._finish(fd, None)
-            else:
-                n = s.sock.recv_into(self.buf)
-                if n == 0:
-                    self._finish(fd, None)
-                    return
-                self._moved(s, n)
-                if s.bytes > self.max_bytes:
-                    self._finish(fd, "byte cap reached")
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._finish(fd, exc.strerror or str(exc))
-
-    @staticmethod
-    def _moved(s: Stream, n: int) -> None:
-        now = time.monotonic()
-        if s.t_first is None:
-            s.t_first = now
-        s.t_last = now
-        s.bytes += n
+        due = [self.recv_deadline if not s.sending
+               else self.send_deadline if drain_until is None else drain_until
+               for s, _off, drain_until in self.by_fd.values()]
+        return min(due, default=now)
 
     def _shutdown(self, fd: int) -> None:
         """The sender is done: FIN, then wait for the receiver's close so that the final
@@ -189,9 +211,10 @@ class _Pump:
 
 def start_streams(streams: list[Stream], *, t_start: float, duration_s: float, max_bytes: int,
                   abort: threading.Event, payload: Payload | None = None,
-                  grace_s: float = 10.0) -> None:
+                  grace_s: float = 10.0, on_finished: Callable[[], None] | None = None) -> None:
     """Move the data of ``streams`` (``max_bytes`` each) in one daemon thread; each stream's
-    ``done`` is set when it has finished."""
+    ``done`` is set when it has finished, and ``on_finished`` is called (from that thread) once
+    all have, so that callers wait on an event instead of polling the streams."""
     for s in streams:
         s.t_start = t_start
         try:
@@ -212,6 +235,9 @@ def start_streams(streams: list[Stream], *, t_start: float, duration_s: float, m
                 if not s.done.is_set():
                     s.error = s.error or f"{type(exc).__name__}: {exc}"
                     s.done.set()
+        finally:
+            if on_finished is not None:
+                on_finished()
 
     thread = threading.Thread(target=run, name="wanprobe-streams", daemon=True)
     for s in streams:

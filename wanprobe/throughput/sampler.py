@@ -112,10 +112,10 @@ class IntervalSampler:
         k = 0
         while True:
             boundary = self.t_start + (k + 1) * self.interval_s
+            # One wake-up per interval: the caller sets ``stop`` as soon as the streams have
+            # finished (or the test is aborted), so there is no polling beside the data thread.
+            self.stop.wait(max(boundary - time.monotonic(), 0.0))
             finished = all(s.done.is_set() for s in self.streams)
-            while not finished and not self.stop.is_set() and time.monotonic() < boundary:
-                time.sleep(min(0.05, max(boundary - time.monotonic(), 0)))
-                finished = all(s.done.is_set() for s in self.streams)
             end = min(time.monotonic(), boundary) - self.t_start
             if finished or self.stop.is_set():
                 end = max((s.t_last or self.t_start) - self.t_start for s in self.streams)

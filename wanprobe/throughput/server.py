@@ -291,31 +291,41 @@ class ThroughputServer:
         req = test.request
         if self._payload is None and any(s.sending for s in test.streams):
             self._payload = Payload()
+        finished = loop.create_future()
+
+        def on_finished() -> None:  # from the data thread; the loop may be gone at shutdown
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+
         t0 = time.monotonic()
         per_stream_cap = max(req.max_bytes // max(len(test.streams), 1), 1)
         start_streams(test.streams, t_start=t0, duration_s=req.duration_s,
-                      max_bytes=per_stream_cap, abort=test.abort, payload=self._payload)
+                      max_bytes=per_stream_cap, abort=test.abort, payload=self._payload,
+                      on_finished=on_finished)
 
         def emit(rec: dict) -> None:
-            loop.call_soon_threadsafe(writer.write, proto.encode("interval", **rec))
+            with contextlib.suppress(RuntimeError):  # the loop closed under a server shutdown
+                loop.call_soon_threadsafe(writer.write, proto.encode("interval", **rec))
 
+        stop = threading.Event()
         sampler = IntervalSampler(test.streams, t_start=t0, interval_s=req.interval_s,
-                                  emit=emit, stop=test.abort)
+                                  emit=emit, stop=stop)
         sampler.start()
         eof = loop.create_task(reader.read(1))  # the client never sends more; EOF = gone
-        hard_end = t0 + req.duration_s + 30.0
         try:
-            while not all(s.done.is_set() for s in test.streams):
-                if eof.done() or time.monotonic() > hard_end:
-                    test.abort.set()
-                    break
-                await asyncio.sleep(0.05)
+            # No polling while data flows: wake when the streams finish or the client goes.
+            done, _ = await asyncio.wait({finished, eof}, timeout=req.duration_s + 30.0,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if finished not in done:
+                test.abort.set()
+            stop.set()
             await loop.run_in_executor(None, sampler.join, 2.0)
             await asyncio.sleep(0)  # let the sampler's queued writes go first
             writer.write(proto.encode("end", streams=[stream_final(s) for s in test.streams],
                                       cpu_max_percent=sampler.cpu_max_percent))
             await writer.drain()
         finally:
+            stop.set()
             eof.cancel()
 
     async def _run_udp(self, test: _Test, reader, writer) -> None:
