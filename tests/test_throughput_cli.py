@@ -111,9 +111,13 @@ def test_server_refuses_tests_beyond_its_limits(capsys, loopback_server):
 
 
 def test_byte_cap_stops_the_sender(loopback_server):
-    r = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=2.0, max_bytes=10**6)
-    assert not r.partial
-    assert 0 < r.bytes_sent <= 10**6 and r.bytes_received == r.bytes_sent
+    """Loopback moves far more than 1 MB in 2 s: every stream stops at exactly its share."""
+    for streams in (1, 4):
+        r = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=2.0,
+                           max_bytes=10**6, streams=streams)
+        assert not r.partial, r.partial_reason
+        assert [s.bytes_sent for s in r.streams] == [10**6 // streams] * streams
+        assert r.bytes_received == r.bytes_sent
 
 
 def test_server_survives_malformed_clients(loopback_server):
