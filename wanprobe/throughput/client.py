@@ -236,14 +236,8 @@ class _Client:
         req = self.req
         t0 = time.monotonic()
         cap = max(req.max_bytes // len(data), 1)
-        finished = threading.Event()
-
-        def on_finished() -> None:
-            finished.set()
-            self.wake.set()
-
         start_streams(data, t_start=t0, duration_s=req.duration_s, max_bytes=cap,
-                      abort=self.abort, payload=payload, on_finished=on_finished)
+                      abort=self.abort, payload=payload, on_finished=self.wake.set)
         local_records: list[dict] = []
 
         def emit(rec: dict) -> None:
@@ -260,12 +254,12 @@ class _Client:
         hard_end = t0 + req.duration_s + 30.0
         # No polling beside the data thread while data flows: ``wake`` is set when the streams
         # finish or the control connection closes.
-        while not finished.is_set() and (now := time.monotonic()) < hard_end:
+        while not all(s.done.is_set() for s in data) and (now := time.monotonic()) < hard_end:
             if self.control_closed.is_set() and not self.got_end.is_set():
                 # The server went away: give the streams a moment to notice, then stop.
                 if now > t0 + req.duration_s or any(s.error for s in data):
                     break
-                finished.wait(0.05)
+                time.sleep(0.05)
             else:
                 self.wake.wait(hard_end - now)
                 self.wake.clear()  # the flags it stands for are re-read at the loop's top
