@@ -102,7 +102,7 @@ def lab_case(rounds: int, duration_s: float) -> list[Row]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # Per-round ratios on the 2-core VM spread over 0.7-1.2 (host noise hits both engines), and
+    # Per-round ratios on the 2-core VM spread over 0.4-1.3 (host noise hits both engines), and
     # repeated 9-round medians still differ by several percent: hence the range column.
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--duration", type=float, default=3.0)
