@@ -120,11 +120,14 @@ def test_byte_cap_stops_the_sender(loopback_server):
         assert r.bytes_received == r.bytes_sent
 
 
+_HELLO_V2 = b'WPTC{"op":"hello","version":2,"nonce":"' + b"00" * 16 + b'"}\n'
+
+
 def test_server_survives_malformed_clients(loopback_server):
     port = loopback_server.port
     for raw in (b"GET / HTTP/1.0\r\n\r\n", b"WPTD" + b"\0" * 11,
-                b'WPTC{"op":"hello","version":1,"test":{"duration_s":"ten"}}\n',
-                b'WPTC{"op":"hello","version":1,"test":{"duration_s":1,"streams":"x"}}\n',
+                _HELLO_V2 + b'{"op":"test","test":{"duration_s":"ten"}}\n',
+                _HELLO_V2 + b'{"op":"test","test":{"duration_s":1,"streams":"x"}}\n',
                 b"WPTCnot json\n"):
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
             try:
@@ -133,7 +136,7 @@ def test_server_survives_malformed_clients(loopback_server):
                 reply = s.makefile("rb").read()
             except OSError:  # reset/ENOTCONN: the server dropped a garbage connection early;
                 reply = b""  # fine, as long as it still serves afterwards (checked below)
-        if b"hello" in raw:
+        if b'"test"' in raw:
             assert b'"refused"' in reply and b"malformed" in reply
     r = run_throughput("127.0.0.1", port=port, duration_s=1.0, max_bytes=10**6)
     assert r.bytes_received > 0 and not r.partial

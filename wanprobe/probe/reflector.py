@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 from wanprobe.errors import ProbeError
 from wanprobe.probe import timestamps as ts
+from wanprobe.probe.access import AllowList, DscpPolicy
 from wanprobe.probe.reflect_logic import build_reply
+from wanprobe.probe.session_table import MAX_SESSIONS, PER_SOURCE, SessionTable
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     TWAMP_REFLECTOR_MIN_LEN,
@@ -38,7 +40,6 @@ from wanprobe.probe.stamp_packet import (
 UdpTap = Callable[[bytes, tuple, int], bool]
 MAX_DATAGRAM = 9216            # larger (beyond a 9000-byte jumbo frame) is counted and dropped
 SESSION_IDLE_S = 120.0
-MAX_SESSIONS = 65536
 MAX_SOURCES = 65536
 MAX_CMSG_CACHE = 4096
 BATCH = 256                    # datagrams handled per wake-up before yielding to the loop
@@ -72,26 +73,31 @@ class ReflectorStats:
     auth_failed: int = 0       # authenticated mode: too short or bad HMAC, dropped
     tlv_auth_failed: int = 0   # authenticated mode: answered, but the HMAC TLV failed (I flag)
     authenticated: bool = False
+    not_allowed: int = 0       # source outside --allow / daemon.allow: dropped unparsed
+    evicted: int = 0           # sessions evicted (per-source share or table full), LRU first
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("received", "reflected", "tapped", "short",
                                           "oversize", "malformed", "rate_limited",
                                           "send_errors", "auth_failed", "tlv_auth_failed",
-                                          "authenticated")}
+                                          "authenticated", "not_allowed", "evicted")}
         d["sessions"] = [s.to_json() for s in self.sessions]
         return d
 
 
 class Reflector:
     """Stateful STAMP / TWAMP-Light reflector. ``rate_pps``/``burst`` bound replies per source
-    address (token bucket); ``dscp_permitted(dscp)`` is the CoS TLV policy (default: allow);
-    ``hmac_key`` switches to authenticated mode (RFC 8762 §4.4)."""
+    address (token bucket); ``dscp_permitted(dscp)`` is the CoS TLV policy (default: any DSCP but
+    CS6/CS7, see access.py); ``hmac_key`` switches to authenticated mode (RFC 8762 §4.4);
+    ``allow`` (CIDRs) drops datagrams from other sources before they are parsed; the session
+    table gives each source at most ``sessions_per_source`` of ``max_sessions`` (LRU, O(1))."""
 
     def __init__(self, *, udp_tap: UdpTap | None = None, rate_pps: float = 5000.0,
                  burst: int = 1000, max_datagram: int = MAX_DATAGRAM,
                  dscp_permitted: Callable[[int], bool] | None = None,
                  session_idle_s: float = SESSION_IDLE_S,
-                 hmac_key: bytes | str | HmacKey | None = None) -> None:
+                 hmac_key: bytes | str | HmacKey | None = None, allow: tuple[str, ...] = (),
+                 max_sessions: int = MAX_SESSIONS, sessions_per_source: int = PER_SOURCE) -> None:
         try:
             self._auth = HmacKey.of(hmac_key)
         except ValueError as exc:
@@ -100,18 +106,20 @@ class Reflector:
         self.rate_pps = float(rate_pps)
         self.burst = float(burst)
         self.max_datagram = max_datagram
-        self.dscp_permitted = dscp_permitted
+        self.dscp_permitted = dscp_permitted if dscp_permitted is not None else DscpPolicy()
+        self.allow = AllowList(allow)
         self.session_idle_s = session_idle_s
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._buf = bytearray(max_datagram + 1)
-        self._sessions: dict[tuple, list] = {}  # key -> [rx, tx, last_seen_s, follow_up]
+        self._sessions = SessionTable(max_sessions=max_sessions, per_source=sessions_per_source,
+                                      idle_s=session_idle_s)
         # OPT_ID -> (session, reflector seq); emptied when stamps are not coming (no TX stamping)
         self._tx_stamps = ts.TxStampTracker(max_pending=4 * BATCH)
         self._buckets: dict[str, list[float]] = {}    # source -> [tokens, last_s]
         self._c = dict.fromkeys(("received", "reflected", "tapped", "short", "oversize",
                                  "malformed", "rate_limited", "send_errors", "auth_failed",
-                                 "tlv_auth_failed"), 0)
+                                 "tlv_auth_failed", "not_allowed"), 0)
         self._last_sweep = time.monotonic()
         self._cmsgs: dict[tuple, list] = {}
 
@@ -152,7 +160,14 @@ class Reflector:
         sessions = tuple(
             SessionStats(k[0], k[1], k[2], k[3], v[0], v[1]) for k, v in self._sessions.items()
         )
-        return ReflectorStats(**self._c, sessions=sessions, authenticated=self._auth is not None)
+        return ReflectorStats(**self._c, sessions=sessions, authenticated=self._auth is not None,
+                              evicted=self._sessions.evicted)
+
+    def refusals(self) -> dict[str, int]:
+        """Datagrams refused, by reason (the daemon's wanprobe_reflector_refusals_total)."""
+        c = self._c
+        return {"not_allowed": c["not_allowed"], "stamp_unauthenticated": c["auth_failed"],
+                "stamp_rate_limited": c["rate_limited"], "oversize": c["oversize"]}
 
     @property
     def authenticated(self) -> bool:
@@ -172,6 +187,9 @@ class Reflector:
                 break
             except OSError:
                 continue  # e.g. a queued ICMP error; keep serving
+            if self.allow and not self.allow.permits(addr[0]):
+                self._c["not_allowed"] += 1  # before any parsing, the tap included
+                continue
             try:
                 self._handle(nbytes, ancdata, flags, addr)
             except Exception:  # never let one datagram stop the reflector
@@ -217,17 +235,8 @@ class Reflector:
         else:
             ssid = int.from_bytes(data[14:16], "big") if nbytes >= 44 else 0
         key = (ssid, addr[0], addr[1], anc.local_addr)
-        now_s = time.monotonic()
-        sess = self._sessions.get(key)
-        if sess is None:
-            if len(self._sessions) >= MAX_SESSIONS:
-                self._sweep(now_s)
-                if len(self._sessions) >= MAX_SESSIONS:
-                    c["rate_limited"] += 1
-                    return
-            sess = self._sessions[key] = [0, 0, now_s, None]
+        sess = self._sessions.touch(key, time.monotonic())
         sess[0] += 1
-        sess[2] = now_s
         reply = build_reply(
             data, reflector_seq=sess[0] - 1, rx_count=sess[0], tx_count=sess[1] + 1,
             t2_ntp=ntp_from_ns(rx_ns), t3_ntp=ntp_from_ns(time.time_ns()),
@@ -279,8 +288,6 @@ class Reflector:
 
     def _sweep(self, now: float) -> None:
         self._last_sweep = now
-        idle = self.session_idle_s
-        for k in [k for k, v in self._sessions.items() if now - v[2] > idle]:
-            del self._sessions[k]
+        self._sessions.expire(now, limit=BATCH)
         for k in [k for k, v in self._buckets.items() if now - v[1] > 60.0]:
             del self._buckets[k]

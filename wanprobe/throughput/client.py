@@ -7,6 +7,7 @@ namespace.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 import time
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from wanprobe.errors import ProbeError, UsageError
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
+from wanprobe.throughput.gate import client_request
 from wanprobe.throughput.result import ThroughputResult, UdpResult, _Side, assemble
 from wanprobe.throughput.sampler import IntervalSampler
 from wanprobe.throughput.server import DEFAULT_MAX_BYTES, DEFAULT_MAX_DURATION_S
@@ -71,12 +73,17 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
                    udp_rate_bps: float | None = None, interval_s: float = 1.0,
                    engine: str = "wanprobe", max_duration_s: float = DEFAULT_MAX_DURATION_S,
                    max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
-                   udp_packet_bytes: int = 1400) -> ThroughputResult:
-    """Run one throughput test against ``peer`` and return its result (see result.py)."""
+                   udp_packet_bytes: int = 1400,
+                   hmac_key: bytes | None = None) -> ThroughputResult:
+    """Run one throughput test against ``peer`` and return its result (see result.py).
+    ``hmac_key``: the reflector's shared key (gate.py challenge-response; wanprobe engine only)."""
     validate(duration_s=duration_s, streams=streams, reverse=reverse, bidir=bidir, cc=cc,
              udp=udp, udp_rate_bps=udp_rate_bps, interval_s=interval_s,
              max_duration_s=max_duration_s, max_bytes=max_bytes)
     if engine == "iperf3":
+        if hmac_key is not None:
+            raise UsageError("--hmac-key-file applies to the wanprobe engine (iperf3 has no "
+                             "compatible authentication)")
         from wanprobe.throughput.iperf3_engine import run_iperf3
 
         return run_iperf3(peer, port=port, duration_s=duration_s, streams=streams,
@@ -91,7 +98,7 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
         window_bytes=window_bytes, dscp=dscp, pacing_rate_bps=pacing_rate_bps, udp=udp,
         udp_rate_bps=udp_rate_bps, udp_packet_bytes=udp_packet_bytes, interval_s=interval_s,
         max_bytes=max_bytes)
-    return _Client(peer, port, request, progress).run()
+    return _Client(peer, port, request, progress, hmac_key).run()
 
 
 def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> tuple[str, ...]:
@@ -112,8 +119,9 @@ def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> t
 
 class _Client:
     def __init__(self, peer: str, port: int, request: proto.TestRequest,
-                 progress: Progress | None) -> None:
+                 progress: Progress | None, hmac_key: bytes | None = None) -> None:
         self.peer, self.port, self.req, self.progress = peer, port, request, progress
+        self.hmac_key = hmac_key
         try:
             infos = socket.getaddrinfo(peer, port, type=socket.SOCK_STREAM)
         except socket.gaierror as exc:
@@ -183,15 +191,18 @@ class _Client:
         payload: Payload | None = None
         try:
             self._connect(ctrl)
-            ctrl.sendall(proto.MAGIC_CONTROL + proto.encode("hello", version=proto.VERSION,
-                                                            test=req.to_json()))
             rfile = ctrl.makefile("rb")
-            reply = self._readline(rfile, "reply")
-            if reply["op"] == "refused":
-                raise ProbeError(f"{self.peer} refused the test: {reply.get('error')}")
+            reply = client_request(ctrl, lambda what: self._readline(rfile, what), self.peer,
+                                   self.hmac_key, "test", {"test": req.to_json()})
             if reply["op"] != "accepted":
-                raise ProbeError(f"{self.peer}: unexpected reply {reply['op']!r}")
-            cookie = bytes.fromhex(reply["cookie"])
+                raise ProbeError(f"{self.peer}: unexpected reply {str(reply['op'])[:32]!r}")
+            try:
+                cookie = bytes.fromhex(reply["cookie"])
+                server_cap = int((reply.get("limits") or {}).get("max_bytes", req.max_bytes))
+            except (KeyError, TypeError, ValueError):
+                raise ProbeError(f"{self.peer}: malformed accepted reply") from None
+            if 0 < server_cap < req.max_bytes:  # the server holds the test to its cap
+                req = self.req = dataclasses.replace(req, max_bytes=server_cap)
             if req.udp:
                 udp_sock = socket.socket(self.family, socket.SOCK_DGRAM)
                 if req.dscp:

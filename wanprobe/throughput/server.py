@@ -1,17 +1,23 @@
 """Throughput test server that `wanprobe reflect` runs beside the STAMP reflector.
 
 Interface contract:
-- ``ThroughputServer(max_duration_s=..., max_bytes=...)``
+- ``ThroughputServer(limits=ServerLimits(...), hmac_key=..., allow=(CIDR, ...))``
+  (``max_duration_s``/``max_bytes`` override the limits, for ad-hoc use);
 - ``await server.start(host, port)`` listens on TCP ``port`` (sink/source + control);
   ``start(..., udp=True)`` also binds UDP ``port`` itself (standalone use, no reflector);
 - ``server.udp_tap(data, addr, rx_ns) -> bool`` is offered every UDP datagram the reflector's
   socket receives first; it returns True when the datagram belongs to a UDP throughput test
   (registered over the TCP control connection) and was consumed, False to let STAMP handle it;
+- ``server.refusals()`` counts refused connections and requests by reason;
 - ``await server.close()``.
 
 Control runs on asyncio; each data stream runs in its own thread on a blocking socket
-(datapath.py), so the event loop never touches payload bytes. Tests beyond the server's limits
-(duration, bytes, streams, one test at a time) are refused with a one-line reason.
+(datapath.py), so the event loop never touches payload bytes. The server assumes a hostile
+client: connections from outside ``allow`` are closed unread; every control connection passes
+the gate (gate.py: version, nonces, HMAC when keyed) before any op is dispatched; the handshake
+has a deadline and a line-length cap; every request field is range-checked and the test is held
+to the limits and quotas (limits.py); the server stops a test whose client does not read its
+reports rather than queue them. Each refusal is one line naming the limit.
 """
 
 from __future__ import annotations
@@ -19,25 +25,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import socket
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from wanprobe.errors import ProbeError, WanprobeError
+from wanprobe.probe.access import AllowList
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
+from wanprobe.throughput.gate import Refused, Session, read_request
+from wanprobe.throughput.limits import Quota, ServerLimits, request_refusal
 from wanprobe.throughput.sampler import IntervalSampler
 from wanprobe.throughput.sockopts import apply_stream_options, check_cc
-from wanprobe.throughput.udp import UdpReceiverStats
+from wanprobe.throughput.udp import UdpReceiverStats, udp_interval_record
 
-DEFAULT_MAX_DURATION_S = 60.0
-DEFAULT_MAX_BYTES = 10 * 2**30
-MAX_STREAMS = 128
-_SETUP_TIMEOUT_S = 10.0
+DEFAULT_MAX_DURATION_S = ServerLimits.max_duration_s
+DEFAULT_MAX_BYTES = ServerLimits.max_bytes_per_test
+MAX_STREAMS = ServerLimits.max_streams
 _UDP_LINGER_S = 1.0
+MAX_UNSENT_REPORT_BYTES = 256 * 2**10  # a client that lets this much pile up is not reading
 
 
 def _norm_ip(host: str) -> str:
@@ -63,13 +74,22 @@ class _Test:
 class ThroughputServer:
     """TCP sink/source and UDP sink for `wanprobe throughput` clients."""
 
-    def __init__(self, *, max_duration_s: float = DEFAULT_MAX_DURATION_S,
-                 max_bytes: int = DEFAULT_MAX_BYTES, max_streams: int = MAX_STREAMS,
-                 max_concurrent_tests: int = 1) -> None:
-        self.max_duration_s = max_duration_s
-        self.max_bytes = max_bytes
-        self.max_streams = max_streams
-        self.max_concurrent_tests = max_concurrent_tests
+    def __init__(self, *, limits: ServerLimits | None = None, hmac_key: bytes | None = None,
+                 allow: tuple[str, ...] = (), max_duration_s: float | None = None,
+                 max_bytes: int | None = None, max_streams: int | None = None,
+                 max_concurrent_tests: int | None = None) -> None:
+        overrides = {k: v for k, v in (("max_duration_s", max_duration_s),
+                                       ("max_bytes_per_test", max_bytes),
+                                       ("max_streams", max_streams),
+                                       ("max_concurrent_tests", max_concurrent_tests))
+                     if v is not None}
+        self.limits = dataclasses.replace(limits or ServerLimits(), **overrides)
+        self.hmac_key = hmac_key
+        self.allow = AllowList(allow)
+        self.quota = Quota()
+        self._refused: Counter[str] = Counter()
+        self._connections = 0
+        self._ops = {"test": self._op_test}  # every op is reached through the gate only
         self._tests: dict[bytes, _Test] = {}
         self._lsock: socket.socket | None = None
         self._usock: socket.socket | None = None
@@ -77,6 +97,18 @@ class ThroughputServer:
         self._accept_task: asyncio.Task | None = None
         self._payload: Payload | None = None
         self.port: int | None = None
+
+    @property
+    def max_duration_s(self) -> float:
+        return self.limits.max_duration_s
+
+    @property
+    def max_bytes(self) -> int:
+        return self.limits.max_bytes_per_test
+
+    def refusals(self) -> dict[str, int]:
+        """Refused connections and requests by reason (wanprobe_reflector_refusals_total)."""
+        return dict(self._refused)
 
     # ---- lifecycle -------------------------------------------------------------------------
     async def start(self, host: str, port: int, *, udp: bool = False) -> None:
@@ -148,7 +180,8 @@ class ThroughputServer:
                 return
             except OSError:
                 return
-            self.udp_tap(data, addr, time.monotonic_ns())
+            if self.allow.permits(addr[0]):
+                self.udp_tap(data, addr, time.monotonic_ns())
 
     # ---- connections -----------------------------------------------------------------------
     async def _accept_loop(self) -> None:
@@ -160,6 +193,14 @@ class ThroughputServer:
                 raise
             except OSError:
                 await asyncio.sleep(0.05)
+                continue
+            if self.allow and not self.allow.permits(addr[0]):
+                self._refused["not_allowed"] += 1  # closed before a byte is read
+                sock.close()
+                continue
+            if self._connections >= self.limits.max_connections:
+                self._refused["too_many_connections"] += 1
+                sock.close()
                 continue
             task = loop.create_task(self._handle(sock, addr))
             self._tasks.add(task)
@@ -177,20 +218,27 @@ class ThroughputServer:
 
     async def _handle(self, sock: socket.socket, addr: tuple) -> None:
         handed_off = False
+        self._connections += 1
+        timeout = self.limits.handshake_timeout_s
         try:
-            magic = await asyncio.wait_for(self._read_exact(sock, 4), _SETUP_TIMEOUT_S)
+            magic = await asyncio.wait_for(self._read_exact(sock, 4), timeout)
             if magic == proto.MAGIC_CONTROL:
                 handed_off = True
                 await self._control(sock, addr)
             elif magic == proto.MAGIC_DATA:
                 rest = await asyncio.wait_for(
-                    self._read_exact(sock, proto.DATA_HEADER_BYTES - 4), _SETUP_TIMEOUT_S)
+                    self._read_exact(sock, proto.DATA_HEADER_BYTES - 4), timeout)
                 handed_off = self._attach_data(sock, addr, magic + rest)
-        except (TimeoutError, ConnectionError, OSError, ProbeError):
+            else:
+                self._refused["malformed"] += 1
+        except TimeoutError:
+            self._refused["timeout"] += 1
+        except (ConnectionError, OSError, ProbeError):
             pass
         except Exception:  # never let one connection stop the server
             pass
         finally:
+            self._connections -= 1
             if not handed_off:
                 sock.close()
 
@@ -213,78 +261,124 @@ class ThroughputServer:
             test.all_connected.set()
         return True
 
-    # ---- one test --------------------------------------------------------------------------
-    def _refusal(self, req: proto.TestRequest) -> str | None:
-        if len(self._tests) >= self.max_concurrent_tests:
-            return "the server is busy with another test; try again later"
-        if not 0 < req.duration_s <= self.max_duration_s:
-            return (f"test duration {req.duration_s:g} s exceeds this server's limit of "
-                    f"{self.max_duration_s:g} s")
-        if not 0 < req.max_bytes <= self.max_bytes:
-            return (f"test byte cap {req.max_bytes} B exceeds this server's limit of "
-                    f"{self.max_bytes} B")
-        if not 1 <= req.streams <= self.max_streams:
-            return f"{req.streams} streams is outside this server's limit of 1-{self.max_streams}"
-        if req.udp and (not req.udp_rate_bps or req.udp_rate_bps * req.duration_s / 8 > self.max_bytes):
-            return "UDP rate × duration exceeds this server's byte limit"
+    # ---- control: the gate, then one op ------------------------------------------------------
+    async def _control(self, sock: socket.socket, addr: tuple) -> None:
+        reader, writer = await asyncio.open_connection(sock=sock,
+                                                       limit=proto.MAX_REQUEST_LINE_BYTES)
+        try:
+            try:
+                async with asyncio.timeout(self.limits.handshake_timeout_s):
+                    session, msg = await read_request(reader, writer, self.hmac_key)
+                op = self._ops.get(msg["op"])
+                if op is None:
+                    raise Refused("malformed", f"unknown op {msg['op'][:32]!r}")
+                await op(session, msg, reader, writer, _norm_ip(addr[0]))
+            except Refused as exc:
+                self._refused[exc.reason] += 1
+                writer.write(proto.encode("refused", error=str(exc)))
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1.0):
+                        await writer.drain()
+        except TimeoutError:
+            self._refused["timeout"] += 1
+        except (ConnectionError, OSError, ProbeError, ValueError):
+            pass
+        except Exception as exc:  # a bad client must never take the server down
+            with contextlib.suppress(Exception):
+                writer.write(proto.encode("refused", error=f"server error: {type(exc).__name__}"))
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    def _test_refusal(self, req: proto.TestRequest, client: str) -> Refused | None:
+        lim = self.limits
+        if not lim.enabled:
+            return Refused("disabled", "throughput tests are disabled on this reflector "
+                           "([throughput] enabled = false)")
+        reason = request_refusal(req, lim)
+        if reason:
+            return Refused("over_limit", reason)
+        if req.udp and req.udp_rate_bps * req.duration_s / 8 > lim.max_bytes_per_test:
+            return Refused("over_limit", "udp_rate_bps × duration_s exceeds this server's limit "
+                           f"of {lim.max_bytes_per_test} B per test (max_bytes_per_test)")
         try:
             check_cc(req.cc)
         except WanprobeError as exc:
-            return f"server: {exc}"
-        return None
+            return Refused("over_limit", f"server: {exc}")
+        if len(self._tests) >= lim.max_concurrent_tests:
+            return Refused("busy", "the server is busy with another test; try again later "
+                           f"(max_concurrent_tests {lim.max_concurrent_tests})")
+        reason = self.quota.refusal(client, lim)
+        return Refused("quota", reason) if reason else None
 
-    async def _control(self, sock: socket.socket, addr: tuple) -> None:
-        reader, writer = await asyncio.open_connection(sock=sock, limit=proto.MAX_LINE_BYTES)
-        test: _Test | None = None
+    async def _op_test(self, session: Session, msg: dict, reader, writer, client: str) -> None:
         try:
-            hello = proto.decode(await asyncio.wait_for(reader.readline(), _SETUP_TIMEOUT_S))
-            if hello.get("op") != "hello" or hello.get("version") != proto.VERSION:
-                writer.write(proto.encode("refused", error="unsupported protocol version"))
-                return
+            req = proto.TestRequest.from_json(msg.get("test"))
+        except ProbeError as exc:
+            raise Refused("malformed", str(exc)) from None
+        refusal = self._test_refusal(req, client)
+        if refusal:
+            raise refusal
+        # The byte cap the server holds the test to (both directions, datapath.py): the smaller
+        # of the client's, the per-test limit and what is left of the daily budgets.
+        cap = min(req.max_bytes, self.limits.max_bytes_per_test,
+                  self.quota.remaining_bytes(client, self.limits))
+        req = dataclasses.replace(req, max_bytes=max(cap, 1))
+        cookie = os.urandom(proto.COOKIE_BYTES)
+        n = 0 if req.udp else req.streams * len(req.directions())
+        test = _Test(cookie, req, client, n, udp=UdpReceiverStats() if req.udp else None)
+        self._tests[cookie] = test
+        entry = self.quota.reserve(client, req.max_bytes)
+        try:
+            writer.write(proto.encode(**session.sign({
+                "op": "accepted", "cookie": cookie.hex(),
+                "limits": {**self.limits.to_json(), "max_bytes": req.max_bytes}})))
+            await writer.drain()
+            eof = asyncio.ensure_future(reader.read(1))  # the client sends nothing until start
             try:
-                req = proto.TestRequest.from_json(hello.get("test") or {})
-            except ProbeError as exc:
-                writer.write(proto.encode("refused", error=str(exc)))
-                return
-            reason = self._refusal(req)
-            if reason:
-                writer.write(proto.encode("refused", error=reason))
-                return
-            cookie = os.urandom(proto.COOKIE_BYTES)
-            n = 0 if req.udp else req.streams * len(req.directions())
-            test = _Test(cookie, req, _norm_ip(addr[0]), n,
-                         udp=UdpReceiverStats() if req.udp else None)
-            self._tests[cookie] = test
-            writer.write(proto.encode("accepted", cookie=cookie.hex(),
-                                      limits={"max_duration_s": self.max_duration_s,
-                                              "max_bytes": self.max_bytes}))
-            await writer.drain()
-            if n:
-                await asyncio.wait_for(test.all_connected.wait(), _SETUP_TIMEOUT_S)
-            writer.write(proto.encode("ready"))
-            await writer.drain()
-            start = proto.decode(await asyncio.wait_for(reader.readline(), _SETUP_TIMEOUT_S))
+                if n and not await self._until(test.all_connected.wait(), eof):
+                    return
+                writer.write(proto.encode("ready"))
+                await writer.drain()
+            finally:
+                eof.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await eof  # the reader has one waiter at a time: let this one go first
+            async with asyncio.timeout(self.limits.handshake_timeout_s):
+                start = proto.decode(await reader.readline())
             if start.get("op") != "start":
                 return
             if req.udp:
                 await self._run_udp(test, reader, writer)
             else:
                 await self._run_tcp(test, reader, writer)
-        except (TimeoutError, ConnectionError, OSError, ProbeError, ValueError):
-            pass
-        except Exception as exc:  # a bad client must never take the server down
-            with contextlib.suppress(Exception):
-                writer.write(proto.encode("refused", error=f"server error: {type(exc).__name__}"))
         finally:
-            if test is not None:
-                test.abort.set()
-                self._tests.pop(test.cookie, None)
-                for s in test.streams:
-                    if s.thread is None:
-                        s.sock.close()
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            test.abort.set()
+            self._tests.pop(test.cookie, None)
+            for s in test.streams:
+                if s.thread is None:
+                    s.sock.close()
+            moved = (test.udp.bytes if test.udp is not None
+                     else sum(s.bytes for s in test.streams))
+            self.quota.settle(entry, moved)
+
+    async def _until(self, wait, eof: asyncio.Future) -> bool:
+        """True when ``wait`` finished within the handshake timeout, False when the client
+        closed the control connection first (the slot is freed at once) or time ran out."""
+        task = asyncio.ensure_future(wait)
+        done, _ = await asyncio.wait({task, eof}, timeout=self.limits.handshake_timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        task.cancel()
+        return task in done
+
+    def _report(self, test: _Test, writer, line: bytes) -> None:
+        """Queue one report line; a client that stopped reading ends its test instead of
+        growing the server's write buffer without bound."""
+        if writer.transport.get_write_buffer_size() > MAX_UNSENT_REPORT_BYTES:
+            test.abort.set()
+            return
+        writer.write(line)
 
     async def _run_tcp(self, test: _Test, reader, writer) -> None:
         loop = asyncio.get_running_loop()
@@ -305,7 +399,8 @@ class ThroughputServer:
 
         def emit(rec: dict) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed under a server shutdown
-                loop.call_soon_threadsafe(writer.write, proto.encode("interval", **rec))
+                loop.call_soon_threadsafe(self._report, test, writer,
+                                          proto.encode("interval", **rec))
 
         stop = threading.Event()
         sampler = IntervalSampler(test.streams, t_start=t0, interval_s=req.interval_s,
@@ -323,7 +418,7 @@ class ThroughputServer:
             await asyncio.sleep(0)  # let the sampler's queued writes go first
             writer.write(proto.encode("end", streams=[stream_final(s) for s in test.streams],
                                       cpu_max_percent=sampler.cpu_max_percent))
-            await writer.drain()
+            await _flush(writer)
         finally:
             stop.set()
             eof.cancel()
@@ -338,8 +433,8 @@ class ThroughputServer:
         read = asyncio.ensure_future(reader.readline())
         hard_end = t0 + req.duration_s + 10.0
         try:
-            while time.monotonic() < hard_end:
-                boundary = t0 + (k + 1) * req.interval_s
+            while time.monotonic() < hard_end and not test.abort.is_set():
+                boundary = min(t0 + (k + 1) * req.interval_s, hard_end)
                 waited = await asyncio.wait({read}, timeout=max(boundary - time.monotonic(), 0))
                 if waited[0]:
                     line = read.result()
@@ -352,13 +447,8 @@ class ThroughputServer:
                     read = asyncio.ensure_future(reader.readline())
                     continue
                 snap = stats.snapshot()
-                writer.write(proto.encode("interval", k=k, start_s=k * req.interval_s,
-                                          end_s=(k + 1) * req.interval_s, streams=[{
-                                              "id": 0, "direction": proto.UP, "sending": False,
-                                              "bytes": snap["bytes"] - last["bytes"],
-                                              "tcp_info": None}],
-                                          udp={**snap, "packets": snap["packets"] - last["packets"]},
-                                          cpu_busy_percent=[]))
+                self._report(test, writer, proto.encode(
+                    "interval", **udp_interval_record(k, req.interval_s, snap, last)))
                 last = {"packets": snap["packets"], "bytes": snap["bytes"]}
                 k += 1
             await asyncio.sleep(_UDP_LINGER_S if done_msg else 0)  # late datagrams
@@ -367,9 +457,15 @@ class ThroughputServer:
                     if stats.t_first_ns is not None and stats.t_last_ns is not None else None)
             writer.write(proto.encode("end", streams=[], cpu_max_percent=[],
                                       udp={**stats.snapshot(sent), "seconds": span}))
-            await writer.drain()
+            await _flush(writer)
         finally:
             read.cancel()
+
+
+async def _flush(writer: asyncio.StreamWriter) -> None:
+    """Drain, but never wait on a client that does not read for longer than a few seconds."""
+    async with asyncio.timeout(5.0):
+        await writer.drain()
 
 
 def main(argv: list[str] | None = None) -> None:

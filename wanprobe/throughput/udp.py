@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from wanprobe.throughput.protocol import UDP_HEADER_BYTES, pack_udp_header
+from wanprobe.throughput.protocol import UDP_HEADER_BYTES, UP, pack_udp_header
 
 
 @dataclass
@@ -53,6 +53,16 @@ class UdpReceiverStats:
         return {"packets": self.packets, "bytes": self.bytes,
                 "lost_packets": self.lost_packets(packets_sent),
                 "out_of_order": self.out_of_order, "jitter_ms": round(self.jitter_ns / 1e6, 4)}
+
+
+def udp_interval_record(k: int, interval_s: float, snap: dict, last: dict) -> dict:
+    """The server's ``interval`` report body for UDP interval ``k`` (``snap``/``last``: the
+    receiver snapshots at its end and start)."""
+    return {"k": k, "start_s": k * interval_s, "end_s": (k + 1) * interval_s,
+            "streams": [{"id": 0, "direction": UP, "sending": False,
+                         "bytes": snap["bytes"] - last["bytes"], "tcp_info": None}],
+            "udp": {**snap, "packets": snap["packets"] - last["packets"]},
+            "cpu_busy_percent": []}
 
 
 @dataclass

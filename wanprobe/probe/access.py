@@ -1,0 +1,86 @@
+"""Who may use the reflector, and which DSCP a reply may be marked with.
+
+``AllowList`` is the ``reflect --allow CIDR`` / ``daemon.allow`` check that the STAMP reflector
+and the throughput server make on the source address before they parse anything. The DSCP policy
+is what a Class-of-Service TLV (RFC 8972 §4.4) may ask the reflector to mark its reply with: by
+default every code point except the network-control classes CS6 and CS7 (RFC 4594 §3.1: reserved
+for routing and network control traffic), so an unauthenticated probe cannot make the reflector
+send packets in the class routers protect for their own control plane.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+from wanprobe.errors import UsageError
+from wanprobe.units import parse_dscp
+
+NETWORK_CONTROL_DSCP = frozenset({48, 56})  # CS6, CS7 (RFC 4594 §3.1)
+DEFAULT_COS_DSCP = frozenset(range(64)) - NETWORK_CONTROL_DSCP
+_CACHE_MAX = 65536
+
+
+def parse_cidrs(texts: Iterable[str], option: str = "--allow") -> tuple[str, ...]:
+    """Validate CIDRs (``198.18.0.0/15``, ``2001:db8::/32``, a bare address = one host); returns
+    them normalised. One bad entry raises UsageError naming it."""
+    out = []
+    for text in texts:
+        try:
+            out.append(str(ipaddress.ip_network(str(text).strip(), strict=False)))
+        except ValueError:
+            shown = str(text)[:60]
+            raise UsageError(f"{option} {shown!r} is not an IPv4/IPv6 network (e.g. "
+                             "198.18.0.0/15)") from None
+    return tuple(out)
+
+
+def parse_dscp_set(texts: Iterable[str | int], option: str = "--cos-dscp") -> frozenset[int]:
+    """DSCP names or numbers → a set of code points; one bad entry raises UsageError."""
+    out = set()
+    for text in texts:
+        try:
+            out.add(parse_dscp(text))
+        except UsageError as exc:
+            raise UsageError(f"{option}: {exc}") from None
+    return frozenset(out)
+
+
+class AllowList:
+    """Source-address check; empty = everyone. IPv4-mapped IPv6 sources match IPv4 networks.
+    Answers are cached per address string (bounded), so the per-packet cost is one dict lookup."""
+
+    def __init__(self, cidrs: Iterable[str] = ()) -> None:
+        self.networks = tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+        self._cache: dict[str, bool] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.networks)
+
+    def permits(self, address: str) -> bool:
+        if not self.networks:
+            return True
+        hit = self._cache.get(address)
+        if hit is not None:
+            return hit
+        try:
+            ip = ipaddress.ip_address(address.split("%", 1)[0])
+        except ValueError:
+            return False
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        ok = any(ip.version == n.version and ip in n for n in self.networks)
+        if len(self._cache) >= _CACHE_MAX:
+            self._cache.clear()
+        self._cache[address] = ok
+        return ok
+
+
+class DscpPolicy:
+    """The CoS TLV policy as the reflector's ``dscp_permitted`` callable."""
+
+    def __init__(self, permitted: frozenset[int] = DEFAULT_COS_DSCP) -> None:
+        self.permitted = frozenset(permitted)
+
+    def __call__(self, dscp: int) -> bool:
+        return dscp in self.permitted
