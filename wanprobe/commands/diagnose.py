@@ -54,9 +54,13 @@ def register(app: typer.Typer) -> None:
         no_throughput: Annotated[bool, typer.Option("--no-throughput", help="Skip the throughput test.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
         output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report JSON to this file.")] = None,
+        hmac_key_file: Annotated[str | None, typer.Option(
+            "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
+            "authenticated STAMP and throughput tests.")] = None,
     ) -> None:
         """Probe the path, run a capped throughput test, read counters and host config, and say
         what limits the link, with evidence, recommendations and tuner knobs."""
+        from wanprobe.commands.probe import read_hmac_key_file
         from wanprobe.diagnose.run import DiagnoseOptions
         from wanprobe.diagnose.run import diagnose as run_diagnose
         from wanprobe.report.document import Report, save
@@ -67,7 +71,8 @@ def register(app: typer.Typer) -> None:
         opts = DiagnoseOptions(
             peer=peer, port=parse_port(port), mode="full" if full else "quick",
             link_rate_bps=parse_rate_bps(link_rate) if link_rate else None,
-            dscp=parse_dscp(dscp), throughput=not no_throughput)
+            dscp=parse_dscp(dscp), throughput=not no_throughput,
+            hmac_key=read_hmac_key_file(hmac_key_file))
         err = Console(stderr=True, highlight=False)
         if netns is not None:
             argv = [peer, "--full" if full else "--quick", "--port", str(opts.port),
@@ -76,6 +81,8 @@ def register(app: typer.Typer) -> None:
                 argv += ["--link-rate", link_rate]
             if no_throughput:
                 argv.append("--no-throughput")
+            if hmac_key_file:
+                argv += ["--hmac-key-file", hmac_key_file]
             report = Report.from_json(run_in_netns(netns, argv))
         elif as_json or not err.is_terminal:
             report = run_diagnose(opts)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 import sys
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -69,10 +70,21 @@ def reflect(
         "--rate-limit", help="STAMP replies per second per source address.")] = "5000",
     hmac_key_file: Annotated[str | None, typer.Option(
         "--hmac-key-file", help="Authenticated STAMP (RFC 8762 §4.4): read the shared key from "
-        "this file (>= 16 characters); unauthenticated probes are then dropped.")] = None,
+        "this file (>= 16 characters); unauthenticated probes are then dropped and throughput "
+        "clients must prove they hold the key.")] = None,
+    allow: Annotated[list[str] | None, typer.Option(
+        "--allow", help="Serve only sources in this network, e.g. 198.18.0.0/15 (repeatable; "
+        "default: everyone). Others are dropped unparsed.")] = None,
+    cos_dscp: Annotated[list[str] | None, typer.Option(
+        "--cos-dscp", help="DSCP a Class-of-Service TLV may ask replies to carry (repeatable; "
+        "default: any but CS6/CS7).")] = None,
 ) -> None:
     """Run a STAMP (RFC 8762/8972) / TWAMP-Light reflector and the throughput server."""
+    from wanprobe.probe.access import DEFAULT_COS_DSCP, parse_cidrs, parse_dscp_set
+
     key = read_hmac_key_file(hmac_key_file)
+    policy = ReflectPolicy(allow=parse_cidrs(allow or ()),
+                           cos_dscp=parse_dscp_set(cos_dscp) if cos_dscp else DEFAULT_COS_DSCP)
     port_n = _opt("--port", parse_port, port)
     duration_s = _opt("--max-test-duration", parse_duration_s, max_test_duration,
                       default_unit="s", allow_zero=False)
@@ -83,26 +95,40 @@ def reflect(
         raise UsageError(f"--rate-limit {rate_pps!r} is not a number") from None
     if rate <= 0:
         raise UsageError("--rate-limit must be > 0")
-    asyncio.run(_serve(bind, port_n, duration_s, max_bytes, rate, key))
+    asyncio.run(_serve(bind, port_n, duration_s, max_bytes, rate, key, policy))
+
+
+@dataclass(frozen=True)
+class ReflectPolicy:
+    """Who may use ``reflect`` (CIDRs, empty = everyone) and which DSCP replies may carry."""
+
+    allow: tuple[str, ...] = ()
+    cos_dscp: frozenset[int] = frozenset()
 
 
 async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: float,
-                 hmac_key: bytes | None = None) -> None:
+                 hmac_key: bytes | None = None, policy: ReflectPolicy | None = None) -> None:
+    from wanprobe.probe.access import DEFAULT_COS_DSCP, DscpPolicy
     from wanprobe.probe.reflector import Reflector
     from wanprobe.throughput.server import ThroughputServer
+
+    policy = policy or ReflectPolicy(cos_dscp=DEFAULT_COS_DSCP)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = ThroughputServer(max_duration_s=duration_s, max_bytes=max_bytes)
+    server = ThroughputServer(max_duration_s=duration_s, max_bytes=max_bytes, hmac_key=hmac_key,
+                              allow=policy.allow)
     reflector = Reflector(udp_tap=server.udp_tap, rate_pps=rate, burst=max(100, int(rate / 5)),
-                          hmac_key=hmac_key)
+                          hmac_key=hmac_key, allow=policy.allow,
+                          dscp_permitted=DscpPolicy(policy.cos_dscp))
     await reflector.start(bind, port)
     try:
         await server.start(bind, port)
         err = Console(stderr=True, highlight=False)
-        mode = " (authenticated mode)" if hmac_key is not None else ""
+        mode = (" (authenticated mode)" if hmac_key is not None else "") + (
+            f", allowing {', '.join(policy.allow)}" if policy.allow else "")
         err.print(f"wanprobe reflect: STAMP on udp {bind}:{port}{mode}, "
                   f"throughput on tcp {bind}:{port}")
         await stop.wait()
@@ -114,7 +140,9 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
     Console(stderr=True, highlight=False).print(
         f"wanprobe reflect: stopped; {s.reflected} reflected, {s.short + s.oversize} short/oversize,"
         f" {s.malformed} malformed, {s.rate_limited} rate-limited"
-        + (f", {s.auth_failed} failed authentication" if hmac_key is not None else ""))
+        + (f", {s.auth_failed} failed authentication" if hmac_key is not None else "")
+        + f", {s.not_allowed} from outside --allow; throughput refusals: "
+        + (", ".join(f"{k} {v}" for k, v in sorted(server.refusals().items())) or "none"))
 
 
 def probe(
@@ -217,6 +245,9 @@ def mtu(
         "--timeout", help="Wait per try (default: 3x the measured RTT + 50 ms).")] = None,
     tries: Annotated[int, typer.Option("--tries", help="Tries per size before it counts as lost.")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    hmac_key_file: Annotated[str | None, typer.Option(
+        "--hmac-key-file", help="Authenticated STAMP (RFC 8762 §4.4): read the shared key from "
+        "this file (>= 16 characters).")] = None,
 ) -> None:
     """Find the path MTU to HOST by DF-bit search (works through ICMP black holes)."""
     from wanprobe.probe.mtu import probe_path_mtu
@@ -226,7 +257,9 @@ def mtu(
                  if timeout else None)
     if tries < 1:
         raise UsageError("--tries must be >= 1")
-    result = asyncio.run(probe_path_mtu(host, port=port_n, timeout_s=timeout_s, tries=tries))
+    key = read_hmac_key_file(hmac_key_file)
+    result = asyncio.run(probe_path_mtu(host, port=port_n, timeout_s=timeout_s, tries=tries,
+                                        hmac_key=key))
     if as_json:
         sys.stdout.write(json.dumps(result.to_json()) + "\n")
         return

@@ -99,8 +99,12 @@ def register(app: typer.Typer) -> None:
         max_duration: Annotated[str, typer.Option(help="Refuse longer tests (cap).")] = "60s",
         max_bytes: Annotated[str, typer.Option(help="Stop after this many bytes (cap).")] = "10GiB",
         as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+        hmac_key_file: Annotated[str | None, typer.Option(
+            "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
+            "authenticated STAMP and throughput tests.")] = None,
     ) -> None:
         """Multi-stream TCP/UDP throughput test that says what limits the transfer."""
+        from wanprobe.commands.probe import read_hmac_key_file
         from wanprobe.throughput.client import run_throughput
 
         if engine not in ("wanprobe", "iperf3"):
@@ -118,7 +122,8 @@ def register(app: typer.Typer) -> None:
             interval_s=parse_duration_s(interval, default_unit="s", allow_zero=False),
             engine=engine,
             max_duration_s=parse_duration_s(max_duration, default_unit="s", allow_zero=False),
-            max_bytes=parse_bytes(max_bytes, allow_bare=False))
+            max_bytes=parse_bytes(max_bytes, allow_bare=False),
+            hmac_key=read_hmac_key_file(hmac_key_file))
         err = Console(stderr=True, highlight=False, soft_wrap=True)
         if as_json or not err.is_terminal:
             result = run_throughput(host, **kwargs)

@@ -65,14 +65,28 @@ async def probe(peer: Peer, method: str, s: ProbeSettings, *,
     return result.to_json() if hasattr(result, "to_json") else dict(result)
 
 
-def throughput(peer: Peer, s: ThroughputSettings) -> dict[str, Any]:
+def throughput(peer: Peer, s: ThroughputSettings, *,
+               hmac_key: bytes | None = None) -> dict[str, Any]:
     """Run one capped throughput test against the server beside ``peer``'s reflector (same
-    port); blocking, the scheduler runs it in a worker thread."""
+    port); blocking, the scheduler runs it in a worker thread. With ``hmac_key`` (the config's
+    ``daemon.hmac_key``) the control channel is authenticated (throughput/gate.py)."""
     fn = _resolve((("wanprobe.throughput", "run_throughput"),
                    ("wanprobe.throughput.client", "run_throughput")), "throughput test")
+    kwargs: dict[str, Any] = {"hmac_key": hmac_key} if hmac_key is not None else {}
     result = fn(peer.address, port=peer.port, duration_s=s.duration_s, streams=s.streams,
-                max_bytes=s.max_bytes_per_test)
+                max_bytes=s.max_bytes_per_test, **kwargs)
     return result.to_json() if hasattr(result, "to_json") else dict(result)
+
+
+def throughput_for(hmac_key: bytes | None):
+    """The throughput adapter bound to the daemon's HMAC key (``throughput`` when there is none)."""
+    if hmac_key is None:
+        return throughput
+
+    def keyed_throughput(peer: Peer, s: ThroughputSettings) -> dict[str, Any]:
+        return throughput(peer, s, hmac_key=hmac_key)
+
+    return keyed_throughput
 
 
 def prober_for(hmac_key: bytes | None):
@@ -88,21 +102,49 @@ def prober_for(hmac_key: bytes | None):
 
 class Reflector:
     """The STAMP reflector (and the throughput server on the same port) for the daemon's loop;
-    with ``hmac_key`` in authenticated mode only (RFC 8762 §4.4)."""
+    with ``hmac_key`` in authenticated mode only (RFC 8762 §4.4) and the same key required of
+    throughput clients; ``allow``, ``cos_dscp`` and ``limits`` as in the config's
+    ``daemon.allow``, ``daemon.cos_dscp`` and ``[throughput]`` (config_reflector.py)."""
 
-    def __init__(self, hmac_key: bytes | None = None) -> None:
+    def __init__(self, hmac_key: bytes | None = None, *, allow: tuple[str, ...] = (),
+                 cos_dscp: frozenset[int] | None = None, limits: Any = None) -> None:
         self.hmac_key = hmac_key
+        self.allow, self.cos_dscp, self.limits = allow, cos_dscp, limits
         self._parts: list[Any] = []
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Reflector:
+        return cls(cfg.hmac_key, allow=cfg.allow, cos_dscp=cfg.cos_dscp,
+                   limits=cfg.throughput_server)
+
+    def refusals(self) -> dict[str, int]:
+        """Refusals by reason, summed over every socket (wanprobe_reflector_refusals_total)."""
+        total: dict[str, int] = {}
+        for part in self._parts:
+            for reason, n in part.refusals().items():
+                total[reason] = total.get(reason, 0) + n
+        return total
+
+    def set_limits(self, limits: Any) -> None:
+        """New ``[throughput]`` limits (a reload); the next test is held to them."""
+        self.limits = limits
+        for part in self._parts:
+            if hasattr(part, "limits"):
+                part.limits = limits
 
     async def start(self, listen: tuple[tuple[str, int], ...]) -> None:
         mod = importlib.import_module("wanprobe.probe.reflector")
+        from wanprobe.probe.access import DscpPolicy
         from wanprobe.throughput.server import ThroughputServer
 
         for host, port in listen:
-            server = ThroughputServer()
+            server = ThroughputServer(limits=self.limits, hmac_key=self.hmac_key,
+                                      allow=self.allow)
             await server.start(host, port)
             self._parts.append(server)
-            kwargs: dict[str, Any] = {"udp_tap": server.udp_tap}
+            kwargs: dict[str, Any] = {"udp_tap": server.udp_tap, "allow": self.allow}
+            if self.cos_dscp is not None:
+                kwargs["dscp_permitted"] = DscpPolicy(self.cos_dscp)
             if self.hmac_key is not None:
                 kwargs["hmac_key"] = self.hmac_key
             try:

@@ -21,7 +21,16 @@ from wanprobe.daemon.config_fields import (
     parse_listen,
     parse_window,
 )
+from wanprobe.daemon.config_reflector import (
+    DAEMON_KEYS,
+    DAEMON_SERVER,
+    SERVER_KEYS,
+    reflector_access,
+    server_limits,
+)
 from wanprobe.errors import ConfigError
+from wanprobe.probe.access import DEFAULT_COS_DSCP
+from wanprobe.throughput.limits import ServerLimits
 
 __all__ = ["METHODS", "DaemonConfig", "ConfigInvalid", "Peer", "ProbeSettings", "ThroughputSettings",
            "TimeWindow", "load_config", "parse_config", "parse_listen", "parse_window"]
@@ -135,6 +144,9 @@ class DaemonConfig:
     reflector_listen: tuple[tuple[str, int], ...] = (("0.0.0.0", 862),)
     reflector_enabled: bool = True
     hmac_key: bytes | None = None
+    allow: tuple[str, ...] = ()                      # CIDRs that may use the reflector
+    cos_dscp: frozenset[int] = DEFAULT_COS_DSCP      # DSCP a CoS TLV may ask replies to carry
+    throughput_server: ServerLimits = DAEMON_SERVER  # what clients of our reflector may run
     hostname: str = ""
     mesh_file: Path | None = None
     log_format: str = "journal"
@@ -178,7 +190,11 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
                        "baseline", "auto_apply"})
     d = v.table(data, "daemon")
     v.known(d, "daemon", {"state_dir", "metrics_listen", "reflector_listen", "reflector",
-                          "hmac_key", "hmac_key_file", "hostname", "mesh_file", "log_format"})
+                          "hmac_key", "hmac_key_file", "hostname", "mesh_file", "log_format"}
+            | DAEMON_KEYS)
+    allow, cos_dscp = reflector_access(v, d)
+    throughput_t = v.table(data, "throughput")
+    throughput = _throughput(v, throughput_t)
     state_dir = v.path(d, "daemon.state_dir", None)
     if state_dir is None and "state_dir" not in d:
         v.problem("daemon.state_dir", "is required (e.g. \"/var/lib/wanprobe\")")
@@ -190,12 +206,16 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
                                v.str_list(d, "daemon.reflector_listen", ["0.0.0.0:862"])),
         reflector_enabled=v.boolean(d, "daemon.reflector", True),
         hmac_key=_hmac_key(v, d),
+        allow=allow,
+        cos_dscp=cos_dscp,
+        throughput_server=server_limits(v, throughput_t, enabled=throughput.enabled,
+                                        max_bytes_per_test=throughput.max_bytes_per_test),
         hostname=v.string(d, "daemon.hostname", ""),
         mesh_file=v.path(d, "daemon.mesh_file", None),
         log_format=v.choice(d, "daemon.log_format", "journal", ("journal", "logfmt")),
         peers=_peers(v, data.get("peers", []), probe),
         probe=probe,
-        throughput=_throughput(v, v.table(data, "throughput")),
+        throughput=throughput,
         counters=_counters(v, v.table(data, "counters")),
         retention=_retention(v, v.table(data, "retention")),
         baseline=_baseline(v, v.table(data, "baseline")),
@@ -254,7 +274,7 @@ def _peers(v: FieldReader, raw: Any, probe: ProbeSettings) -> tuple[Peer, ...]:
 
 def _throughput(v: FieldReader, t: dict) -> ThroughputSettings:
     v.known(t, "throughput", {"enabled", "interval", "duration", "streams", "budget_per_day",
-                              "max_bytes_per_test", "windows"})
+                              "max_bytes_per_test", "windows"} | SERVER_KEYS)
     windows = tuple(w for w in (v.window(f"throughput.windows[{i}]", s) for i, s in
                                 enumerate(v.str_list(t, "throughput.windows", []))) if w)
     return ThroughputSettings(

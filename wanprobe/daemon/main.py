@@ -65,12 +65,16 @@ class Daemon:
         self.cfg, self.peers, self.config_path = cfg, peers, config_path
         # peers share the key: their reflectors drop unauthenticated probes (RFC 8762 §4.4)
         self.prober = adapters.prober_for(cfg.hmac_key) if prober is adapters.probe else prober
-        self.throughput_fn = throughput_fn
-        self.reflector = reflector if reflector is not None else adapters.Reflector(cfg.hmac_key)
+        self.throughput_fn = (adapters.throughput_for(cfg.hmac_key)
+                              if throughput_fn is adapters.throughput else throughput_fn)
+        self.reflector = (reflector if reflector is not None
+                          else adapters.Reflector.from_config(cfg))
         self.counters = counters if counters is not None else adapters.Counters(
             cfg.counters.sys_root, cfg.counters.proc_root)
         self.notifier = notifier or Notifier()
         self.metrics = DaemonMetrics()
+        if hasattr(self.reflector, "refusals"):
+            self.metrics.watch_refusals(self.reflector.refusals)
         self.store: Store | None = None
         self.baseline = BaselineTracker(cfg.baseline)
         self.stop_event = asyncio.Event()
@@ -204,7 +208,7 @@ class Daemon:
             self.notifier.ready(self.status_line() + "; last reload refused")
             return
         restart_needed = [k for k in ("state_dir", "metrics_listen", "reflector_listen",
-                                      "reflector_enabled", "hmac_key")
+                                      "reflector_enabled", "hmac_key", "allow", "cos_dscp")
                           if getattr(cfg, k) != getattr(self.cfg, k)]
         if restart_needed:
             dlog.log(logging.WARNING, "reload: these keys take effect on restart only",
@@ -213,6 +217,8 @@ class Daemon:
         self.cfg, self.peers = cfg, peers
         dlog.set_style(cfg.log_format)
         self.baseline.s = cfg.baseline
+        if hasattr(self.reflector, "set_limits"):
+            self.reflector.set_limits(cfg.throughput_server)
         diff = self.scheduler.apply(peers, cfg.probe, cfg.throughput)
         for name in diff["removed"]:
             self.metrics.forget_peer(name)

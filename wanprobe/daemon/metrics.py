@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 QUANTILES = (("min", "0"), ("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"), ("max", "1"))
@@ -131,8 +132,36 @@ class DaemonMetrics:
         for key in [k for k in self._cache if k[0] == peer]:
             del self._cache[key]
 
+    def watch_refusals(self, source: Callable[[], dict[str, int]]) -> None:
+        """Export ``source()`` (the reflector's refusal counts by reason) at every scrape."""
+        self.registry.register(_RefusalCollector(source))
+
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _RefusalCollector:
+    """``wanprobe_reflector_refusals_total{reason}``: datagrams and connections the reflector
+    and its throughput server refused (not_allowed, unauthenticated, bad_key, over_limit, ...),
+    read from their own counters when scraped, so the data path never touches the registry."""
+
+    _HELP = "Datagrams and connections the reflector refused, by reason."
+
+    def __init__(self, source: Callable[[], dict[str, int]]) -> None:
+        self.source = source
+
+    def describe(self):
+        yield CounterMetricFamily("wanprobe_reflector_refusals", self._HELP, labels=["reason"])
+
+    def collect(self):
+        family = CounterMetricFamily("wanprobe_reflector_refusals", self._HELP, labels=["reason"])
+        try:
+            counts = self.source()
+        except Exception:  # a scrape must never fail because of one source
+            counts = {}
+        for reason, n in sorted(counts.items()):
+            family.add_metric([reason], n)
+        yield family
 
 
 class MetricsServer:

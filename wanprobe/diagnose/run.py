@@ -15,7 +15,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ class DiagnoseOptions:
     dscp: int = TRAINING_DSCP
     throughput: bool = True
     counters: bool = True
+    hmac_key: bytes | None = field(default=None, repr=False)  # the reflector's shared key
 
     @property
     def probe_count(self) -> int:
@@ -115,8 +116,9 @@ def _guard(errors: dict[str, str], part: str, fn: Callable[[], Any]) -> Any:
 def measure_path(opts: DiagnoseOptions) -> dict:
     from wanprobe.probe.api import run_probe
 
+    key = {"hmac_key": opts.hmac_key} if opts.hmac_key is not None else {}
     res = run_probe(opts.peer, "stamp", port=opts.port, count=opts.probe_count,
-                    interval_s=opts.probe_interval_s, dscp=opts.dscp)
+                    interval_s=opts.probe_interval_s, dscp=opts.dscp, **key)
     doc = res.to_json()
     if not (doc.get("loss") or {}).get("received"):
         # no reply at all says nothing about the path, only that no reflector answers
@@ -130,8 +132,8 @@ def measure_mtu(opts: DiagnoseOptions) -> dict:
 
     from wanprobe.probe.mtu import probe_path_mtu
 
-    doc = asyncio.run(probe_path_mtu(opts.peer, port=opts.port,
-                                     max_size=REFLECTOR_MAX_IP_BYTES)).to_json()
+    doc = asyncio.run(probe_path_mtu(opts.peer, port=opts.port, max_size=REFLECTOR_MAX_IP_BYTES,
+                                     hmac_key=opts.hmac_key)).to_json()
     doc["search_max_bytes"] = min(REFLECTOR_MAX_IP_BYTES, doc.get("local_mtu") or 0)
     route = route_to(opts.peer)
     doc["iface"] = route.get("iface")
@@ -147,7 +149,7 @@ def measure_throughput(opts: DiagnoseOptions) -> dict:
     from wanprobe.throughput.client import run_throughput
 
     res = run_throughput(opts.peer, port=opts.port, duration_s=opts.throughput_s, streams=1,
-                         max_bytes=opts.throughput_max_bytes)
+                         max_bytes=opts.throughput_max_bytes, hmac_key=opts.hmac_key)
     return res.to_json()
 
 

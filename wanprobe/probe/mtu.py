@@ -8,7 +8,9 @@ reply, so the reverse path is not what is measured; a reflector that ignores the
 the same size (RFC 8762 §4), which still works on symmetric paths. A size passes when a reply
 comes back; it fails after ``tries`` timeouts (a black hole sends nothing back, so timeouts are
 the only signal). The search tries the local MTU first, then bisects between the largest size
-known to pass and the smallest known to fail.
+known to pass and the smallest known to fail. With a key the probes are authenticated STAMP
+packets (RFC 8762 §4.2.2, the TLVs under an HMAC TLV, RFC 8972 §4.8), for a reflector that runs
+in authenticated mode and drops everything else.
 """
 
 from __future__ import annotations
@@ -25,10 +27,17 @@ from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
 from wanprobe.probe.result import MtuResult, MtuStep
 from wanprobe.probe.sender import STAMP_PORT, UDP_HEADER
 from wanprobe.probe.stamp_packet import (
+    AUTH_BASE_LEN,
     BASE_LEN,
     FLAG_U,
+    HMAC_TLV_LEN,
+    REFLECTED_CONTROL_LEN,
     TLV_EXTRA_PADDING,
+    HmacKey,
+    SenderPacket,
     ntp_from_ns,
+    pack_sender_auth,
+    padding_tlv,
     reflected_control_tlv,
 )
 
@@ -36,6 +45,20 @@ _BASE = struct.Struct("!IQHH28x")
 CONTROL_BYTES = 16
 MIN_PAYLOAD = BASE_LEN + CONTROL_BYTES
 REPLY_PAYLOAD = MIN_PAYLOAD
+AUTH_MIN_PAYLOAD = AUTH_BASE_LEN + 4 + REFLECTED_CONTROL_LEN + HMAC_TLV_LEN
+_SENDER_SEQ_OFFSET = {False: 24, True: 48}  # in the reflected packet: RFC 8762 §4.3.1 / §4.3.2
+
+
+def auth_mtu_probe_packet(seq: int, ssid: int, payload_len: int, key: HmacKey) -> bytes:
+    """The authenticated form of :func:`mtu_probe_packet` (Extra Padding after the HMAC TLV)."""
+    if payload_len < AUTH_MIN_PAYLOAD:
+        raise ValueError(f"payload {payload_len} below {AUTH_MIN_PAYLOAD}")
+    tlvs = [reflected_control_tlv(AUTH_MIN_PAYLOAD)]
+    rest = payload_len - AUTH_MIN_PAYLOAD
+    if rest >= 4:
+        tlvs.append(padding_tlv(rest - 4))
+    return pack_sender_auth(SenderPacket(seq, ntp_from_ns(time.time_ns()), ssid, tlvs=tuple(tlvs)),
+                            key, pad_to=payload_len)
 
 
 def mtu_probe_packet(seq: int, ssid: int, payload_len: int) -> bytes:
@@ -53,8 +76,10 @@ def mtu_probe_packet(seq: int, ssid: int, payload_len: int) -> bytes:
 
 
 class _Prober:
-    def __init__(self, sock: socket.socket, family: int, timeout_s: float, tries: int) -> None:
+    def __init__(self, sock: socket.socket, family: int, timeout_s: float, tries: int,
+                 key: HmacKey | None = None) -> None:
         self.sock = sock
+        self.key = key
         self.overhead = IP_HEADER_BYTES[family] + UDP_HEADER
         self.timeout_s = timeout_s
         self.tries = tries
@@ -69,7 +94,7 @@ class _Prober:
             seq = self.seq
             self.seq += 1
             try:
-                self.sock.send(mtu_probe_packet(seq, self.ssid, size - self.overhead))
+                self.sock.send(self._packet(seq, size - self.overhead))
             except OSError as exc:
                 if exc.errno == 90:  # EMSGSIZE: larger than the local interface allows
                     break
@@ -82,7 +107,8 @@ class _Prober:
                     break
                 except ConnectionRefusedError:
                     raise ProbeError("no STAMP reflector listening (ICMP port unreachable)") from None
-                if len(data) >= 28 and struct.unpack_from("!I", data, 24)[0] == seq:
+                off = _SENDER_SEQ_OFFSET[self.key is not None]
+                if len(data) >= off + 4 and struct.unpack_from("!I", data, off)[0] == seq:
                     if record:
                         self.steps.append(MtuStep(size, True, attempt))
                     return True
@@ -90,10 +116,17 @@ class _Prober:
             self.steps.append(MtuStep(size, False, tries))
         return False
 
+    def _packet(self, seq: int, payload_len: int) -> bytes:
+        if self.key is None:
+            return mtu_probe_packet(seq, self.ssid, payload_len)
+        return auth_mtu_probe_packet(seq, self.ssid, payload_len, self.key)
+
 
 async def probe_path_mtu(peer: str, *, port: int = STAMP_PORT, timeout_s: float | None = None,
-                         tries: int = 3, max_size: int | None = None) -> MtuResult:
-    """Largest IP packet (bytes, header included) that reaches ``peer``'s reflector and is answered."""
+                         tries: int = 3, max_size: int | None = None,
+                         hmac_key: bytes | None = None) -> MtuResult:
+    """Largest IP packet (bytes, header included) that reaches ``peer``'s reflector and is answered
+    (``hmac_key``: the reflector runs in authenticated mode, RFC 8762 §4.4)."""
     if not 1 <= int(port) <= 65535:
         raise UsageError(f"port {port} out of range 1-65535")
     if tries < 1:
@@ -114,10 +147,11 @@ async def probe_path_mtu(peer: str, *, port: int = STAMP_PORT, timeout_s: float 
                       else (socket.IPPROTO_IP, ts.IP_MTU))
         local_mtu = sock.getsockopt(level, opt)
         overhead = IP_HEADER_BYTES[family] + UDP_HEADER
-        smallest = overhead + MIN_PAYLOAD
+        key = HmacKey.of(hmac_key)
+        smallest = overhead + (MIN_PAYLOAD if key is None else AUTH_MIN_PAYLOAD)
         hi = min(local_mtu, max_size or local_mtu)
         # RTT from small probes sets the timeout: the slowest of three answers, x3, + 50 ms.
-        probe = _Prober(sock, family, timeout_s or 2.0, tries)
+        probe = _Prober(sock, family, timeout_s or 2.0, tries, key)
         t0 = time.monotonic()
         if not await probe.passes(smallest, tries=3):
             raise ProbeError(f"no STAMP reply from {peer} port {port}: is `wanprobe reflect` "
