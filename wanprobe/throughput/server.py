@@ -48,6 +48,7 @@ DEFAULT_MAX_DURATION_S = ServerLimits.max_duration_s
 DEFAULT_MAX_BYTES = ServerLimits.max_bytes_per_test
 MAX_STREAMS = ServerLimits.max_streams
 _UDP_LINGER_S = 1.0
+_UDP_DONE_GRACE_S = 5.0  # the client sends udp_done as soon as its sender stops
 MAX_UNSENT_REPORT_BYTES = 256 * 2**10  # a client that lets this much pile up is not reading
 
 
@@ -431,7 +432,7 @@ class ThroughputServer:
         last = {"packets": 0, "bytes": 0}
         done_msg: dict | None = None
         read = asyncio.ensure_future(reader.readline())
-        hard_end = t0 + req.duration_s + 10.0
+        hard_end = t0 + req.duration_s + _UDP_DONE_GRACE_S
         try:
             while time.monotonic() < hard_end and not test.abort.is_set():
                 boundary = min(t0 + (k + 1) * req.interval_s, hard_end)
