@@ -131,11 +131,9 @@ def test_cos_tlv_dscp_is_restricted_to_the_configured_set(permitted, asked, gran
 def test_sources_outside_allow_are_dropped_before_parsing():
     with ServedReflector(allow=("127.0.0.2/32",)) as r:
         port = r.address[1]
-        with pytest.raises(Exception, match="no STAMP reply|no reply|timed out|lost"):
-            res = asyncio.run(probe_stamp("127.0.0.1", port=port, count=3, interval_s=0.05,
-                                          timeout_s=0.3))
-            if res.loss.received == 0:
-                raise RuntimeError("no reply")
+        res = asyncio.run(probe_stamp("127.0.0.1", port=port, count=3, interval_s=0.05,
+                                      timeout_s=0.3))
+        assert res.loss.received == 0
         assert r.stats().not_allowed >= 3 and r.stats().received == 0
         assert r.refusals()["not_allowed"] >= 3
     assert AllowList(["10.0.0.0/8"]).permits("::ffff:10.1.2.3")

@@ -137,7 +137,7 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
         with contextlib.suppress(Exception):
             await server.close()
     s = reflector.stats()
-    Console(stderr=True, highlight=False).print(
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"wanprobe reflect: stopped; {s.reflected} reflected, {s.short + s.oversize} short/oversize,"
         f" {s.malformed} malformed, {s.rate_limited} rate-limited"
         + (f", {s.auth_failed} failed authentication" if hmac_key is not None else "")
