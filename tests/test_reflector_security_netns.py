@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 from reflector_helpers import KEY
-from test_throughput_netns import ADDR_A, ADDR_B, veth  # noqa: F401  (the veth fixture)
+from test_throughput_netns import ADDR_B, VethPair
 
 from wanprobe.errors import ProbeError
 from wanprobe.lab.netns import entered
@@ -25,6 +25,17 @@ from wanprobe.throughput.client import run_throughput
 pytestmark = pytest.mark.netns
 PORT = 5310
 RSS_LIMIT = 200 * 2**20
+
+
+@pytest.fixture
+def veth():
+    """Client namespace ``a`` (198.19.0.1) and server namespace ``b`` (198.19.0.2) on a veth."""
+    pair = VethPair()
+    try:
+        pair.up()
+        yield pair
+    finally:
+        pair.down()
 
 
 def start_reflect(pair, port: int, *args: str, key_file=None) -> subprocess.Popen:
