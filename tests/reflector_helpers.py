@@ -32,26 +32,32 @@ class LoopThread:
         self.thread.join(5)
 
 
-class ServedThroughput:
-    """A ThroughputServer on 127.0.0.1 in its own loop thread (context manager)."""
+class Served:
+    """A server object (``make(**kwargs)``, with ``start(host, port)`` and ``close()``) on
+    127.0.0.1, port 0, in its own loop thread (context manager)."""
 
-    def __init__(self, **kwargs) -> None:
-        self.kwargs = kwargs
+    def __init__(self, make, **kwargs) -> None:
+        self.make, self.kwargs = make, kwargs
 
-    def __enter__(self) -> ThroughputServer:
+    def __enter__(self):
         self.lt = LoopThread()
 
-        async def make() -> ThroughputServer:  # asyncio objects belong in their loop
-            server = ThroughputServer(**self.kwargs)
-            await server.start("127.0.0.1", 0)
-            return server
+        async def start():  # asyncio objects belong in their loop
+            obj = self.make(**self.kwargs)
+            await obj.start("127.0.0.1", 0)
+            return obj
 
-        self.server = self.lt.run(make())
+        self.server = self.lt.run(start())
         return self.server
 
     def __exit__(self, *exc) -> None:
         self.lt.run(self.server.close())
         self.lt.stop()
+
+
+class ServedThroughput(Served):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(ThroughputServer, **kwargs)
 
 
 def request_body(**fields) -> dict:

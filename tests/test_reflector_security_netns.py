@@ -14,8 +14,8 @@ import time
 
 import psutil
 import pytest
+import test_throughput_netns as tpn
 from reflector_helpers import KEY
-from test_throughput_netns import ADDR_B, VethPair
 
 from wanprobe.errors import ProbeError
 from wanprobe.lab.netns import entered
@@ -27,19 +27,11 @@ PORT = 5310
 RSS_LIMIT = 200 * 2**20
 
 
-@pytest.fixture
-def veth():
-    """Client namespace ``a`` (198.19.0.1) and server namespace ``b`` (198.19.0.2) on a veth."""
-    pair = VethPair()
-    try:
-        pair.up()
-        yield pair
-    finally:
-        pair.down()
+veth = tpn.veth  # the client/server namespace pair fixture (198.19.0.1 / 198.19.0.2)
 
 
 def start_reflect(pair, port: int, *args: str, key_file=None) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "wanprobe", "reflect", "--bind", ADDR_B, "--port", str(port),
+    argv = [sys.executable, "-m", "wanprobe", "reflect", "--bind", tpn.ADDR_B, "--port", str(port),
             *args]
     if key_file is not None:
         argv += ["--hmac-key-file", str(key_file)]
@@ -60,15 +52,15 @@ def test_outside_allow_no_stamp_reply_and_tcp_refused(veth):
     denied = start_reflect(veth, PORT, "--allow", "10.0.0.0/8")
     allowed = start_reflect(veth, PORT + 1, "--allow", "198.19.0.0/24", "--allow", "10.0.0.0/8")
     with entered(veth.a):
-        res = asyncio.run(probe_stamp(ADDR_B, port=PORT, count=5, interval_s=0.05,
+        res = asyncio.run(probe_stamp(tpn.ADDR_B, port=PORT, count=5, interval_s=0.05,
                                       timeout_s=0.5))
         assert res.loss.received == 0
         with pytest.raises(ProbeError, match="closed the control connection|refused|reset"):
-            run_throughput(ADDR_B, port=PORT, duration_s=1, max_bytes=10**6)
-        ok = asyncio.run(probe_stamp(ADDR_B, port=PORT + 1, count=5, interval_s=0.05,
+            run_throughput(tpn.ADDR_B, port=PORT, duration_s=1, max_bytes=10**6)
+        ok = asyncio.run(probe_stamp(tpn.ADDR_B, port=PORT + 1, count=5, interval_s=0.05,
                                      timeout_s=0.5))
         assert ok.loss.received == 5
-        r = run_throughput(ADDR_B, port=PORT + 1, duration_s=1, max_bytes=10**6)
+        r = run_throughput(tpn.ADDR_B, port=PORT + 1, duration_s=1, max_bytes=10**6)
         assert not r.partial and r.bytes_received == 10**6
     summary = stop(denied)
     assert "5 from outside --allow" in summary and "not_allowed 1" in summary, summary
@@ -111,13 +103,13 @@ def test_idle_connections_and_a_huge_line_leave_a_keyed_test_working(veth, tmp_p
     try:
         with entered(veth.a):
             for i in range(300):
-                s = socket.create_connection((ADDR_B, PORT), timeout=5)
+                s = socket.create_connection((tpn.ADDR_B, PORT), timeout=5)
                 s.sendall([b"", b"WPTC", b'WPTC{"op":"hello","vers'][i % 3])
                 idle.append(s)
-            big = socket.create_connection((ADDR_B, PORT), timeout=10)
+            big = socket.create_connection((tpn.ADDR_B, PORT), timeout=10)
             sender = threading.Thread(target=_send_big_line, args=(big, big_result))
             sender.start()
-            r = run_throughput(ADDR_B, port=PORT, duration_s=2, max_bytes=2**30, hmac_key=KEY)
+            r = run_throughput(tpn.ADDR_B, port=PORT, duration_s=2, max_bytes=2**30, hmac_key=KEY)
             sender.join(20)
             big.close()
         assert not r.partial and r.bytes_received > 0, r.partial_reason
@@ -146,13 +138,13 @@ def test_issue_session_flood_reproducer_does_not_lock_out_a_probe(veth):
     t0 = time.monotonic()
     flood = ("import socket,struct,time;s=socket.socket(2,2);s.connect((\"PEER\",862));"
              "[(s.send(struct.pack(\"!IQHH28x\",i,0,1,i)),time.sleep(1/4500)) for i in "
-             "range(65536)]").replace("PEER", ADDR_B)
+             "range(65536)]").replace("PEER", tpn.ADDR_B)
     subprocess.run(["ip", "netns", "exec", veth.a, sys.executable, "-c", flood], check=True,
                    timeout=120)
     flood_s = time.monotonic() - t0
     cpu_s = sum(proc.cpu_times()[:2]) - cpu0
     out = subprocess.run(["ip", "netns", "exec", veth.a, sys.executable, "-m", "wanprobe",
-                          "probe", ADDR_B, "--count", "20", "--interval", "50ms", "--json"],
+                          "probe", tpn.ADDR_B, "--count", "20", "--interval", "50ms", "--json"],
                          capture_output=True, text=True, timeout=60)
     summary = stop(server)
     import json

@@ -11,7 +11,7 @@ import struct
 import time
 
 import pytest
-from reflector_helpers import LoopThread, ServedThroughput
+from reflector_helpers import Served, ServedThroughput
 
 from wanprobe.probe import stamp_packet as sp
 from wanprobe.probe.access import DEFAULT_COS_DSCP, AllowList, DscpPolicy
@@ -24,24 +24,8 @@ from wanprobe.throughput.limits import ServerLimits
 FLOOD = struct.Struct("!IQHH28x")  # the reproducer packet: seq, t, err, SSID
 
 
-class ServedReflector:
-    def __init__(self, **kwargs) -> None:
-        self.kwargs = kwargs
-
-    def __enter__(self) -> Reflector:
-        self.lt = LoopThread()
-
-        async def make() -> Reflector:
-            r = Reflector(**self.kwargs)
-            await r.start("127.0.0.1", 0)
-            return r
-
-        self.reflector = self.lt.run(make())
-        return self.reflector
-
-    def __exit__(self, *exc) -> None:
-        self.lt.run(self.reflector.close())
-        self.lt.stop()
+def ServedReflector(**kwargs) -> Served:  # noqa: N802 (reads like the class it makes)
+    return Served(Reflector, **kwargs)
 
 
 def test_session_table_evicts_per_source_and_globally_in_lru_order():
