@@ -5,8 +5,12 @@ read cannot grow the server. Real sockets on loopback against a real server."""
 
 from __future__ import annotations
 
+import json
 import math
 import socket
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -212,3 +216,47 @@ def test_a_client_that_does_not_read_its_reports_is_cut_off():
         srv.ThroughputServer._report(None, test, writer, line)
     assert test.abort.is_set()
     assert writer.transport.size <= srv.MAX_UNSENT_REPORT_BYTES + len(line)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "wanprobe", *args], capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_cli_refusals_are_one_line(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_bytes(KEY)
+    wrong_file = tmp_path / "wrong"
+    wrong_file.write_bytes(WRONG_KEY)
+    with ServedThroughput(hmac_key=KEY) as server:
+        port = str(server.port)
+        for extra, says in (((), "requires authentication"),
+                            (("--hmac-key-file", str(wrong_file)), "authentication failed")):
+            r = _cli("throughput", "127.0.0.1", "--port", port, "--duration", "1s", *extra)
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode != 0 and len(lines) == 1 and says in lines[0], r.stderr
+        r = _cli("throughput", "127.0.0.1", "--port", port, "--duration", "1s",
+                 "--max-bytes", "1MB", "--hmac-key-file", str(key_file), "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["bytes_received"] == 10**6
+
+
+def test_new_client_against_an_old_server_says_so_in_one_line():
+    """A v1 server answers a v2 hello with its generic refusal; the client names the cause."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+
+    def old_server() -> None:
+        conn, _ = lsock.accept()
+        with conn:
+            conn.makefile("rb").readline()
+            conn.sendall(b'{"op":"refused","error":"unsupported protocol version"}\n')
+
+    t = threading.Thread(target=old_server, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(ProbeError, match="older wanprobe.*upgrade"):
+            quick(port)
+    finally:
+        t.join(5)
+        lsock.close()
