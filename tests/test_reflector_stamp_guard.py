@@ -156,3 +156,22 @@ def test_connections_that_never_finish_a_line_are_closed():
         assert b"longer than 16384 bytes" in reply or reply == b""
         assert server.refusals().get("timeout") == 1
         assert server.refusals().get("line_too_long") == 1
+
+
+def test_mtu_search_speaks_authenticated_stamp_to_a_keyed_reflector():
+    """`mtu --hmac-key-file`: the DF search against a reflector that drops unsigned probes
+    finds the largest size the reflector answers (its 9216-octet datagram cap + IPv4/UDP)."""
+    from reflector_helpers import KEY
+
+    from wanprobe.errors import ProbeError
+    from wanprobe.probe.mtu import probe_path_mtu
+    from wanprobe.probe.reflector import MAX_DATAGRAM
+
+    with ServedReflector(hmac_key=KEY) as r:
+        port = r.address[1]
+        res = asyncio.run(probe_path_mtu("127.0.0.1", port=port, hmac_key=KEY, timeout_s=0.3,
+                                         tries=1, max_size=9400))
+        assert res.path_mtu == MAX_DATAGRAM + 28
+        with pytest.raises(ProbeError, match="no STAMP reply"):
+            asyncio.run(probe_path_mtu("127.0.0.1", port=port, timeout_s=0.2, tries=1))
+        assert r.stats().auth_failed >= 1
