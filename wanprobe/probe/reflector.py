@@ -107,7 +107,7 @@ class Reflector:
         self.burst = float(burst)
         self.max_datagram = max_datagram
         self.dscp_permitted = dscp_permitted if dscp_permitted is not None else DscpPolicy()
-        self.allow = AllowList(allow)
+        self.allow = AllowList(allow) if allow else None  # None: one test per packet, no call
         self.session_idle_s = session_idle_s
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -187,7 +187,7 @@ class Reflector:
                 break
             except OSError:
                 continue  # e.g. a queued ICMP error; keep serving
-            if self.allow and not self.allow.permits(addr[0]):
+            if self.allow is not None and not self.allow.permits(addr[0]):
                 self._c["not_allowed"] += 1  # before any parsing, the tap included
                 continue
             try:
