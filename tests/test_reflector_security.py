@@ -260,3 +260,48 @@ def test_new_client_against_an_old_server_says_so_in_one_line():
     finally:
         t.join(5)
         lsock.close()
+
+
+@pytest.mark.slow
+def test_udp_test_whose_client_never_reads_stays_small_and_ends():
+    """The issue's memory attack at the smallest interval the server now allows (1e-9 is
+    refused above): a UDP test at 0.1 s reports whose client floods datagrams and never reads
+    its control connection. The server process stays far under 200 MiB and frees the slot
+    when the test's duration (plus the udp_done grace) is over."""
+    import psutil
+    from conftest import free_port
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "wanprobe.throughput.server", "--bind",
+                               "127.0.0.1", "--port", str(port), "--max-duration", "3"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert "listening" in server.stdout.readline()
+        proc = psutil.Process(server.pid)
+        c = Control(port)
+        c.hello()
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reply = c.send(c.op_line("test", test=request_body(
+            duration_s=3.0, udp=True, udp_rate_bps=1e9, interval_s=0.1, max_bytes=10**9)))
+        assert reply["op"] == "accepted", reply
+        assert c.read()["op"] == "ready"
+        c.sock.sendall(proto.encode("start"))
+        cookie = bytes.fromhex(reply["cookie"])
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.connect(("127.0.0.1", port))
+        t0, peak, seq = time.monotonic(), 0, 0
+        while time.monotonic() - t0 < 3.0:
+            for _ in range(200):
+                u.send(proto.pack_udp_header(cookie, seq, time.monotonic_ns()) + bytes(1372))
+                seq += 1
+            peak = max(peak, proc.memory_info().rss)
+        u.close()
+        freed_s = _busy_for_s(port, limit_s=12.0)
+        peak = max(peak, proc.memory_info().rss)
+        c.close()
+        print(f"no-read UDP client: {seq} datagrams sent, server peak RSS "
+              f"{peak / 2**20:.1f} MiB, slot free {freed_s:.1f} s after the flood")
+        assert peak < 200 * 2**20
+    finally:
+        server.kill()
+        server.wait(5)
