@@ -136,6 +136,7 @@ class DaemonConfig:
     reflector_enabled: bool = True
     hmac_key: bytes | None = None
     hostname: str = ""
+    site: str = ""
     mesh_file: Path | None = None
     log_format: str = "journal"
     peers: tuple[Peer, ...] = ()
@@ -178,7 +179,8 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
                        "baseline", "auto_apply"})
     d = v.table(data, "daemon")
     v.known(d, "daemon", {"state_dir", "metrics_listen", "reflector_listen", "reflector",
-                          "hmac_key", "hmac_key_file", "hostname", "mesh_file", "log_format"})
+                          "hmac_key", "hmac_key_file", "hostname", "site", "mesh_file",
+                          "log_format"})
     state_dir = v.path(d, "daemon.state_dir", None)
     if state_dir is None and "state_dir" not in d:
         v.problem("daemon.state_dir", "is required (e.g. \"/var/lib/wanprobe\")")
@@ -191,6 +193,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
         reflector_enabled=v.boolean(d, "daemon.reflector", True),
         hmac_key=_hmac_key(v, d),
         hostname=v.string(d, "daemon.hostname", ""),
+        site=v.string(d, "daemon.site", ""),
         mesh_file=v.path(d, "daemon.mesh_file", None),
         log_format=v.choice(d, "daemon.log_format", "journal", ("journal", "logfmt")),
         peers=_peers(v, data.get("peers", []), probe),
