@@ -106,7 +106,7 @@ def _entries(data: dict, sites: dict, problems: list[str]) -> list[tuple[str, st
             problems.append(f"hosts[{i}].site: is required in the top-level hosts list")
         elif site not in sites:
             problems.append(f"hosts[{i}].site: unknown site {site!r} (declared: "
-                            f"{', '.join(sorted(sites)) or 'none'}); add [sites.{site}]")
+                            f"{', '.join(sorted(sites)) or 'none'}); declare it under sites")
         else:
             out.append((f"hosts[{i}]", site, h))
     return out
