@@ -1,0 +1,155 @@
+"""Acceptance for issue 15: three sites in lab namespaces, one daemon per site, a real
+Prometheus and Alertmanager started by the test. `wanprobe fleet matrix` agrees with the RTTs the
+labs set; after a loss step on one link the matching alert reaches a webhook receiver with the
+right src_site/dst_site. Everything runs inside namespaces the test creates and is torn down
+after, also on failure (lab_factory, try/finally)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import require_tool
+from fleet_sites import (
+    Webhook,
+    alertmanager_yml,
+    daemon_toml,
+    free_port_in,
+    mesh_toml,
+    prometheus_yml,
+    stop_all,
+    wire_ring,
+)
+
+RTT_MS = {"tpe": 20.0, "tyo": 40.0, "usw": 30.0}  # site -> the next site in the ring
+METRICS_PORT = 9862
+WINDOW = "10s"
+
+
+def _wanprobe(ns, *args: str) -> subprocess.CompletedProcess:
+    return ns.run([sys.executable, "-m", "wanprobe", *args], capture_output=True, text=True,
+                  timeout=60)
+
+
+def _matrix(ns, port: int) -> dict:
+    r = _wanprobe(ns, "fleet", "matrix", "--prometheus", f"http://127.0.0.1:{port}",
+                  "--window", WINDOW, "--json")
+    assert r.returncode == 0, r.stderr
+    return {(p["src_site"], p["dst_site"]): p for p in json.loads(r.stdout)["pairs"]}
+
+
+def _wait(what: str, fn, timeout_s: float, logs) -> object:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.5)
+    pytest.fail(f"{what} within {timeout_s:g} s; {logs()}")
+
+
+@pytest.mark.netns
+def test_three_sites_matrix_and_loss_alert_through_prometheus(lab_factory, tmp_path):
+    prometheus = require_tool("prometheus")
+    alertmanager = shutil.which("prometheus-alertmanager") or require_tool("alertmanager")
+    names = list(RTT_MS)
+    labs = [lab_factory(rtt_ms=RTT_MS[n]) for n in names]
+    sites = wire_ring(names, labs)
+    hub = sites[0].ns  # Prometheus, Alertmanager and the webhook live in site tpe
+    mesh = tmp_path / "mesh.toml"
+    mesh.write_text(mesh_toml(sites, METRICS_PORT))
+    targets = _wanprobe(hub, "fleet", "targets", "--mesh", str(mesh))
+    assert targets.returncode == 0, targets.stderr
+    (tmp_path / "targets.json").write_text(targets.stdout)
+    rules = _wanprobe(hub, "fleet", "rules", "--window", WINDOW, "--for", "2s",
+                      "--eval-interval", "1s")
+    assert rules.returncode == 0, rules.stderr
+    (tmp_path / "rules.yml").write_text(rules.stdout)
+
+    procs: list[subprocess.Popen] = []
+    webhook = Webhook(hub)
+    try:
+        for s in sites:
+            cfg = tmp_path / f"{s.name}.toml"
+            cfg.write_text(daemon_toml(s, tmp_path / s.name, mesh, METRICS_PORT))
+            procs.append(s.ns.popen([sys.executable, "-m", "wanprobe", "daemon", "--config",
+                                     str(cfg)], stdout=subprocess.DEVNULL,
+                                    stderr=open(tmp_path / f"{s.name}.log", "w")))
+        am_port, prom_port = free_port_in(hub), free_port_in(hub)
+        (tmp_path / "am.yml").write_text(alertmanager_yml(f"http://127.0.0.1:{webhook.port}/"))
+        procs.append(hub.popen([alertmanager, f"--config.file={tmp_path / 'am.yml'}",
+                                f"--storage.path={tmp_path / 'am'}",
+                                f"--web.listen-address=127.0.0.1:{am_port}",
+                                "--cluster.listen-address="],
+                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / "am.log", "w")))
+        (tmp_path / "prometheus.yml").write_text(prometheus_yml(
+            tmp_path / "rules.yml", tmp_path / "targets.json", f"127.0.0.1:{am_port}"))
+        procs.append(hub.popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                f"--web.listen-address=127.0.0.1:{prom_port}"],
+                               stdout=subprocess.DEVNULL,
+                               stderr=open(tmp_path / "prometheus.log", "w")))
+
+        def logs() -> str:
+            dead = [p.args[-1] for p in procs if p.poll() is not None]
+            tails = {f.name: f.read_text()[-600:] for f in tmp_path.glob("*.log")}
+            return f"exited: {dead}; logs: {json.dumps(tails)[-3000:]}"
+
+        # all six directed pairs measured, over a full rate window
+        want = {(s.name, t.name) for s in sites for t in sites if s != t}
+
+        def full_matrix():
+            try:
+                m = _matrix(hub, prom_port)
+            except AssertionError:
+                return None
+            ok = set(m) >= want and all(m[p]["rtt_p50_seconds"] is not None and
+                                        m[p]["loss_forward_ratio"] is not None for p in want)
+            return m if ok else None
+
+        _wait("every site pair in the matrix", full_matrix, 40, logs)
+        time.sleep(8)  # a whole 10 s loss window of data
+        m = full_matrix()
+        for i, s in enumerate(sites):
+            nxt = sites[(i + 1) % len(sites)]
+            for pair in ((s.name, nxt.name), (nxt.name, s.name)):
+                p50_ms = m[pair]["rtt_p50_seconds"] * 1e3
+                print(f"{pair}: matrix p50 {p50_ms:.3f} ms, set {RTT_MS[s.name]} ms, "
+                      f"p99 {m[pair]['rtt_p99_seconds'] * 1e3:.3f} ms, "
+                      f"loss fwd {m[pair]['loss_forward_ratio']}, rev {m[pair]['loss_reverse_ratio']}")
+                assert abs(p50_ms - RTT_MS[s.name]) <= 2.0, (pair, p50_ms)
+                assert m[pair]["loss_forward_ratio"] <= 0.01 and m[pair]["alerts"] == []
+        assert not webhook.firing(), webhook.firing()
+
+        # loss step: tyo -> usw only (lab 1, a -> b)
+        step_at = time.monotonic()
+        labs[1].update(loss_ab=0.2)
+
+        def loss_alert():
+            return [a for a in webhook.firing()
+                    if a["labels"].get("alertname") == "WanprobeLossForwardAboveSLO"]
+
+        got = _wait("the forward-loss alert at the webhook", loss_alert, 45, logs)
+        took = time.monotonic() - step_at
+        labels, notes = got[0]["labels"], got[0]["annotations"]
+        print(f"alert after {took:.1f} s: {labels} {notes['summary']}")
+        assert labels["src_site"] == "tyo" and labels["dst_site"] == "usw", labels
+        assert labels["direction"] == "forward" and labels["severity"] == "critical"
+        assert "tyo -> usw" in notes["summary"] and notes["runbook_url"].endswith(
+            "#wanprobelossforwardaboveslo")
+        loss_pairs = {(a["labels"]["alertname"], a["labels"]["src_site"], a["labels"]["dst_site"])
+                      for a in webhook.firing() if "Loss" in a["labels"]["alertname"]}
+        # the replies of usw's probes to tyo cross the same lossy direction: reverse loss there
+        assert loss_pairs <= {("WanprobeLossForwardAboveSLO", "tyo", "usw"),
+                              ("WanprobeLossReverseAboveSLO", "usw", "tyo")}, loss_pairs
+        m = _matrix(hub, prom_port)
+        assert m[("tyo", "usw")]["loss_forward_ratio"] > 0.05
+        assert "WanprobeLossForwardAboveSLO" in m[("tyo", "usw")]["alerts"]
+        assert m[("tpe", "tyo")]["loss_forward_ratio"] <= 0.01
+    finally:
+        stop_all(procs)
+        webhook.close()
