@@ -211,3 +211,29 @@ def test_metrics_exposition_names_units_and_forgetting_a_peer():
     text = m.exposition().decode()
     assert 'wanprobe_rtt_seconds{' not in text and 'wanprobe_loss_ratio{' not in text
     assert 'wanprobe_probe_errors_total{dst_host="tokyo-1"' in text  # counters keep their history
+
+
+@pytest.mark.parametrize("peers,methods", [(1, 1), (10, 1), (200, 1), (50, 3)])
+def test_series_per_host_is_linear_in_peers_as_documented(peers, methods):
+    """Cardinality stays bounded: the exposition of a daemon whose every peer has probed, failed
+    once and run a throughput test has exactly series_per_host(peers, methods) series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from wanprobe.daemon.config import METHODS, Peer
+    from wanprobe.daemon.metrics import DaemonMetrics, series_per_host
+
+    m = DaemonMetrics(site="a", host="a-1")
+    ps = tuple(Peer(f"p{i}", f"198.18.{i // 250}.{1 + i % 250}", site=f"s{i % 4}",
+                    methods=METHODS[:methods]) for i in range(peers))
+    m.set_peers(ps)
+    doc = {"rtt_ms": {"min": 1, "p50": 2, "p90": 3, "p99": 4, "max": 5}, "jitter_ms": 0.1,
+           "loss": {"sent": 10, "received": 8, "ratio": 0.2, "forward_ratio": 0.1,
+                    "reverse_ratio": 0.1, "forward_lost": 1, "reverse_lost": 1}}
+    for p in ps:
+        for method in p.methods:
+            m.observe_probe(p, method, doc)
+            m.observe_probe_error(p, method)
+        m.observe_throughput(p, {"bits_per_second": 1e9, "bytes_sent": 10, "bytes_received": 10})
+    series = [s for f in text_string_to_metric_families(m.exposition().decode()) for s in f.samples]
+    assert len(series) == series_per_host(peers, methods)
+    assert series_per_host(1000, 1) == 7 + 1000 * 20  # the figure docs/fleet.md quotes
