@@ -59,6 +59,10 @@ def test_targets_file_sd_has_every_daemon_with_site_and_host(capsys, tmp_path):
         {"targets": ["[2001:db8::1]:9100"], "labels": {"site": "tokyo", "host": "tyo-1"}},
         {"targets": ["10.2.0.2:9100"], "labels": {"site": "tokyo", "host": "tyo-2"}},
     ]
+    rc, out, err = run(capsys, "fleet", "targets", "--mesh", str(mesh), "--site", "tokyo")
+    assert rc == 0 and [g["labels"]["host"] for g in json.loads(out)] == ["tyo-1", "tyo-2"]
+    rc, out, err = run(capsys, "fleet", "targets", "--mesh", str(mesh), "--site", "osaka")
+    assert rc == 2 and "--site: 'osaka' is not a site" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

@@ -36,12 +36,17 @@ def _ratio(option: str, value: float) -> float:
 @fleet_app.command("targets")
 def targets(
     mesh: Annotated[Path, typer.Option("--mesh", help="The fleet's mesh file (TOML or JSON).")],
+    site: Annotated[str | None, typer.Option("--site", help="Only this site's daemons (for a "
+                                             "per-site Prometheus).")] = None,
 ) -> None:
     """Print Prometheus file_sd JSON: every daemon in the mesh, with site and host labels."""
     from wanprobe.daemon.mesh import load_mesh
     from wanprobe.fleet.targets import file_sd
 
-    typer.echo(json.dumps(file_sd(load_mesh(mesh)), indent=2))
+    m = load_mesh(mesh)
+    if site is not None and site not in m.sites:
+        raise UsageError(f"--site: {site!r} is not a site of {mesh} ({', '.join(m.sites)})")
+    typer.echo(json.dumps(file_sd(m, site=site), indent=2))
 
 
 @fleet_app.command("rules")

@@ -81,25 +81,27 @@ def _alert(name: str, expr: str, s: RuleSettings, severity: str, summary: str,
                             "runbook_url": f"{s.runbook_url}#{name.lower()}"}}
 
 
+LOSS_TEXT = {  # direction -> (who sends the lost packets, who receives them, what to check)
+    "forward": ("{{ $labels.src_site }} -> {{ $labels.dst_site }}",
+                "Probes from {{ $labels.src_site }} are lost on the way to {{ $labels.dst_site }} "
+                "(the reflector's counters say they never arrived). Check the links and carrier "
+                "from {{ $labels.src_site }} towards {{ $labels.dst_site }}; `wanprobe fleet "
+                "matrix` shows whether other pairs share the loss."),
+    "reverse": ("{{ $labels.dst_site }} -> {{ $labels.src_site }}",
+                "Probes from {{ $labels.src_site }} reach {{ $labels.dst_site }} but the replies "
+                "are lost on the way back. Check the return path from {{ $labels.dst_site }}; "
+                "with asymmetric routing it is not the forward one."),
+}
+
+
 def _loss_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """Loss above the SLO, one alert per direction (RFC 8762 forward/reverse counters)."""
     slo, pct, w = f"{s.loss_slo_ratio:g}", f"{s.loss_slo_ratio * 100:g} %", prom_duration(s.window_s)
-    return [
-        _alert("WanprobeLossForwardAboveSLO", f"site_pair:wanprobe_loss_forward:ratio > {slo}", s,
-               "critical",
-               "{{ $labels.src_site }} -> {{ $labels.dst_site }}: forward loss "
-               "{{ $value | humanizePercentage }} over " + w + " (SLO " + pct + ")",
-               "Probes from {{ $labels.src_site }} are lost on the way to {{ $labels.dst_site }} "
-               "(the reflector's counters say they never arrived). Check the links and carrier "
-               "from {{ $labels.src_site }} towards {{ $labels.dst_site }}; `wanprobe fleet "
-               "matrix` shows whether other pairs share the loss.", {"direction": "forward"}),
-        _alert("WanprobeLossReverseAboveSLO", f"site_pair:wanprobe_loss_reverse:ratio > {slo}", s,
-               "critical",
-               "{{ $labels.dst_site }} -> {{ $labels.src_site }}: reverse loss "
-               "{{ $value | humanizePercentage }} over " + w + " (SLO " + pct + ")",
-               "Probes from {{ $labels.src_site }} reach {{ $labels.dst_site }} but the replies "
-               "are lost on the way back. Check the return path from {{ $labels.dst_site }}; "
-               "with asymmetric routing it is not the forward one.", {"direction": "reverse"}),
-    ]
+    return [_alert(f"WanprobeLoss{d.title()}AboveSLO",
+                   f"site_pair:wanprobe_loss_{d}:ratio > {slo}", s, "critical",
+                   f"{way}: {d} loss " "{{ $value | humanizePercentage }}" f" over {w} (SLO {pct})",
+                   description, {"direction": d})
+            for d, (way, description) in LOSS_TEXT.items()]
 
 
 def _path_alerts(s: RuleSettings) -> list[dict[str, Any]]:

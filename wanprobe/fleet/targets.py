@@ -20,7 +20,8 @@ def host_port(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ipaddress.ip_address(address).version == 6 else f"{address}:{port}"
 
 
-def file_sd(mesh: Mesh) -> list[dict[str, Any]]:
-    """One target group per daemon, in mesh order."""
+def file_sd(mesh: Mesh, *, site: str | None = None) -> list[dict[str, Any]]:
+    """One target group per daemon (of ``site`` only, if given), in mesh order."""
     return [{"targets": [host_port(h.address, h.metrics_port)],
-             "labels": {"site": h.site, "host": h.name}} for h in mesh.hosts]
+             "labels": {"site": h.site, "host": h.name}}
+            for h in mesh.hosts if site is None or h.site == site]
