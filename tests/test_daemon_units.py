@@ -237,3 +237,14 @@ def test_series_per_host_is_linear_in_peers_as_documented(peers, methods):
     series = [s for f in text_string_to_metric_families(m.exposition().decode()) for s in f.samples]
     assert len(series) == series_per_host(peers, methods)
     assert series_per_host(1000, 1) == 7 + 1000 * 20  # the figure docs/fleet.md quotes
+
+
+def test_counter_rates_keep_children_and_drop_vanished_counters():
+    from wanprobe.daemon.metrics import DaemonMetrics
+
+    m = DaemonMetrics()
+    m.observe_rates({("netdevs.eth0.stats", "rx_bytes"): 1.0, ("netdevs.eth1.stats", "rx_bytes"): 2.0})
+    m.observe_rates({("netdevs.eth0.stats", "rx_bytes"): 3.0})
+    text = m.exposition().decode()
+    assert 'wanprobe_counter_rate_per_second{counter="rx_bytes",source="netdevs.eth0.stats"} 3.0' in text
+    assert "eth1" not in text

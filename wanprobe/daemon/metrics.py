@@ -113,6 +113,7 @@ class DaemonMetrics:
         self.info.labels(site=site, host=host, version=__version__).set(1)
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
+        self._rates: dict[tuple[str, str], Any] = {}
 
     def path_labels(self, peer: Peer) -> tuple[str, ...]:
         """Values of PATH_LABELS for ``peer``, in order."""
@@ -194,9 +195,18 @@ class DaemonMetrics:
         self.regressions.labels(*self.path_labels(peer), metric).inc()
 
     def observe_rates(self, flat_rates: dict[tuple[str, str], float]) -> None:
-        self.counter_rate.clear()
-        for (source, counter), value in flat_rates.items():
-            self.counter_rate.labels(source=source, counter=counter).set(value)
+        """Publish the latest host counter rates; a counter that vanished (device removed) loses
+        its series. Children are kept between samples: re-creating hundreds of labelled
+        children every sample cost more than the probing of a peer (bench/daemon_footprint.py)."""
+        rates = self._rates
+        for key in [k for k in rates if k not in flat_rates]:
+            del rates[key]
+            self.counter_rate.remove(*key)
+        for key, value in flat_rates.items():
+            child = rates.get(key)
+            if child is None:
+                child = rates[key] = self.counter_rate.labels(*key)
+            child.set(value)
 
     def set_findings(self, by_severity: dict[str, int]) -> None:
         for sev in set(SEVERITIES) | set(by_severity):
