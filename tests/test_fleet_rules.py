@@ -26,7 +26,7 @@ def fleet_rules(capsys, *args: str) -> str:
 
 
 @pytest.mark.parametrize("args", [(), ("--window", "10s", "--for", "1s", "--eval-interval", "1s",
-                                       "--loss-slo", "0.05")])
+                                       "--loss-slo", "5%")])
 def test_promtool_check_rules_accepts_fleet_rules(capsys, tmp_path, args):
     promtool = require_tool("promtool")
     rules = tmp_path / "rules.yml"
@@ -82,7 +82,8 @@ def test_prom_duration(seconds, text):
 
 
 def test_bad_rule_options_are_one_line_errors(capsys):
-    for args in (["--loss-slo", "1.5"], ["--window", "fast"], ["--for", "-1s"]):
+    for args in (["--loss-slo", "150%"], ["--loss-slo", "0"], ["--window", "fast"],
+                 ["--for", "-1s"], ["--floor-step", "x"]):
         with pytest.raises(SystemExit) as ex:
             main(["fleet", "rules", *args])
         err = capsys.readouterr().err

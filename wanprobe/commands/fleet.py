@@ -27,9 +27,13 @@ def _duration(option: str, text: str, *, allow_zero: bool = True) -> float:
         raise UsageError(f"{option}: {exc}") from None
 
 
-def _ratio(option: str, value: float) -> float:
+def _ratio(option: str, text: str) -> float:
+    try:
+        value = units.parse_ratio(text)
+    except UsageError as exc:
+        raise UsageError(f"{option}: {exc}") from None
     if not 0 < value < 1:
-        raise UsageError(f"{option}: must be between 0 and 1 (exclusive), not {value:g}")
+        raise UsageError(f"{option}: must lie strictly between 0 and 100%, not {text!r}")
     return value
 
 
@@ -57,12 +61,12 @@ def rules(
     eval_interval: Annotated[str | None, typer.Option(
         "--eval-interval", help="Rule group evaluation interval (default: Prometheus's "
         "global one).")] = None,
-    loss_slo: Annotated[float, typer.Option("--loss-slo", help="Loss SLO per direction and "
-                                            "site pair, as a ratio.")] = 0.01,
-    floor_step: Annotated[float, typer.Option("--floor-step", help="RTT floor rise that "
-                                              "counts as a step, as a ratio.")] = 0.2,
-    throughput_drop: Annotated[float, typer.Option("--throughput-drop", help="Alert below "
-                                                   "(1 - this) x the throughput baseline.")] = 0.3,
+    loss_slo: Annotated[str, typer.Option("--loss-slo", help="Loss SLO per direction and "
+                                          "site pair, e.g. 1% or 0.01.")] = "1%",
+    floor_step: Annotated[str, typer.Option("--floor-step", help="RTT floor rise that "
+                                            "counts as a step, e.g. 20%.")] = "20%",
+    throughput_drop: Annotated[str, typer.Option("--throughput-drop", help="Alert below "
+                                                 "(1 - this) x the throughput baseline.")] = "30%",
     floor_baseline: Annotated[str, typer.Option("--floor-baseline", help="The RTT floor is "
                                                 "compared with its minimum over this long.")] = "1h",
     throughput_baseline: Annotated[str, typer.Option(
