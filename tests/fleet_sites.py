@@ -79,7 +79,7 @@ interval = "500ms"
 jitter = "50ms"
 count = 20
 packet_interval = "10ms"
-timeout = "400ms"
+timeout = "800ms"
 [counters]
 enabled = false
 """
