@@ -3,6 +3,7 @@ results, and one clear error for a server that is down or answers something else
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -46,46 +47,11 @@ def test_parse_vector_refuses_what_is_not_a_result(body):
         parse_vector(body)
 
 
-@pytest.fixture
-def hostile_server():
+@contextlib.contextmanager
+def serving(body: bytes):
+    """A local HTTP server answering every GET with ``body`` (yields its base URL)."""
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            body = b"<html>not prometheus</html>"
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def _run(capsys, *argv):
-    with pytest.raises(SystemExit) as ex:
-        main(list(argv))
-    out = capsys.readouterr()
-    return ex.value.code, out.out, out.err
-
-
-def test_matrix_errors_are_one_line(capsys, hostile_server):
-    rc, out, err = _run(capsys, "fleet", "matrix", "--prometheus", hostile_server, "--json")
-    assert rc == 5 and out == "" and "not a Prometheus query result" in err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    rc, _, err = _run(capsys, "fleet", "matrix", "--prometheus", "ftp://x")
-    assert rc == 2 and "not an http(s) URL" in err
-
-
-def test_matrix_table_for_people(capsys):
-    body = _vec(({"src_site": "tpe", "dst_site": "tyo"}, "0.0201"))
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):  # noqa: N802 - http.server's name
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -97,10 +63,30 @@ def test_matrix_table_for_people(capsys):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        rc, out, err = _run(capsys, "fleet", "matrix", "--prometheus",
-                            f"http://127.0.0.1:{server.server_address[1]}")
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _run(capsys, *argv):
+    with pytest.raises(SystemExit) as ex:
+        main(list(argv))
+    out = capsys.readouterr()
+    return ex.value.code, out.out, out.err
+
+
+def test_matrix_errors_are_one_line(capsys):
+    with serving(b"<html>not prometheus</html>") as url:
+        rc, out, err = _run(capsys, "fleet", "matrix", "--prometheus", url, "--json")
+    assert rc == 5 and out == "" and "not a Prometheus query result" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    rc, _, err = _run(capsys, "fleet", "matrix", "--prometheus", "ftp://x")
+    assert rc == 2 and "not an http(s) URL" in err
+
+
+def test_matrix_table_for_people(capsys):
+    with serving(_vec(({"src_site": "tpe", "dst_site": "tyo"}, "0.0201"))) as url:
+        rc, out, err = _run(capsys, "fleet", "matrix", "--prometheus", url)
     assert rc == 0, err
     assert "tpe" in out and "tyo" in out and "20.1 / 20.1 ms" in out
