@@ -14,6 +14,7 @@ import contextlib
 import json
 import socket
 import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -140,6 +141,39 @@ class Webhook:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def start(ns: Endpoint, argv: list[str], log: Path, procs: list[subprocess.Popen]) -> None:
+    """Start ``argv`` inside ``ns`` with stderr to ``log``; track it in ``procs``."""
+    with open(log, "w") as err:  # the child keeps its own copy of the descriptor
+        procs.append(ns.popen(argv, stdout=subprocess.DEVNULL, stderr=err))
+
+
+def start_daemons(sites: list[Site], tmp: Path, mesh: Path, metrics_port: int,
+                  procs: list[subprocess.Popen]) -> None:
+    """One ``wanprobe daemon`` per site, in the site's namespace."""
+    for s in sites:
+        cfg = tmp / f"{s.name}.toml"
+        cfg.write_text(daemon_toml(s, tmp / s.name, mesh, metrics_port))
+        start(s.ns, [sys.executable, "-m", "wanprobe", "daemon", "--config", str(cfg)],
+              tmp / f"{s.name}.log", procs)
+
+
+def start_prometheus_stack(hub: Endpoint, tmp: Path, webhook: Webhook, *, prometheus: str,
+                           alertmanager: str, procs: list[subprocess.Popen]) -> int:
+    """Alertmanager (to ``webhook``) and Prometheus (rules.yml, targets.json in ``tmp``) in
+    ``hub``'s namespace, each with its own config and data directory; returns Prometheus's port."""
+    am_port, prom_port = free_port_in(hub), free_port_in(hub)
+    (tmp / "am.yml").write_text(alertmanager_yml(f"http://127.0.0.1:{webhook.port}/"))
+    start(hub, [alertmanager, f"--config.file={tmp / 'am.yml'}", f"--storage.path={tmp / 'am'}",
+                f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="],
+          tmp / "am.log", procs)
+    (tmp / "prometheus.yml").write_text(prometheus_yml(tmp / "rules.yml", tmp / "targets.json",
+                                                       f"127.0.0.1:{am_port}"))
+    start(hub, [prometheus, f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+          tmp / "prometheus.log", procs)
+    return prom_port
 
 
 def stop_all(procs: list[subprocess.Popen]) -> None:

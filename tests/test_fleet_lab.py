@@ -16,11 +16,9 @@ import pytest
 from conftest import require_tool
 from fleet_sites import (
     Webhook,
-    alertmanager_yml,
-    daemon_toml,
-    free_port_in,
     mesh_toml,
-    prometheus_yml,
+    start_daemons,
+    start_prometheus_stack,
     stop_all,
     wire_ring,
 )
@@ -52,14 +50,8 @@ def _wait(what: str, fn, timeout_s: float, logs) -> object:
     pytest.fail(f"{what} within {timeout_s:g} s; {logs()}")
 
 
-@pytest.mark.netns
-def test_three_sites_matrix_and_loss_alert_through_prometheus(lab_factory, tmp_path):
-    prometheus = require_tool("prometheus")
-    alertmanager = shutil.which("prometheus-alertmanager") or require_tool("alertmanager")
-    names = list(RTT_MS)
-    labs = [lab_factory(rtt_ms=RTT_MS[n]) for n in names]
-    sites = wire_ring(names, labs)
-    hub = sites[0].ns  # Prometheus, Alertmanager and the webhook live in site tpe
+def _write_fleet_files(hub, tmp_path, sites) -> object:
+    """mesh.toml, and from it (through the CLI) targets.json and rules.yml; returns the mesh."""
     mesh = tmp_path / "mesh.toml"
     mesh.write_text(mesh_toml(sites, METRICS_PORT))
     targets = _wanprobe(hub, "fleet", "targets", "--mesh", str(mesh))
@@ -71,30 +63,53 @@ def test_three_sites_matrix_and_loss_alert_through_prometheus(lab_factory, tmp_p
                       "--eval-interval", "1s", "--loss-slo", "3%")
     assert rules.returncode == 0, rules.stderr
     (tmp_path / "rules.yml").write_text(rules.stdout)
+    return mesh
+
+
+def _check_rtts(m: dict, sites) -> None:
+    """Both directions of every link: the matrix's p50 within 2 ms of the lab's RTT, no loss."""
+    for i, s in enumerate(sites):
+        nxt = sites[(i + 1) % len(sites)]
+        for pair in ((s.name, nxt.name), (nxt.name, s.name)):
+            p50_ms = m[pair]["rtt_p50_seconds"] * 1e3
+            print(f"{pair}: matrix p50 {p50_ms:.3f} ms, set {RTT_MS[s.name]} ms, "
+                  f"p99 {m[pair]['rtt_p99_seconds'] * 1e3:.3f} ms, "
+                  f"loss fwd {m[pair]['loss_forward_ratio']}, rev {m[pair]['loss_reverse_ratio']}")
+            assert abs(p50_ms - RTT_MS[s.name]) <= 2.0, (pair, p50_ms)
+            assert m[pair]["loss_forward_ratio"] <= 0.03
+            assert not [a for a in m[pair]["alerts"] if "Loss" in a], m[pair]
+
+
+def _check_loss_alert(alert: dict, firing: list[dict]) -> None:
+    """The page names tyo -> usw, forward; no other pair has a loss alert."""
+    labels, notes = alert["labels"], alert["annotations"]
+    assert labels["src_site"] == "tyo" and labels["dst_site"] == "usw", labels
+    assert labels["direction"] == "forward" and labels["severity"] == "critical"
+    assert "tyo -> usw" in notes["summary"] and notes["runbook_url"].endswith(
+        "#wanprobelossforwardaboveslo")
+    loss_pairs = {(a["labels"]["alertname"], a["labels"]["src_site"], a["labels"]["dst_site"])
+                  for a in firing if "Loss" in a["labels"]["alertname"]}
+    # the replies of usw's probes to tyo cross the same lossy direction: reverse loss there
+    assert loss_pairs <= {("WanprobeLossForwardAboveSLO", "tyo", "usw"),
+                          ("WanprobeLossReverseAboveSLO", "usw", "tyo")}, loss_pairs
+
+
+@pytest.mark.netns
+def test_three_sites_matrix_and_loss_alert_through_prometheus(lab_factory, tmp_path):
+    prometheus = require_tool("prometheus")
+    alertmanager = shutil.which("prometheus-alertmanager") or require_tool("alertmanager")
+    names = list(RTT_MS)
+    labs = [lab_factory(rtt_ms=RTT_MS[n]) for n in names]
+    sites = wire_ring(names, labs)
+    hub = sites[0].ns  # Prometheus, Alertmanager and the webhook live in site tpe
+    mesh = _write_fleet_files(hub, tmp_path, sites)
 
     procs: list[subprocess.Popen] = []
     webhook = Webhook(hub)
     try:
-        for s in sites:
-            cfg = tmp_path / f"{s.name}.toml"
-            cfg.write_text(daemon_toml(s, tmp_path / s.name, mesh, METRICS_PORT))
-            procs.append(s.ns.popen([sys.executable, "-m", "wanprobe", "daemon", "--config",
-                                     str(cfg)], stdout=subprocess.DEVNULL,
-                                    stderr=open(tmp_path / f"{s.name}.log", "w")))
-        am_port, prom_port = free_port_in(hub), free_port_in(hub)
-        (tmp_path / "am.yml").write_text(alertmanager_yml(f"http://127.0.0.1:{webhook.port}/"))
-        procs.append(hub.popen([alertmanager, f"--config.file={tmp_path / 'am.yml'}",
-                                f"--storage.path={tmp_path / 'am'}",
-                                f"--web.listen-address=127.0.0.1:{am_port}",
-                                "--cluster.listen-address="],
-                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / "am.log", "w")))
-        (tmp_path / "prometheus.yml").write_text(prometheus_yml(
-            tmp_path / "rules.yml", tmp_path / "targets.json", f"127.0.0.1:{am_port}"))
-        procs.append(hub.popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-                                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                f"--web.listen-address=127.0.0.1:{prom_port}"],
-                               stdout=subprocess.DEVNULL,
-                               stderr=open(tmp_path / "prometheus.log", "w")))
+        start_daemons(sites, tmp_path, mesh, METRICS_PORT, procs)
+        prom_port = start_prometheus_stack(hub, tmp_path, webhook, prometheus=prometheus,
+                                           alertmanager=alertmanager, procs=procs)
 
         def logs() -> str:
             dead = [p.args[-1] for p in procs if p.poll() is not None]
@@ -115,17 +130,7 @@ def test_three_sites_matrix_and_loss_alert_through_prometheus(lab_factory, tmp_p
 
         _wait("every site pair in the matrix", full_matrix, 40, logs)
         time.sleep(8)  # a whole 10 s loss window of data
-        m = full_matrix()
-        for i, s in enumerate(sites):
-            nxt = sites[(i + 1) % len(sites)]
-            for pair in ((s.name, nxt.name), (nxt.name, s.name)):
-                p50_ms = m[pair]["rtt_p50_seconds"] * 1e3
-                print(f"{pair}: matrix p50 {p50_ms:.3f} ms, set {RTT_MS[s.name]} ms, "
-                      f"p99 {m[pair]['rtt_p99_seconds'] * 1e3:.3f} ms, "
-                      f"loss fwd {m[pair]['loss_forward_ratio']}, rev {m[pair]['loss_reverse_ratio']}")
-                assert abs(p50_ms - RTT_MS[s.name]) <= 2.0, (pair, p50_ms)
-                assert m[pair]["loss_forward_ratio"] <= 0.03
-                assert not [a for a in m[pair]["alerts"] if "Loss" in a], m[pair]
+        _check_rtts(_wait("the matrix after a whole window", full_matrix, 20, logs), sites)
         # healthy links: no loss alert (a scrape that times out on a loaded 2-core CI box may
         # page WanprobeDaemonDown, which is not what this test is about)
         assert not [a for a in webhook.firing() if "Loss" in a["labels"]["alertname"]], \
@@ -141,17 +146,8 @@ def test_three_sites_matrix_and_loss_alert_through_prometheus(lab_factory, tmp_p
 
         got = _wait("the forward-loss alert at the webhook", loss_alert, 45, logs)
         took = time.monotonic() - step_at
-        labels, notes = got[0]["labels"], got[0]["annotations"]
-        print(f"alert after {took:.1f} s: {labels} {notes['summary']}")
-        assert labels["src_site"] == "tyo" and labels["dst_site"] == "usw", labels
-        assert labels["direction"] == "forward" and labels["severity"] == "critical"
-        assert "tyo -> usw" in notes["summary"] and notes["runbook_url"].endswith(
-            "#wanprobelossforwardaboveslo")
-        loss_pairs = {(a["labels"]["alertname"], a["labels"]["src_site"], a["labels"]["dst_site"])
-                      for a in webhook.firing() if "Loss" in a["labels"]["alertname"]}
-        # the replies of usw's probes to tyo cross the same lossy direction: reverse loss there
-        assert loss_pairs <= {("WanprobeLossForwardAboveSLO", "tyo", "usw"),
-                              ("WanprobeLossReverseAboveSLO", "usw", "tyo")}, loss_pairs
+        print(f"alert after {took:.1f} s: {got[0]['labels']} {got[0]['annotations']['summary']}")
+        _check_loss_alert(got[0], webhook.firing())
         m = _matrix(hub, prom_port)
         assert m[("tyo", "usw")]["loss_forward_ratio"] > 0.05
         assert "WanprobeLossForwardAboveSLO" in m[("tyo", "usw")]["alerts"]
