@@ -98,4 +98,4 @@ def test_daemon_check_refuses_a_site_the_mesh_does_not_declare(capsys, tmp_path)
     cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\nmesh_file = "{mesh}"\n'
                    f'hostname = "tpe-1"\nsite = "taipei"\n')
     rc, out, err = run(capsys, "daemon", "--config", str(cfg), "--check")
-    assert rc == 0 and "tyo-1" in out, err
+    assert rc == 0 and "host tpe-1 in site taipei" in out and "tyo-1=2001:db8::1 (tokyo)" in out, err
