@@ -117,6 +117,9 @@ methods = ["stamp", "icmp", "tcp"]
           f"icmp p50 {other['icmp']:.3f} ms, tcp connect p50 {other['tcp']:.3f} ms")
     tol_ms = max(0.5, 0.02 * RTT_MS)
     assert abs(p50_s * 1e3 - RTT_MS) <= tol_ms
+    assert _metric(metrics, "wanprobe_peer_info", dst_host="lab-b", dst_site="tokyo") == 1
+    sent = _metric(metrics, "wanprobe_probe_packets_sent_total", dst_host="lab-b", method="stamp")
+    assert sent is not None and sent >= 20 * 12 and sent % 20 == 0
     assert abs(store_p50 - RTT_MS) <= tol_ms
     assert all(abs(v - RTT_MS) <= tol_ms for v in other.values()), other
     assert len(rows) >= 12 and all(r[2] == 20 for r in rows)

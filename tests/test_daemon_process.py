@@ -218,7 +218,8 @@ max_bytes_per_test = "2GiB"
     d.wait_message(b"READY=1")
     d.wait_log("throughput test", timeout=15)
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
-    assert 'wanprobe_throughput_bits_per_second{peer="self-0"}' in metrics
+    assert any(line.startswith("wanprobe_throughput_bits_per_second{") and 'peer="self-0"' in line
+               for line in metrics.splitlines()), metrics
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(10) == 0
     r = subprocess.run([sys.executable, "-m", "wanprobe", "history", "self-0", "--state-dir",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 import urllib.request
@@ -161,7 +162,9 @@ def test_daemon_wires_store_metrics_and_regression_report(tmp_path):
 
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for fam in text_string_to_metric_families(metrics) for s in fam.samples}
-    peer = (("method", "stamp"), ("peer", "tokyo-1"))
+    d_host = socket.gethostname().split(".")[0]  # no hostname in the config: the host's own
+    peer = (("dst_host", "tokyo-1"), ("dst_site", ""), ("method", "stamp"), ("peer", "tokyo-1"),
+            ("src_host", d_host), ("src_site", ""))
     assert samples[("wanprobe_rtt_seconds", tuple(sorted(peer + (("quantile", "0.5"),))))] == 0.06
     assert samples[("wanprobe_loss_ratio", tuple(sorted(peer + (("direction", "round_trip"),))))] == 0.2
     assert samples[("wanprobe_findings", (("severity", "critical"),))] == 1.0

@@ -151,3 +151,27 @@ def test_error_rows_do_not_feed_the_baseline():
     for i in range(5):
         assert b.observe_probe(ProbeRow(ts=i, peer="p", method="stamp", error="timeout")) == []
     assert b.baseline("p")["sessions"] == 0
+
+
+def test_baseline_aggregates_stay_equal_to_a_recomputation():
+    """The incremental window (sorted RTTs, pooled loss) matches recomputing it from the rows,
+    through evictions, missing p99s and a degraded period that freezes the window."""
+    import statistics
+
+    rng = random.Random(7)
+    b = BaselineTracker(BaselineSettings(window=20, recent=3, min_samples=5))
+    for i in range(400):
+        lossy = 150 <= i < 200
+        b.observe_probe(ProbeRow(ts=i, peer="p", method="stamp", sent=50,
+                                 received=30 if lossy else 50 - (rng.random() < 0.2),
+                                 rtt_p50_ms=20 + rng.random(),
+                                 rtt_p99_ms=None if rng.random() < 0.2 else 25 + rng.random()))
+        st = b._peers["p"]
+        rows = list(st.history)
+        assert st.sorted_ms["rtt_p50_ms"] == sorted(r.rtt_p50_ms for r in rows)
+        assert st.sorted_ms["rtt_p99_ms"] == sorted(r.rtt_p99_ms for r in rows
+                                                    if r.rtt_p99_ms is not None)
+        assert (st.sent, st.lost) == (sum(r.sent for r in rows),
+                                      sum(r.sent - r.received for r in rows))
+        if rows:
+            assert b.baseline("p")["rtt_p50_ms"] == statistics.median(r.rtt_p50_ms for r in rows)

@@ -163,32 +163,88 @@ def test_apply_request_is_gated_rate_limited_and_watched_by_the_path_unit(tmp_pa
 def test_metrics_exposition_names_units_and_forgetting_a_peer():
     from prometheus_client.parser import text_string_to_metric_families
 
+    from wanprobe.daemon.config import Peer
     from wanprobe.daemon.metrics import DaemonMetrics
 
-    m = DaemonMetrics()
+    m = DaemonMetrics(site="taipei", host="tpe-1")
+    peer = Peer("tokyo-1", "198.18.0.2", site="tokyo")
+    m.set_peers((peer,))
     doc = {"rtt_ms": {"min": 35.0, "p50": 36.0, "p90": 37.0, "p99": 40.0, "max": 41.0},
-           "loss": {"sent": 100, "received": 99, "ratio": 0.01, "forward_ratio": 0.01,
-                    "reverse_ratio": 0.0}, "jitter_ms": 0.5}
-    m.observe_probe("tokyo-1", "stamp", doc)
-    m.observe_probe_error("tokyo-1", "stamp")
-    m.observe_throughput("tokyo-1", {"bits_per_second": 9.4e8, "bytes_sent": 5, "bytes_received": 4})
+           "loss": {"sent": 100, "received": 97, "ratio": 0.03, "forward_ratio": 0.01,
+                    "reverse_ratio": 0.0202, "forward_lost": 1, "reverse_lost": 2}, "jitter_ms": 0.5}
+    m.observe_probe(peer, "stamp", doc)
+    m.observe_probe(peer, "stamp", doc)
+    m.observe_probe_error(peer, "stamp")
+    m.observe_throughput(peer, {"bits_per_second": 9.4e8, "bytes_sent": 5, "bytes_received": 4})
     m.observe_rates({("netdevs.eth0.stats", "rx_bytes"): 1250.0})
     m.set_findings({"warning": 2})
     fams = {f.name: f for f in text_string_to_metric_families(m.exposition().decode())}
     value = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in fams.values()
              for s in f.samples}
-    lab = (("method", "stamp"), ("peer", "tokyo-1"))
-    assert value[("wanprobe_rtt_seconds", tuple(sorted(lab + (("quantile", "0.99"),))))] == 0.040
-    assert value[("wanprobe_loss_ratio", tuple(sorted(lab + (("direction", "forward"),))))] == 0.01
-    assert value[("wanprobe_jitter_seconds", lab)] == 0.0005
-    assert value[("wanprobe_probe_errors_total", (("peer", "tokyo-1"),))] == 1
-    assert value[("wanprobe_throughput_bits_per_second", (("peer", "tokyo-1"),))] == 9.4e8
+    path = (("dst_host", "tokyo-1"), ("dst_site", "tokyo"), ("peer", "tokyo-1"),
+            ("src_host", "tpe-1"), ("src_site", "taipei"))
+
+    def key(name, *extra):
+        return name, tuple(sorted(path + extra))
+
+    lab = (("method", "stamp"),)
+    assert value[key("wanprobe_rtt_seconds", ("quantile", "0.99"), *lab)] == 0.040
+    assert value[key("wanprobe_loss_ratio", ("direction", "forward"), *lab)] == 0.01
+    assert value[key("wanprobe_jitter_seconds", *lab)] == 0.0005
+    # raw counters, summed over sessions (Prometheus takes the rate)
+    assert value[key("wanprobe_probe_packets_sent_total", *lab)] == 200
+    assert value[key("wanprobe_probe_packets_received_total", *lab)] == 194
+    assert value[key("wanprobe_probe_packets_lost_total", ("direction", "forward"), *lab)] == 2
+    assert value[key("wanprobe_probe_packets_lost_total", ("direction", "reverse"), *lab)] == 4
+    assert value[key("wanprobe_probe_packets_lost_total", ("direction", "round_trip"), *lab)] == 6
+    assert value[key("wanprobe_probe_sessions_total", *lab)] == 3
+    assert value[key("wanprobe_probe_errors_total")] == 1
+    assert value[key("wanprobe_throughput_bits_per_second")] == 9.4e8
+    assert value[key("wanprobe_peer_info", ("address", "198.18.0.2"), ("methods", "stamp"))] == 1
     assert value[("wanprobe_findings", (("severity", "warning"),))] == 2
     assert value[("wanprobe_counter_rate_per_second", (("counter", "rx_bytes"),
                                                         ("source", "netdevs.eth0.stats")))] == 1250
+    assert not any(name.endswith("_created") for name, _ in value), "no _created twins"
     for name in fams:  # Prometheus conventions: prefix, base units, no ms/percent
         assert name.startswith("wanprobe_") and not re.search(r"_(ms|milliseconds|percent)\b", name)
     m.forget_peer("tokyo-1")
     text = m.exposition().decode()
     assert 'wanprobe_rtt_seconds{' not in text and 'wanprobe_loss_ratio{' not in text
-    assert 'wanprobe_probe_errors_total{peer="tokyo-1"}' in text  # counters keep their history
+    assert 'wanprobe_probe_errors_total{dst_host="tokyo-1"' in text  # counters keep their history
+
+
+@pytest.mark.parametrize("peers,methods", [(1, 1), (10, 1), (200, 1), (50, 3)])
+def test_series_per_host_is_linear_in_peers_as_documented(peers, methods):
+    """Cardinality stays bounded: the exposition of a daemon whose every peer has probed, failed
+    once and run a throughput test has exactly series_per_host(peers, methods) series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from wanprobe.daemon.config import METHODS, Peer
+    from wanprobe.daemon.metrics import DaemonMetrics, series_per_host
+
+    m = DaemonMetrics(site="a", host="a-1")
+    ps = tuple(Peer(f"p{i}", f"198.18.{i // 250}.{1 + i % 250}", site=f"s{i % 4}",
+                    methods=METHODS[:methods]) for i in range(peers))
+    m.set_peers(ps)
+    doc = {"rtt_ms": {"min": 1, "p50": 2, "p90": 3, "p99": 4, "max": 5}, "jitter_ms": 0.1,
+           "loss": {"sent": 10, "received": 8, "ratio": 0.2, "forward_ratio": 0.1,
+                    "reverse_ratio": 0.1, "forward_lost": 1, "reverse_lost": 1}}
+    for p in ps:
+        for method in p.methods:
+            m.observe_probe(p, method, doc)
+            m.observe_probe_error(p, method)
+        m.observe_throughput(p, {"bits_per_second": 1e9, "bytes_sent": 10, "bytes_received": 10})
+    series = [s for f in text_string_to_metric_families(m.exposition().decode()) for s in f.samples]
+    assert len(series) == series_per_host(peers, methods)
+    assert series_per_host(1000, 1) == 7 + 1000 * 20  # the figure docs/fleet.md quotes
+
+
+def test_counter_rates_keep_children_and_drop_vanished_counters():
+    from wanprobe.daemon.metrics import DaemonMetrics
+
+    m = DaemonMetrics()
+    m.observe_rates({("netdevs.eth0.stats", "rx_bytes"): 1.0, ("netdevs.eth1.stats", "rx_bytes"): 2.0})
+    m.observe_rates({("netdevs.eth0.stats", "rx_bytes"): 3.0})
+    text = m.exposition().decode()
+    assert 'wanprobe_counter_rate_per_second{counter="rx_bytes",source="netdevs.eth0.stats"} 3.0' in text
+    assert "eth1" not in text

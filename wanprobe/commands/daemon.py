@@ -49,8 +49,10 @@ def daemon(
                 typer.echo(f"plan {cfg.auto_apply.plan}: signed off, {len(changes)} changes, "
                            f"tuners {', '.join(sorted({c['tuner'] for c in changes})) or '-'}")
                 return
-            typer.echo(f"{config}: ok, {len(peers)} peers: " +
-                       ", ".join(f"{p.name}={p.address}" for p in peers))
+            typer.echo(f"{config}: ok, host {cfg.hostname} in site {cfg.site or '-'}, "
+                       f"{len(peers)} peers: " +
+                       ", ".join(f"{p.name}={p.address}" + (f" ({p.site})" if p.site else "")
+                                 for p in peers))
             return
         dmain.run(config)
     except ConfigInvalid as exc:

@@ -13,9 +13,11 @@ of the recent loss, so one lost packet out of 50 is not called a 2 % regression.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +63,32 @@ class _PeerState:
     recent: deque             # last `recent` ProbeRows
     tput: deque               # baseline bits_per_second
     degraded: dict[str, bool] = field(default_factory=dict)
+    # the history's aggregates, kept up to date as rows enter and leave it, so a session costs
+    # O(log window) instead of re-sorting the window (bench/daemon_footprint.py at 1,000 peers)
+    sorted_ms: dict[str, list[float]] = field(
+        default_factory=lambda: {"rtt_p50_ms": [], "rtt_p99_ms": []})
+    lost: int = 0
+    sent: int = 0
+
+    def add_history(self, row: ProbeRow) -> None:
+        """Append ``row`` to the baseline window (evicting the oldest when full)."""
+        if len(self.history) == self.history.maxlen:
+            self._account(self.history[0], -1)
+        self.history.append(row)
+        self._account(row, +1)
+
+    def _account(self, row: ProbeRow, sign: int) -> None:
+        for attr, values in self.sorted_ms.items():
+            v = getattr(row, attr)
+            if v is None:
+                continue
+            if sign > 0:
+                bisect.insort(values, v)
+            else:
+                del values[bisect.bisect_left(values, v)]
+        if row.received is not None:
+            self.sent += sign * (row.sent or 0)
+            self.lost += sign * ((row.sent or 0) - row.received)
 
 
 class BaselineTracker:
@@ -83,11 +111,10 @@ class BaselineTracker:
 
     def baseline(self, peer: str) -> dict[str, float | None]:
         st = self._state(peer)
-        rows = list(st.history)
-        return {"rtt_p50_ms": _median(r.rtt_p50_ms for r in rows),
-                "rtt_p99_ms": _median(r.rtt_p99_ms for r in rows),
-                "loss_ratio": _pooled_loss(rows)[2],
-                "bits_per_second": _median(st.tput), "sessions": len(rows)}
+        return {"rtt_p50_ms": _sorted_median(st.sorted_ms["rtt_p50_ms"]),
+                "rtt_p99_ms": _sorted_median(st.sorted_ms["rtt_p99_ms"]),
+                "loss_ratio": st.lost / st.sent if st.sent else None,
+                "bits_per_second": _median(st.tput), "sessions": len(st.history)}
 
     def observe_probe(self, row: ProbeRow) -> list[Transition]:
         """Add one session summary (error rows are skipped: errors are counted elsewhere)."""
@@ -95,7 +122,7 @@ class BaselineTracker:
             return []
         st = self._state(row.peer)
         if len(st.recent) == st.recent.maxlen and not any(st.degraded.values()):
-            st.history.append(st.recent[0])
+            st.add_history(st.recent[0])
         st.recent.append(row)
         if len(st.history) < self.s.min_samples or len(st.recent) < self.s.recent:
             return []
@@ -112,7 +139,7 @@ class BaselineTracker:
             drop = (base - bits_per_second) / base
             thr = self.s.throughput_drop_ratio
             ev = self._hysteresis(peer, st, "throughput", drop, thr, base, bits_per_second,
-                                  "bit/s", {"tests_in_baseline": len(st.tput)})
+                                  "bit/s", lambda: {"tests_in_baseline": len(st.tput)})
             if ev:
                 events.append(ev)
         if not st.degraded.get("throughput"):
@@ -120,7 +147,7 @@ class BaselineTracker:
         return events
 
     def _rtt(self, peer: str, st: _PeerState, metric: str, attr: str) -> Transition | None:
-        base = _median(getattr(r, attr) for r in st.history)
+        base = _sorted_median(st.sorted_ms[attr])
         cur = _median(getattr(r, attr) for r in st.recent)
         if base is None or cur is None:
             return None
@@ -128,12 +155,13 @@ class BaselineTracker:
         # excess normalised so that 1.0 == threshold, for both enter and clear
         excess = (cur - base) / thr_ms
         return self._hysteresis(peer, st, metric, excess, 1.0, base, cur, "ms",
-                                {"threshold_ms": round(thr_ms, 3),
-                                 "recent_sessions": len(st.recent),
-                                 "baseline_sessions": len(st.history)})
+                                lambda: {"threshold_ms": round(thr_ms, 3),
+                                         "recent_sessions": len(st.recent),
+                                         "baseline_sessions": len(st.history)})
 
     def _loss(self, peer: str, st: _PeerState) -> Transition | None:
-        b_lost, b_sent, base = _pooled_loss(st.history)
+        b_lost, b_sent = st.lost, st.sent
+        base = b_lost / b_sent if b_sent else None
         r_lost, r_sent, cur = _pooled_loss(st.recent)
         if base is None or cur is None:
             return None
@@ -141,28 +169,41 @@ class BaselineTracker:
         thr = self.s.loss_increase
         # enter on the CI's lower bound (significant), clear on the point estimate
         excess = (lo if not st.degraded.get("loss") else cur) - base
-        directions = {
-            "forward_ratio": _mean(r.loss_forward_ratio for r in st.recent),
-            "reverse_ratio": _mean(r.loss_reverse_ratio for r in st.recent),
-            "baseline_forward_ratio": _mean(r.loss_forward_ratio for r in st.history),
-            "baseline_reverse_ratio": _mean(r.loss_reverse_ratio for r in st.history),
-        }
-        return self._hysteresis(peer, st, "loss", excess, thr, base, cur, "ratio",
-                                {"recent_sent": r_sent, "recent_lost": r_lost,
-                                 "recent_ci95": [round(lo, 6), round(hi, 6)],
-                                 "baseline_sent": b_sent, "baseline_lost": b_lost,
-                                 **{k: round(v, 6) for k, v in directions.items() if v is not None}})
+
+        def evidence() -> dict:  # only built when the state changes
+            directions = {
+                "forward_ratio": _mean(r.loss_forward_ratio for r in st.recent),
+                "reverse_ratio": _mean(r.loss_reverse_ratio for r in st.recent),
+                "baseline_forward_ratio": _mean(r.loss_forward_ratio for r in st.history),
+                "baseline_reverse_ratio": _mean(r.loss_reverse_ratio for r in st.history),
+            }
+            return {"recent_sent": r_sent, "recent_lost": r_lost,
+                    "recent_ci95": [round(lo, 6), round(hi, 6)],
+                    "baseline_sent": b_sent, "baseline_lost": b_lost,
+                    **{k: round(v, 6) for k, v in directions.items() if v is not None}}
+
+        return self._hysteresis(peer, st, "loss", excess, thr, base, cur, "ratio", evidence)
 
     def _hysteresis(self, peer: str, st: _PeerState, metric: str, excess: float, thr: float,
-                    base: float, cur: float, unit: str, evidence: dict) -> Transition | None:
+                    base: float, cur: float, unit: str,
+                    evidence: Callable[[], dict]) -> Transition | None:
         was = st.degraded.get(metric, False)
         if not was and excess > thr:
             st.degraded[metric] = True
-            return Transition(peer, metric, "degraded", base, cur, thr, unit, evidence)
+            return Transition(peer, metric, "degraded", base, cur, thr, unit, evidence())
         if was and excess < thr * self.s.clear_fraction:
             st.degraded[metric] = False
-            return Transition(peer, metric, "recovered", base, cur, thr, unit, evidence)
+            return Transition(peer, metric, "recovered", base, cur, thr, unit, evidence())
         return None
+
+
+def _sorted_median(values: list[float]) -> float | None:
+    """statistics.median of an already sorted list, without copying or sorting it."""
+    n = len(values)
+    if not n:
+        return None
+    mid = n // 2
+    return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def _median(values) -> float | None:

@@ -148,6 +148,7 @@ class DaemonConfig:
     cos_dscp: frozenset[int] = DEFAULT_COS_DSCP      # DSCP a CoS TLV may ask replies to carry
     throughput_server: ServerLimits = DAEMON_SERVER  # what clients of our reflector may run
     hostname: str = ""
+    site: str = ""
     mesh_file: Path | None = None
     log_format: str = "journal"
     peers: tuple[Peer, ...] = ()
@@ -190,8 +191,8 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
                        "baseline", "auto_apply"})
     d = v.table(data, "daemon")
     v.known(d, "daemon", {"state_dir", "metrics_listen", "reflector_listen", "reflector",
-                          "hmac_key", "hmac_key_file", "hostname", "mesh_file", "log_format"}
-            | DAEMON_KEYS)
+                          "hmac_key", "hmac_key_file", "hostname", "site", "mesh_file",
+                          "log_format"} | DAEMON_KEYS)
     allow, cos_dscp = reflector_access(v, d)
     throughput_t = v.table(data, "throughput")
     throughput = _throughput(v, throughput_t)
@@ -211,6 +212,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
         throughput_server=server_limits(v, throughput_t, enabled=throughput.enabled,
                                         max_bytes_per_test=throughput.max_bytes_per_test),
         hostname=v.string(d, "daemon.hostname", ""),
+        site=v.string(d, "daemon.site", ""),
         mesh_file=v.path(d, "daemon.mesh_file", None),
         log_format=v.choice(d, "daemon.log_format", "journal", ("journal", "logfmt")),
         peers=_peers(v, data.get("peers", []), probe),

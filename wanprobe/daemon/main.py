@@ -36,24 +36,36 @@ FLUSH_INTERVAL_S = 1.0
 STOP_BUDGET_S = 1.5
 
 
-def resolve_peers(cfg: DaemonConfig, *, hostname: str | None = None,
-                  local_addresses: list[str] | None = None) -> tuple[Peer, ...]:
-    """``[[peers]]`` plus, with a mesh file, the peers this host picks from it (config wins)."""
+def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
+                    local_addresses: list[str] | None = None) -> tuple[DaemonConfig, tuple[Peer, ...]]:
+    """The config with this host's site and name settled, and its peers: ``[[peers]]`` plus,
+    with a mesh file, the peers this host picks from it (config wins). The mesh entry names the
+    host and its site; a ``daemon.site`` or a peer's ``site`` the mesh does not know is an error."""
     peers = {p.name: p for p in cfg.peers}
+    host = cfg.hostname or (hostname or socket.gethostname()).split(".")[0]
+    site = cfg.site
     if cfg.mesh_file is not None:
         m = mesh.load_mesh(cfg.mesh_file)
         me = mesh.find_self(m, hostname=cfg.hostname or hostname or socket.gethostname(),
                             local_addresses=local_addresses if local_addresses is not None
                             else mesh.local_addresses())
+        mesh.check_sites(m, me, cfg.site, cfg.peers, source=cfg.source)
+        host, site = me.name, me.site
         for p in mesh.select_peers(m, me):
             peers.setdefault(p.name, replace(p, port=cfg.probe.port))
-    return tuple(peers.values())
+    return replace(cfg, hostname=host, site=site), tuple(peers.values())
+
+
+def resolve_peers(cfg: DaemonConfig, *, hostname: str | None = None,
+                  local_addresses: list[str] | None = None) -> tuple[Peer, ...]:
+    """The peers of :func:`resolve_runtime`."""
+    return resolve_runtime(cfg, hostname=hostname, local_addresses=local_addresses)[1]
 
 
 def load_runtime(path: Path) -> tuple[DaemonConfig, tuple[Peer, ...]]:
-    """Config and resolved peers, both validated; raises before anything takes effect."""
-    cfg = load_config(path)
-    return cfg, resolve_peers(cfg)
+    """Config (identity settled) and resolved peers, both validated; raises before anything
+    takes effect."""
+    return resolve_runtime(load_config(path))
 
 
 class Daemon:
@@ -72,7 +84,8 @@ class Daemon:
         self.counters = counters if counters is not None else adapters.Counters(
             cfg.counters.sys_root, cfg.counters.proc_root)
         self.notifier = notifier or Notifier()
-        self.metrics = DaemonMetrics()
+        self.metrics = DaemonMetrics(site=cfg.site,
+                                     host=cfg.hostname or socket.gethostname().split(".")[0])
         if hasattr(self.reflector, "refusals"):
             self.metrics.watch_refusals(self.reflector.refusals)
         self.store: Store | None = None
@@ -122,7 +135,7 @@ class Daemon:
                                    throughput=self.cfg.throughput, throughput_fn=self.throughput_fn,
                                    budget_used=self.store.throughput_bytes_since)
         self.scheduler.apply(self.peers, self.cfg.probe, self.cfg.throughput)
-        self.metrics.peers.set(len(self.peers))
+        self.metrics.set_peers(self.peers)
         self._tasks = [asyncio.create_task(every(lambda: FLUSH_INTERVAL_S, self.flush)),
                        asyncio.create_task(self.maintain()),  # retention also right at start
                        asyncio.create_task(every(lambda: self.cfg.retention.maintenance_interval_s,
@@ -208,7 +221,8 @@ class Daemon:
             self.notifier.ready(self.status_line() + "; last reload refused")
             return
         restart_needed = [k for k in ("state_dir", "metrics_listen", "reflector_listen",
-                                      "reflector_enabled", "hmac_key", "allow", "cos_dscp")
+                                      "reflector_enabled", "hmac_key", "allow", "cos_dscp",
+                                      "hostname", "site")
                           if getattr(cfg, k) != getattr(self.cfg, k)]
         if restart_needed:
             dlog.log(logging.WARNING, "reload: these keys take effect on restart only",
@@ -222,7 +236,7 @@ class Daemon:
         diff = self.scheduler.apply(peers, cfg.probe, cfg.throughput)
         for name in diff["removed"]:
             self.metrics.forget_peer(name)
-        self.metrics.peers.set(len(peers))
+        self.metrics.set_peers(peers)
         self.metrics.config_reloads.labels(result="applied").inc()
         self.loaded_at = time.time()
         self._check_auto_apply()
@@ -233,7 +247,7 @@ class Daemon:
     def probe_done(self, peer: Peer, method: str, ts: float, doc: dict[str, Any]) -> None:
         row = ProbeRow.from_probe_json(ts, peer.name, method, doc)
         self.store.add_probe(row)
-        self.metrics.observe_probe(peer.name, method, doc)
+        self.metrics.observe_probe(peer, method, doc)
         self._last_probe[peer.name] = doc
         if peer.name in self._failing:
             self._failing.discard(peer.name)
@@ -247,7 +261,7 @@ class Daemon:
 
     def probe_failed(self, peer: Peer, method: str, ts: float, error: str) -> None:
         self.store.add_probe(ProbeRow(ts=ts, peer=peer.name, method=method, error=error))
-        self.metrics.observe_probe_error(peer.name, method)
+        self.metrics.observe_probe_error(peer, method)
         if peer.name not in self._failing:
             self._failing.add(peer.name)
             dlog.log(logging.WARNING, "probe failed", peer=peer.name, method=method, error=error)
@@ -257,7 +271,7 @@ class Daemon:
         if doc is None:
             dlog.log(logging.WARNING, "throughput test failed", peer=peer.name, error=error)
             return
-        self.metrics.observe_throughput(peer.name, doc)
+        self.metrics.observe_throughput(peer, doc)
         dlog.log(logging.INFO, "throughput test", peer=peer.name,
                  bits_per_second=doc.get("bits_per_second"))
         if doc.get("bits_per_second"):
@@ -282,7 +296,7 @@ class Daemon:
         self.store.add_finding(now, finding, peer=peer.name, report_path=str(path) if path else None)
         self.active_findings[key] = finding["severity"]
         self._update_findings_gauge()
-        self.metrics.regressions.labels(peer=peer.name, metric=t.metric).inc()
+        self.metrics.observe_regression(peer, t.metric)
         dlog.log(logging.WARNING, finding["title"], peer=peer.name, metric=t.metric,
                  baseline=round(t.baseline, 6), current=round(t.current, 6), report=path)
         self._request_apply(peer, t.metric, path, now)

@@ -13,6 +13,11 @@ over its hosts instead of landing on the first ones. Adding a host is one line::
       { name = "tpe-gpu-02", address = "10.1.0.12" },
     ]
 
+Hosts may also be listed flat, each naming a site declared under ``[sites]``
+(``hosts = [{ name = "tpe-gpu-03", address = "10.1.0.13", site = "taipei" }]``). A host has one
+name, one site and one address; ``metrics_port`` (top level, per site or per host; default 9862)
+is where Prometheus scrapes it (``wanprobe fleet targets``).
+
 JSON with the same shape (``{"representatives": 2, "sites": {"taipei": {"hosts": [...]}}}``)
 is accepted too.
 """
@@ -31,12 +36,15 @@ from typing import Any
 from wanprobe.daemon.config import METHODS, ConfigInvalid, Peer
 from wanprobe.errors import ConfigError
 
+DEFAULT_METRICS_PORT = 9862
+
 
 @dataclass(frozen=True)
 class MeshHost:
     name: str
     address: str
     site: str
+    metrics_port: int = DEFAULT_METRICS_PORT  # where Prometheus scrapes it (fleet targets)
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,7 @@ class Mesh:
     hosts: tuple[MeshHost, ...]
     representatives: int = 2
     methods: tuple[str, ...] = ("stamp",)
+    sites: tuple[str, ...] = ()
 
 
 def load_mesh(path: Path | str) -> Mesh:
@@ -53,6 +62,8 @@ def load_mesh(path: Path | str) -> Mesh:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read mesh file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"mesh file {path} is not UTF-8 text") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
@@ -60,14 +71,92 @@ def load_mesh(path: Path | str) -> Mesh:
     return parse_mesh(data, source=str(path))
 
 
+def _port(value: Any, key: str, problems: list[str], default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        problems.append(f"{key}: must be a port 1-65535, not {value!r}")
+        return default
+    return value
+
+
+def _entries(data: dict, sites: dict, problems: list[str]) -> list[tuple[str, str, Any]]:
+    """(key, site, entry) for every host: ``sites.X.hosts[i]`` and top-level ``hosts[i]``
+    (which names its site, and the site must be declared under ``[sites]``)."""
+    out = []
+    for site, body in sites.items():
+        if not isinstance(body, dict):
+            problems.append(f"sites.{site}: must be a table (hosts = [...], metrics_port)")
+            continue
+        for key in body:
+            if key not in ("hosts", "metrics_port"):
+                problems.append(f"sites.{site}.{key}: unknown key (known: hosts, metrics_port)")
+        entries = body.get("hosts", [])
+        if not isinstance(entries, list):
+            problems.append(f"sites.{site}.hosts: must be an array of {{name, address}}")
+            continue
+        out += [(f"sites.{site}.hosts[{i}]", str(site), h) for i, h in enumerate(entries)]
+    flat = data.get("hosts", [])
+    if not isinstance(flat, list):
+        problems.append("hosts: must be an array of {name, address, site}")
+        flat = []
+    for i, h in enumerate(flat):
+        site = h.get("site") if isinstance(h, dict) else None
+        if not isinstance(site, str) or not site:
+            problems.append(f"hosts[{i}].site: is required in the top-level hosts list")
+        elif site not in sites:
+            problems.append(f"hosts[{i}].site: unknown site {site!r} (declared: "
+                            f"{', '.join(sorted(sites)) or 'none'}); declare it under sites")
+        else:
+            out.append((f"hosts[{i}]", site, h))
+    return out
+
+
+def _hosts(data: dict, sites: dict, default_port: int, problems: list[str]) -> list[MeshHost]:
+    """Every host once: a name in one site only, an address on one host only."""
+    hosts: list[MeshHost] = []
+    by_name: dict[str, tuple[str, str]] = {}
+    by_address: dict[str, tuple[str, str]] = {}
+    for key, site, h in _entries(data, sites, problems):
+        if not isinstance(h, dict) or not isinstance(h.get("name"), str) or not h["name"]:
+            problems.append(f"{key}.name: is required")
+            continue
+        name = h["name"]
+        for k in h:
+            if k not in ("name", "address", "site", "metrics_port"):
+                problems.append(f"{key}.{k}: unknown key (known: name, address, site, metrics_port)")
+        try:
+            address = str(ipaddress.ip_address(h.get("address")))
+        except ValueError:
+            problems.append(f"{key}.address: {h.get('address')!r} is not an IP address")
+            continue
+        if name in by_name:
+            first_key, first_site = by_name[name]
+            problems.append(f"{key}.name: duplicate host {name!r} (also {first_key})" if
+                            first_site == site else f"{key}.name: host {name!r} is in two sites, "
+                            f"{first_site!r} ({first_key}) and {site!r}; a host has one site")
+            continue
+        if address in by_address:
+            problems.append(f"{key}.address: {address} is also host {by_address[address][0]!r} "
+                            f"({by_address[address][1]}); an address belongs to one host")
+            continue
+        by_name[name], by_address[address] = (key, site), (name, key)
+        site_port = sites[site].get("metrics_port") if isinstance(sites.get(site), dict) else None
+        port = _port(h.get("metrics_port"), f"{key}.metrics_port", problems,
+                     _port(site_port, f"sites.{site}.metrics_port", [], default_port))
+        hosts.append(MeshHost(name, address, site, port))
+    return hosts
+
+
 def parse_mesh(data: Any, *, source: str = "<mesh>") -> Mesh:
     """Validate a parsed mesh document; every bad key is one problem line."""
     problems: list[str] = []
     if not isinstance(data, dict):
         raise ConfigInvalid(source, ["mesh must be a table/object"])
+    known = ("hosts", "methods", "metrics_port", "representatives", "sites")
     for key in data:
-        if key not in ("representatives", "sites", "methods"):
-            problems.append(f"{key}: unknown key (known: methods, representatives, sites)")
+        if key not in known:
+            problems.append(f"{key}: unknown key (known: {', '.join(known)})")
     reps = data.get("representatives", 2)
     if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
         problems.append(f"representatives: must be an integer ≥ 1, not {reps!r}")
@@ -76,35 +165,34 @@ def parse_mesh(data: Any, *, source: str = "<mesh>") -> Mesh:
     if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
         problems.append(f"methods: must be a list of {', '.join(METHODS)}")
         methods = ["stamp"]
+    default_port = _port(data.get("metrics_port"), "metrics_port", problems, DEFAULT_METRICS_PORT)
     sites = data.get("sites", {})
     if not isinstance(sites, dict) or not sites:
         problems.append("sites: must be a table of sites, each with hosts = [...]")
         sites = {}
-    hosts: list[MeshHost] = []
-    seen: set[str] = set()
-    for site, body in sites.items():
-        entries = body.get("hosts") if isinstance(body, dict) else None
-        if not isinstance(entries, list):
-            problems.append(f"sites.{site}.hosts: must be an array of {{name, address}}")
-            continue
-        for i, h in enumerate(entries):
-            key = f"sites.{site}.hosts[{i}]"
-            if not isinstance(h, dict) or not isinstance(h.get("name"), str) or not h["name"]:
-                problems.append(f"{key}.name: is required")
-                continue
-            try:
-                address = str(ipaddress.ip_address(h.get("address")))
-            except ValueError:
-                problems.append(f"{key}.address: {h.get('address')!r} is not an IP address")
-                continue
-            if h["name"] in seen:
-                problems.append(f"{key}.name: duplicate host {h['name']!r}")
-                continue
-            seen.add(h["name"])
-            hosts.append(MeshHost(h["name"], address, str(site)))
+    hosts = _hosts(data, sites, default_port, problems)
     if problems:
         raise ConfigInvalid(source, problems)
-    return Mesh(tuple(hosts), reps, tuple(methods))
+    return Mesh(tuple(hosts), reps, tuple(methods), tuple(str(s) for s in sites))
+
+
+def check_sites(mesh: Mesh, me: MeshHost, site: str, peers: Iterable[Peer], *,
+                source: str = "<config>") -> None:
+    """A config used with a mesh file may only name sites the mesh declares, and its own
+    ``daemon.site`` must be the one the mesh puts this host in."""
+    problems = []
+    if site and site not in mesh.sites:
+        problems.append(f"daemon.site: unknown site {site!r} (the mesh declares "
+                        f"{', '.join(mesh.sites)})")
+    elif site and site != me.site:
+        problems.append(f"daemon.site: {site!r}, but the mesh puts host {me.name!r} in "
+                        f"site {me.site!r}")
+    for i, p in enumerate(peers):
+        if p.site and p.site not in mesh.sites:
+            problems.append(f"peers[{i}].site: unknown site {p.site!r} (the mesh declares "
+                            f"{', '.join(mesh.sites)})")
+    if problems:
+        raise ConfigInvalid(source, problems)
 
 
 def find_self(mesh: Mesh, *, hostname: str, local_addresses: Iterable[str]) -> MeshHost:

@@ -15,70 +15,144 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from wanprobe.daemon.config import Peer
+
 QUANTILES = (("min", "0"), ("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"), ("max", "1"))
 SEVERITIES = ("critical", "warning", "info")
+# Every path series carries where it starts and ends, so Prometheus can group by site pair
+# (Pingmesh's site x site view, Guo et al. SIGCOMM 2015 §4); ``peer`` is the config name.
+PATH_LABELS = ("peer", "src_site", "src_host", "dst_site", "dst_host")
+LOSS_DIRECTIONS = (("ratio", "round_trip"), ("forward_ratio", "forward"),
+                   ("reverse_ratio", "reverse"))
+# Series one peer adds per probe method: rtt by quantile, loss ratio and lost packets by
+# direction, jitter, sessions, sent, received.
+SERIES_PER_PEER_METHOD = len(QUANTILES) + 2 * len(LOSS_DIRECTIONS) + 1 + 1 + 2
+# ... and per peer whatever its methods: info, errors, last probe, throughput, throughput bytes
+SERIES_PER_PEER = 5
+# ... and per host: peers, findings by severity, reloads by result, daemon info
+SERIES_PER_HOST = 1 + len(SEVERITIES) + 2 + 1
+
+
+def series_per_host(peers: int, methods: int = 1) -> int:
+    """Path and daemon series one host exports for ``peers`` peers probed with ``methods``
+    methods each: linear in peers, never quadratic (Goldpinger issue #52). Regression counters
+    (at most 4 per peer, only after a regression) and host counter rates come on top."""
+    return SERIES_PER_HOST + peers * (SERIES_PER_PEER + methods * SERIES_PER_PEER_METHOD)
 
 
 class DaemonMetrics:
-    """Every metric the daemon exports, registered on ``registry`` (a fresh one by default)."""
+    """Every metric the daemon exports, registered on ``registry`` (a fresh one by default).
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    ``site`` and ``host`` are this daemon's own place in the fleet (``src_site``/``src_host``);
+    each peer brings ``dst_site``/``dst_host``. Probe packets are raw ``_total`` counters, so
+    Prometheus computes loss over any window with ``rate()``; the gauges hold the last session.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None, *, site: str = "",
+                 host: str = "") -> None:
+        # no ``_created`` twin per counter: it doubles the series and Prometheus does not need it
+        disable_created_metrics()
         r = self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.site, self.host = site, host
+        path = list(PATH_LABELS)
         self.rtt = Gauge("wanprobe_rtt_seconds", "Round-trip time of the last probe session, "
-                         "by quantile (0 = min, 1 = max).", ["peer", "quantile", "method"],
+                         "by quantile (0 = min, 1 = max).", path + ["quantile", "method"],
                          registry=r)
         self.loss = Gauge("wanprobe_loss_ratio", "Packet loss ratio of the last probe session; "
                           "direction is round_trip, forward (to the peer) or reverse.",
-                          ["peer", "direction", "method"], registry=r)
+                          path + ["direction", "method"], registry=r)
         self.jitter = Gauge("wanprobe_jitter_seconds", "IPDV jitter (RFC 5481) of the last probe "
-                            "session.", ["peer", "method"], registry=r)
+                            "session.", path + ["method"], registry=r)
         self.throughput = Gauge("wanprobe_throughput_bits_per_second", "Receiver goodput of the "
-                                "last scheduled throughput test.", ["peer"], registry=r)
+                                "last scheduled throughput test.", path, registry=r)
         self.probes = Counter("wanprobe_probe_sessions_total", "Probe sessions run.",
-                              ["peer", "method"], registry=r)
+                              path + ["method"], registry=r)
+        self.sent = Counter("wanprobe_probe_packets_sent_total", "Probe packets sent.",
+                            path + ["method"], registry=r)
+        self.received = Counter("wanprobe_probe_packets_received_total", "Probe replies received.",
+                                path + ["method"], registry=r)
+        self.lost = Counter("wanprobe_probe_packets_lost_total", "Probe packets lost: round_trip "
+                            "(sent - received), forward (never reached the reflector, RFC 8762 "
+                            "counters) or reverse (reflected, reply lost).",
+                            path + ["direction", "method"], registry=r)
         self.errors = Counter("wanprobe_probe_errors_total", "Probe sessions that failed "
-                              "(timeout, unreachable, refused).", ["peer"], registry=r)
+                              "(timeout, unreachable, refused).", path, registry=r)
         self.last_probe = Gauge("wanprobe_last_probe_timestamp_seconds", "Unix time of the last "
-                                "successful probe session.", ["peer"], registry=r)
+                                "successful probe session.", path, registry=r)
+        self.peer_info = Gauge("wanprobe_peer_info", "One per probed peer: its address and "
+                               "methods (value 1).", path + ["address", "methods"], registry=r)
+        self.info = Gauge("wanprobe_daemon_info", "This daemon's site, host and version (value 1).",
+                          ["site", "host", "version"], registry=r)
         self.counter_rate = Gauge("wanprobe_counter_rate_per_second", "Per-second rate of a host "
                                   "counter between the last two samples.", ["source", "counter"],
                                   registry=r)
         self.findings = Gauge("wanprobe_findings", "Active findings (counter health rules and "
                               "path regressions) by severity.", ["severity"], registry=r)
         self.regressions = Counter("wanprobe_regressions_total", "Regressions detected against "
-                                   "the rolling baseline.", ["peer", "metric"], registry=r)
+                                   "the rolling baseline.", path + ["metric"], registry=r)
         self.throughput_bytes = Counter("wanprobe_throughput_test_bytes_total", "Bytes moved by "
-                                        "scheduled throughput tests.", ["peer"], registry=r)
+                                        "scheduled throughput tests.", path, registry=r)
         self.peers = Gauge("wanprobe_peers", "Peers currently probed.", registry=r)
         self.config_reloads = Counter("wanprobe_config_reloads_total", "SIGHUP reloads by result.",
                                       ["result"], registry=r)
         for sev in SEVERITIES:
             self.findings.labels(severity=sev).set(0)
-        self._cache: dict[tuple[str, str], dict[str, Any]] = {}
+        for result in ("applied", "refused"):
+            self.config_reloads.labels(result=result)
+        from wanprobe import __version__
 
-    def _children(self, peer: str, method: str) -> dict[str, Any]:
+        self.info.labels(site=site, host=host, version=__version__).set(1)
+        self._cache: dict[tuple[str, str], dict[str, Any]] = {}
+        self._paths: dict[str, tuple[str, ...]] = {}
+        self._rates: dict[tuple[str, str], Any] = {}
+
+    def path_labels(self, peer: Peer) -> tuple[str, ...]:
+        """Values of PATH_LABELS for ``peer``, in order."""
+        got = self._paths.get(peer.name)
+        if got is None:
+            got = self._paths[peer.name] = (peer.name, self.site, self.host, peer.site, peer.name)
+        return got
+
+    def set_peers(self, peers: tuple[Peer, ...]) -> None:
+        """Publish the peer set: ``wanprobe_peers`` and one ``wanprobe_peer_info`` each."""
+        self.peers.set(len(peers))
+        self.peer_info.clear()
+        for p in peers:
+            if self._paths.get(p.name, (p.name, self.site, self.host, p.site, p.name))[3] != p.site:
+                self.forget_peer(p.name)  # moved to another site: its old series must go
+            self.peer_info.labels(*self.path_labels(p), p.address, ",".join(p.methods)).set(1)
+
+    def _children(self, peer: Peer, method: str) -> dict[str, Any]:
         """Label children of one peer, looked up once: ``labels()`` costs more than ``set()``,
         and a daemon probing hundreds of peers does this for every session."""
-        key = (peer, method)
+        key = (peer.name, method)
         ch = self._cache.get(key)
         if ch is None:
+            lab = self.path_labels(peer)
             ch = self._cache[key] = {
-                "sessions": self.probes.labels(peer=peer, method=method),
-                "rtt": [(k, self.rtt.labels(peer=peer, quantile=q, method=method))
-                        for k, q in QUANTILES],
-                "loss": [(k, self.loss.labels(peer=peer, direction=d, method=method)) for k, d in
-                         (("ratio", "round_trip"), ("forward_ratio", "forward"),
-                          ("reverse_ratio", "reverse"))],
-                "jitter": self.jitter.labels(peer=peer, method=method),
-                "last": self.last_probe.labels(peer=peer),
+                "sessions": self.probes.labels(*lab, method),
+                "sent": self.sent.labels(*lab, method),
+                "received": self.received.labels(*lab, method),
+                "rtt": [(k, self.rtt.labels(*lab, q, method)) for k, q in QUANTILES],
+                "loss": [(k, self.loss.labels(*lab, d, method)) for k, d in LOSS_DIRECTIONS],
+                "lost": [(d, self.lost.labels(*lab, d, method)) for _, d in LOSS_DIRECTIONS],
+                "jitter": self.jitter.labels(*lab, method),
+                "last": self.last_probe.labels(*lab),
+                "errors": self.errors.labels(*lab),
             }
         return ch
 
-    def observe_probe(self, peer: str, method: str, doc: dict[str, Any]) -> None:
+    def observe_probe(self, peer: Peer, method: str, doc: dict[str, Any]) -> None:
         """Export one ProbeResult ``to_json()`` (milliseconds converted to seconds here)."""
         ch = self._children(peer, method)
         ch["sessions"].inc()
@@ -90,40 +164,67 @@ class DaemonMetrics:
         for key, child in ch["loss"]:
             if loss.get(key) is not None:
                 child.set(loss[key])
+        sent, received = loss.get("sent"), loss.get("received")
+        if sent is not None and received is not None:
+            ch["sent"].inc(sent)
+            ch["received"].inc(received)
+            lost = {"round_trip": sent - received, "forward": loss.get("forward_lost"),
+                    "reverse": loss.get("reverse_lost")}
+            for direction, child in ch["lost"]:
+                if lost[direction]:
+                    child.inc(lost[direction])
         if doc.get("jitter_ms") is not None:
             ch["jitter"].set(doc["jitter_ms"] / 1e3)
         ch["last"].set(time.time())
 
-    def observe_probe_error(self, peer: str, method: str) -> None:
-        self.probes.labels(peer=peer, method=method).inc()
-        self.errors.labels(peer=peer).inc()
+    def observe_probe_error(self, peer: Peer, method: str) -> None:
+        ch = self._children(peer, method)
+        ch["sessions"].inc()
+        ch["errors"].inc()
 
-    def observe_throughput(self, peer: str, doc: dict[str, Any]) -> None:
+    def observe_throughput(self, peer: Peer, doc: dict[str, Any]) -> None:
+        lab = self.path_labels(peer)
         if doc.get("bits_per_second") is not None:
-            self.throughput.labels(peer=peer).set(doc["bits_per_second"])
+            self.throughput.labels(*lab).set(doc["bits_per_second"])
         from wanprobe.daemon.store import link_bytes
 
         moved = link_bytes(doc)
         if moved:
-            self.throughput_bytes.labels(peer=peer).inc(moved)
+            self.throughput_bytes.labels(*lab).inc(moved)
+
+    def observe_regression(self, peer: Peer, metric: str) -> None:
+        self.regressions.labels(*self.path_labels(peer), metric).inc()
 
     def observe_rates(self, flat_rates: dict[tuple[str, str], float]) -> None:
-        self.counter_rate.clear()
-        for (source, counter), value in flat_rates.items():
-            self.counter_rate.labels(source=source, counter=counter).set(value)
+        """Publish the latest host counter rates; a counter that vanished (device removed) loses
+        its series. Children are kept between samples: re-creating hundreds of labelled
+        children every sample cost more than the probing of a peer (bench/daemon_footprint.py)."""
+        rates = self._rates
+        for key in [k for k in rates if k not in flat_rates]:
+            del rates[key]
+            self.counter_rate.remove(*key)
+        for key, value in flat_rates.items():
+            child = rates.get(key)
+            if child is None:
+                child = rates[key] = self.counter_rate.labels(*key)
+            child.set(value)
 
     def set_findings(self, by_severity: dict[str, int]) -> None:
         for sev in set(SEVERITIES) | set(by_severity):
             self.findings.labels(severity=sev).set(by_severity.get(sev, 0))
 
     def forget_peer(self, peer: str) -> None:
-        """Drop a removed peer's series so a stale value is not scraped forever."""
+        """Drop a removed peer's gauges so a stale value is not scraped forever (counters keep
+        their history: Prometheus handles a series that stops)."""
+        lab = self._paths.pop(peer, None)
+        if lab is None:
+            return
         removals = []
         for _, method in [k for k in self._cache if k[0] == peer]:
-            removals += [(self.rtt, (peer, q, method)) for _, q in QUANTILES]
-            removals += [(self.loss, (peer, d, method)) for d in ("round_trip", "forward", "reverse")]
-            removals += [(self.jitter, (peer, method))]
-        removals += [(g, (peer,)) for g in (self.throughput, self.last_probe)]
+            removals += [(self.rtt, lab + (q, method)) for _, q in QUANTILES]
+            removals += [(self.loss, lab + (d, method)) for _, d in LOSS_DIRECTIONS]
+            removals += [(self.jitter, lab + (method,))]
+        removals += [(g, lab) for g in (self.throughput, self.last_probe)]
         for gauge, labels in removals:
             try:
                 gauge.remove(*labels)

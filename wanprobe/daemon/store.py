@@ -11,6 +11,7 @@ One fsync per second is cheap; FULL per probe (NORMAL's point) would not be need
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import threading
@@ -48,6 +49,9 @@ PROBE_COLUMNS = ("ts", "peer", "method", "resolution_s", "sessions", "sent", "re
                  "loss_ratio", "loss_forward_ratio", "loss_reverse_ratio", "rtt_min_ms",
                  "rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_max_ms", "rtt_mean_ms",
                  "jitter_ms", "error")
+
+_INSERT_PROBE = (f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) VALUES "
+                 f"({', '.join('?' * len(PROBE_COLUMNS))})")
 
 
 class StoreError(WanprobeError):
@@ -117,9 +121,7 @@ class Store:
 
     # -- writes -------------------------------------------------------------------------------
     def add_probe(self, row: ProbeRow) -> None:
-        self._queue(f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) VALUES "
-                    f"({', '.join('?' * len(PROBE_COLUMNS))})",
-                    tuple(getattr(row, c) for c in PROBE_COLUMNS))
+        self._queue(_INSERT_PROBE, tuple(getattr(row, c) for c in PROBE_COLUMNS))
 
     def add_throughput(self, ts: float, peer: str, doc: dict[str, Any] | None,
                        error: str | None = None) -> None:
@@ -155,8 +157,9 @@ class Store:
                 return 0
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                for sql, params in batch:
-                    self._db.execute(sql, params)
+                # consecutive rows of one table go in one executemany (one prepared statement)
+                for sql, rows in itertools.groupby(batch, key=lambda item: item[0]):
+                    self._db.executemany(sql, [params for _, params in rows])
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
                 if self._db.in_transaction:

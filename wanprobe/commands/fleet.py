@@ -1,0 +1,155 @@
+"""CLI commands: ``wanprobe fleet targets | rules | matrix`` (Prometheus for a whole fleet)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from wanprobe import units
+from wanprobe.errors import UsageError
+
+fleet_app = typer.Typer(help="Run a fleet on Prometheus: scrape targets from the mesh file, "
+                             "recording and alerting rules, the site x site matrix.",
+                        no_args_is_help=True)
+
+WINDOW_HELP = "rate() window for loss and liveness, e.g. 5m."
+
+
+def _duration(option: str, text: str, *, allow_zero: bool = True) -> float:
+    try:
+        return units.parse_duration_s(text, default_unit="s", allow_zero=allow_zero)
+    except UsageError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _ratio(option: str, text: str) -> float:
+    try:
+        value = units.parse_ratio(text)
+    except UsageError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+    if not 0 < value < 1:
+        raise UsageError(f"{option}: must lie strictly between 0 and 100%, not {text!r}")
+    return value
+
+
+@fleet_app.command("targets")
+def targets(
+    mesh: Annotated[Path, typer.Option("--mesh", help="The fleet's mesh file (TOML or JSON).")],
+    site: Annotated[str | None, typer.Option("--site", help="Only this site's daemons (for a "
+                                             "per-site Prometheus).")] = None,
+) -> None:
+    """Print Prometheus file_sd JSON: every daemon in the mesh, with site and host labels."""
+    from wanprobe.daemon.mesh import load_mesh
+    from wanprobe.fleet.targets import file_sd
+
+    m = load_mesh(mesh)
+    if site is not None and site not in m.sites:
+        raise UsageError(f"--site: {site!r} is not a site of {mesh} ({', '.join(m.sites)})")
+    typer.echo(json.dumps(file_sd(m, site=site), indent=2))
+
+
+@fleet_app.command("rules")
+def rules(
+    window: Annotated[str, typer.Option("--window", help=WINDOW_HELP)] = "5m",
+    for_: Annotated[str, typer.Option("--for", help="How long a condition holds before its "
+                                      "alert fires, e.g. 5m (short in tests).")] = "5m",
+    eval_interval: Annotated[str | None, typer.Option(
+        "--eval-interval", help="Rule group evaluation interval (default: Prometheus's "
+        "global one).")] = None,
+    loss_slo: Annotated[str, typer.Option("--loss-slo", help="Loss SLO per direction and "
+                                          "site pair, e.g. 1% or 0.01.")] = "1%",
+    floor_step: Annotated[str, typer.Option("--floor-step", help="RTT floor rise that "
+                                            "counts as a step, e.g. 20%.")] = "20%",
+    throughput_drop: Annotated[str, typer.Option("--throughput-drop", help="Alert below "
+                                                 "(1 - this) x the throughput baseline.")] = "30%",
+    floor_baseline: Annotated[str, typer.Option("--floor-baseline", help="The RTT floor is "
+                                                "compared with its minimum over this long.")] = "1h",
+    throughput_baseline: Annotated[str, typer.Option(
+        "--throughput-baseline", help="Throughput baseline: median over this long.")] = "168h",
+    job: Annotated[str, typer.Option("--job", help="Scrape job name of the daemons.")] = "wanprobe",
+    runbook_url: Annotated[str, typer.Option("--runbook-url", help="Base URL of the runbook "
+                                             "(an anchor per alert is appended).")] = "docs/runbook.md",
+) -> None:
+    """Print Prometheus recording and alerting rules (YAML) for a wanprobe fleet."""
+    from wanprobe.fleet.rules import RuleSettings, rule_groups
+    from wanprobe.fleet.yaml_text import dumps
+
+    s = RuleSettings(window_s=_duration("--window", window, allow_zero=False),
+                     for_s=_duration("--for", for_),
+                     eval_interval_s=None if eval_interval is None else
+                     _duration("--eval-interval", eval_interval, allow_zero=False),
+                     loss_slo_ratio=_ratio("--loss-slo", loss_slo),
+                     floor_step_ratio=_ratio("--floor-step", floor_step),
+                     throughput_drop_ratio=_ratio("--throughput-drop", throughput_drop),
+                     floor_baseline_s=_duration("--floor-baseline", floor_baseline,
+                                                allow_zero=False),
+                     throughput_baseline_s=_duration("--throughput-baseline", throughput_baseline,
+                                                     allow_zero=False),
+                     job=job, runbook_url=runbook_url)
+    typer.echo(dumps(rule_groups(s)), nl=False)
+
+
+@fleet_app.command("matrix")
+def matrix(
+    prometheus: Annotated[str, typer.Option("--prometheus", help="Prometheus base URL, e.g. "
+                                            "http://prometheus:9090.")],
+    window: Annotated[str, typer.Option("--window", help=WINDOW_HELP)] = "5m",
+    timeout: Annotated[str, typer.Option("--timeout", help="Per query.")] = "10s",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Show the site x site matrix (RTT, loss per direction, throughput, firing alerts)."""
+    from wanprobe.fleet.matrix import site_matrix
+    from wanprobe.fleet.rules import RuleSettings
+
+    if not prometheus.startswith(("http://", "https://")):
+        raise UsageError(f"--prometheus: {prometheus!r} is not an http(s) URL")
+    pairs = site_matrix(prometheus, RuleSettings(window_s=_duration("--window", window,
+                                                                    allow_zero=False)),
+                        timeout_s=_duration("--timeout", timeout, allow_zero=False))
+    if as_json:
+        typer.echo(json.dumps({"pairs": [p.to_json() for p in pairs]}, indent=2))
+        return
+    _print_matrix(pairs)
+
+
+def _cell(p) -> str:
+    def ms(x):
+        return "-" if x is None else f"{x * 1e3:.1f}"
+
+    def pct(x):
+        return "-" if x is None else f"{x * 100:.2f}%"
+
+    lines = [f"{ms(p.rtt_p50_seconds)} / {ms(p.rtt_p99_seconds)} ms",
+             f"loss {pct(p.loss_forward_ratio)} → {pct(p.loss_reverse_ratio)} ←"]
+    if p.throughput_bits_per_second is not None:
+        lines.append(units.format_rate(p.throughput_bits_per_second))
+    lines += [f"[bold red]{a}[/]" for a in p.alerts]
+    return "\n".join(lines)
+
+
+def _print_matrix(pairs) -> None:
+    console = Console()
+    if not pairs:
+        console.print("no wanprobe site pairs in Prometheus (are the daemons scraped?)")
+        return
+    srcs = sorted({p.src_site for p in pairs})
+    dsts = sorted({p.dst_site for p in pairs})
+    by_pair = {(p.src_site, p.dst_site): p for p in pairs}
+    table = Table(title="site x site: RTT p50 / p99, loss forward → reverse ←, throughput, "
+                        "alerts", show_lines=True)
+    table.add_column("from \\ to", style="bold")
+    for d in dsts:
+        table.add_column(d, justify="right")
+    for s in srcs:
+        table.add_row(s, *(_cell(by_pair[(s, d)]) if (s, d) in by_pair else "" for d in dsts))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``fleet`` command group to the main app."""
+    app.add_typer(fleet_app, name="fleet")
