@@ -49,8 +49,8 @@ from wanprobe.probe.stamp_packet import (
     NTP_UNIX_OFFSET_S,
     TLV_CLASS_OF_SERVICE,
     TLV_DIRECT_MEASUREMENT,
-    TLV_EXTRA_PADDING,
     TLV_FOLLOW_UP,
+    TLV_HEADER,
     TLV_HMAC,
     ClassOfService,
     HmacKey,
@@ -58,8 +58,13 @@ from wanprobe.probe.stamp_packet import (
     cos_tlv,
     follow_up_tlv,
     ns_from_ntp,
+    pad_payload,
     parse_tlvs,
 )
+from wanprobe.probe.stamp_packet import AUTH_REFLECTOR_LAYOUT as _AUTH_REFL
+from wanprobe.probe.stamp_packet import AUTH_SENDER_LAYOUT as _AUTH_BASE
+from wanprobe.probe.stamp_packet import REFLECTOR_LAYOUT as _REFL
+from wanprobe.probe.stamp_packet import SENDER_LAYOUT as _BASE
 
 STAMP_PORT = 862
 UDP_HEADER = 8
@@ -67,8 +72,6 @@ TLV_BYTES = 8 + 16 + 20      # CoS, Direct Measurement and Follow-Up Telemetry T
 MIN_PAYLOAD = BASE_LEN + TLV_BYTES
 DEFAULT_COUNT = 10
 SEND_AHEAD_S = 0.0002   # probes due this soon go out in the same timer tick
-_BASE = struct.Struct("!IQHH28x")
-_REFL = struct.Struct("!IQHHQIQH2xB3x")
 _DM_HEAD = struct.Struct("!BBHIII")
 _TIMESPEC = struct.Struct("qq")
 _S_TXC = struct.Struct("!I")
@@ -79,8 +82,6 @@ _OWN_TLVS = struct.Struct("!BBHHHBBHIIIBBHIQ4x")
 OWN_LAYOUT_LEN = BASE_LEN + _OWN_TLVS.size
 # Authenticated mode (RFC 8762 §4.2.2/§4.3.2): base 0-95, HMAC 96-111, then CoS, DM, Follow-Up,
 # the HMAC TLV (RFC 8972 §4.8) over them, and Extra Padding last.
-_AUTH_BASE = struct.Struct("!I12xQHH68x")
-_AUTH_REFL = struct.Struct("!I12xQHH4xQ8xI12xQH6xB15x")
 _U16 = struct.Struct("!H")
 AUTH_TLVS_END = AUTH_BASE_LEN + TLV_BYTES                 # 156: the HMAC TLV starts here
 AUTH_MIN_PAYLOAD = AUTH_TLVS_END + 4 + 16                 # 176
@@ -496,13 +497,8 @@ def _template(sess: _Session) -> bytearray:
     body += _DM_HEAD.pack(FLAG_U, TLV_DIRECT_MEASUREMENT, 12, 0, 0, 0)
     body += follow_up_tlv().pack()
     if sess.auth is not None:
-        body += struct.pack("!BBH", FLAG_U, TLV_HMAC, 16) + bytes(16)
-    rest = sess.payload_len - len(body)
-    if rest >= 4:
-        body += struct.pack("!BBH", FLAG_U, TLV_EXTRA_PADDING, rest - 4) + bytes(rest - 4)
-    else:
-        body += bytes(rest)  # 1-3 octets cannot hold a TLV; reflectors copy them as padding
-    return body
+        body += TLV_HEADER.pack(FLAG_U, TLV_HMAC, 16) + bytes(16)
+    return bytearray(pad_payload(body, sess.payload_len))
 
 
 def _probe_count(count: int | None, duration_s: float | None, interval_s: float) -> int:
