@@ -8,8 +8,6 @@ hand-edited or truncated file is refused with one line naming the first problem.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -17,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from wanprobe.atomic_file import atomic_write
 from wanprobe.errors import ConfigError
 
 SCHEMA_VERSION = "1.0"
@@ -178,17 +177,8 @@ def save(report: Report, path: str | Path) -> Path:
     """Write the report atomically (temp file in the same directory, then rename)."""
     p = Path(path)
     data = json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n"
-    directory = p.parent if str(p.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=directory)
+        return atomic_write(p, data, mode=0o600)
     except OSError as exc:
         raise ConfigError(f"cannot write report {p}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
 
