@@ -109,9 +109,9 @@ class Counters:
     def sample(self) -> tuple[dict[str, Any] | None, dict[tuple[str, str], float], list[dict]]:
         """Take a snapshot; return (rates JSON, {(source, counter): per-second rate}, findings
         JSON). The first call has no previous snapshot: (None, {}, [])."""
-        from collectors.health import evaluate
         from collectors.rates import rates as counter_rates
         from collectors.snapshot import collect
+        from wanprobe.diagnose.rules_fabric import evaluate
 
         cur = collect(sys_root=self.sys_root, proc_root=self.proc_root)
         prev, self._prev = self._prev, cur
