@@ -85,7 +85,8 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                    duration_s: float = 5.0) -> dict[str, Any]:
     """Run the whole story and return its JSON document (``before``, ``after``, ``ratio``,
     ``findings``, ``plan``, ``rollback``). Prints progress and a before/after table unless
-    ``json_output``."""
+    ``json_output``. Long because: it is the demo's script, one step after another inside the
+    lab's context (measure, diagnose, plan, apply, measure, roll back), read top to bottom."""
     from wanprobe.lab import Lab
 
     console = Console(stderr=json_output, highlight=False, quiet=json_output)

@@ -98,6 +98,9 @@ class _Pump:
                            else SEND_BYTES_MANY)
 
     def run(self) -> None:
+        """Move bytes on every stream until each is done. Long because: it is the per-read
+        hot loop of the datapath (epoll-style select over all streams, send/recv, accounting)
+        and keeps its state in locals on purpose."""
         cpu0 = time.thread_time()
         try:
             for s in self.streams:
