@@ -13,7 +13,7 @@ import errno
 from typing import Any
 
 from collectors.ethtool_ioctl import EthtoolIoctl
-from tuners.knob import Change, Skip, same_value
+from tuners.knob import Change, Skip, WrittenValue, same_value
 from wanprobe.errors import ConfigError, TuneError
 
 ATTRS = {"mtu": "IFLA_MTU", "txqueuelen": "IFLA_TXQLEN"}
@@ -41,7 +41,7 @@ def read_rings(ifname: str) -> dict[str, int] | None:
             "tx_ring_max": r.tx_max_pending}
 
 
-class LinkTuner:
+class LinkTuner(WrittenValue):
     """Acts on interfaces of the network namespace this process is in."""
 
     name = "link"
@@ -118,12 +118,6 @@ class LinkTuner:
             raise TuneError(f"setting {key}={value} failed: {exc}") from None
         except Exception as exc:  # pyroute2 NetlinkError carries the errno in args
             raise TuneError(f"setting {key}={value} failed: {exc}") from None
-
-    def apply(self, change: Change) -> None:
-        self._write(change.key, change.new)
-
-    def verify(self, key: str, wanted: str | None) -> bool:
-        return same_value(self.current(key), wanted)
 
     def restore_command(self, change: Change) -> str:
         ifname, field = split_key(change.key)
