@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from wanprobe.errors import WanprobeError
+from wanprobe.lab import netns
 from wanprobe.units import format_rate
 
 PROFILE = "taipei-uswest"
@@ -135,12 +136,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                                                        if originals[n].get(k) != v}
                                                    for n in restored}}
             finally:
-                reflector.terminate()
-                try:
-                    reflector.wait(5)
-                except subprocess.TimeoutExpired:
-                    reflector.kill()
-                    reflector.wait()
+                netns.stop(reflector)
     finally:
         shutil.rmtree(state, ignore_errors=True)
     before, after = doc["before"]["bits_per_second"], doc["after"]["bits_per_second"]

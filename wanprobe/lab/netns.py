@@ -77,6 +77,16 @@ def terminate(pids: list[int], timeout_s: float = 2.0) -> None:
             return
 
 
+def stop(proc, timeout_s: float = 5.0) -> None:
+    """Stop a child ``subprocess.Popen``: SIGTERM, wait ``timeout_s``, then SIGKILL and reap."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
