@@ -13,7 +13,7 @@ import pytest
 from conftest import new_lab_name
 
 from tuners import dscp_nft
-from tuners.dscp import canonical, ipt_rules, ipt_values, nft_ruleset
+from tuners.dscp import DscpTuner, canonical, ipt_rules, ipt_values, nft_ruleset
 from wanprobe.errors import ConfigError, UsageError
 
 A_ADDR, B_ADDR, PORT = "198.18.77.1", "198.18.77.2", 47001
@@ -91,6 +91,22 @@ def test_canonical_refuses(bad, why) -> None:
     with pytest.raises((ConfigError, UsageError)) as err:
         canonical(bad)
     assert why.lower() in str(err.value).lower()
+
+
+def test_cgroup_classifiers_fall_back_to_iptables_when_nft_json_lacks_cgroupv2(tmp_path) -> None:
+    """nftables 1.0.6's JSON parser has no ``socket cgroupv2`` ("Invalid socket key value"):
+    a plan with a cgroup classifier then uses the iptables backend (xt_cgroup) instead of
+    failing at apply; other classifiers stay on nftables. Fake binaries, nothing is changed."""
+    nft = tmp_path / "nft"
+    nft.write_text("#!/bin/sh\nif grep -q cgroupv2; then echo 'Error: Invalid socket key value.' >&2; "
+                   "exit 1; fi\nexit 1\n")
+    nft.chmod(0o755)
+    absent = tmp_path / "iptables"
+    absent.write_text("#!/bin/sh\nexit 1\n")
+    absent.chmod(0o755)
+    tuner = DscpTuner(nft=str(nft), iptables=str(absent), ip6tables=str(absent))
+    assert tuner.plan("t", {"dscp": 26, "cgroup": "training.slice"}, "r").key == "iptables:mangle WANPROBE"
+    assert tuner.plan("t", {"dscp": 26, "uid": 1000}, "r").key == "nft:inet wanprobe"
 
 
 # -- live ---------------------------------------------------------------------------------------

@@ -212,8 +212,27 @@ class DscpTuner:
     def _ipt(self, fam: str) -> str:
         return self.iptables if fam == "ip" else self.ip6tables
 
-    def backend_key(self) -> str:
-        return NFT_KEY if self.nft else IPT_KEY
+    def backend_key(self, spec: list[dict[str, Any]] | None = None) -> str:
+        """nftables when ``nft`` is there and its JSON parser can say every match in ``spec``;
+        else the iptables fallback."""
+        if not self.nft:
+            return IPT_KEY
+        if spec and any(c["cgroup"] for c in spec) and not self._nft_json_has_cgroupv2():
+            return IPT_KEY
+        return NFT_KEY
+
+    def _nft_json_has_cgroupv2(self) -> bool:
+        """Whether this nft parses ``socket cgroupv2`` in JSON (nftables 1.0.6 does not: "Invalid
+        socket key value"). Asked with ``nft -c`` (check only, nothing changes)."""
+        rule = {"family": "inet", "table": "wanprobe_probe", "chain": "c", "expr": [
+            {"match": {"op": "==", "left": {"socket": {"key": "cgroupv2", "level": 1}},
+                       "right": "wanprobe-probe"}}]}
+        doc = {"nftables": [{"add": {"table": {"family": "inet", "name": "wanprobe_probe"}}},
+                            {"add": {"chain": {"family": "inet", "table": "wanprobe_probe",
+                                               "name": "c"}}},
+                            {"add": {"rule": rule}}]}
+        r = self._run([self.nft, "-c", "-j", "-f", "-"], stdin=json.dumps(doc))
+        return "socket key" not in r.stderr
 
     # -- reading ---------------------------------------------------------------------------
     def _nft_objects(self) -> list[dict] | None:
@@ -276,7 +295,7 @@ class DscpTuner:
     # -- planning / validation -------------------------------------------------------------
     def plan(self, key: str, value: Any, reason: str) -> Change | Skip:
         spec = canonical(value)
-        key = self.backend_key()
+        key = self.backend_key(spec)
         new = json.dumps(spec, sort_keys=True)
         if self.verify(key, new):
             return Skip(self.name, key, "already marking with these classifiers")
