@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import secrets
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tuners.knob import Change
+from wanprobe.atomic_file import atomic_write  # noqa: F401 - re-exported for the tuners
 from wanprobe.errors import ConfigError, PermissionRequired, TuneError
 
 JOURNAL_VERSION = 1
@@ -37,32 +37,6 @@ def state_dir_from(option: str | Path | None) -> Path:
         return Path(option)
     env = os.environ.get("WANPROBE_STATE_DIR")
     return Path(env) if env else DEFAULT_STATE_DIR
-
-
-def atomic_write(path: Path, text: str, mode: int = 0o644) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same directory, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return path
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuners import sysfs_path
-from tuners.knob import Change, Skip, same_value
+from tuners.knob import Change, Skip, WrittenValue, same_value
 from tuners.plan import Manual
 from wanprobe.errors import ConfigError, TuneError
 
@@ -44,7 +44,7 @@ def pfc_value(value: Any) -> str:
     return ",".join(flags)
 
 
-class RoceTuner:
+class RoceTuner(WrittenValue):
     name = "roce"
 
     def __init__(self, sys_root: Path = Path("/sys"), dcb: str | None = "dcb") -> None:
@@ -131,12 +131,6 @@ class RoceTuner:
                 f.write(value)
         except OSError as exc:
             raise TuneError(f"writing {key}={value} failed: {exc.strerror}") from None
-
-    def apply(self, change: Change) -> None:
-        self._write(change.key, change.new)
-
-    def verify(self, key: str, wanted: str | None) -> bool:
-        return same_value(self.current(key), wanted)
 
     def restore_command(self, change: Change) -> str:
         ifname, what = parse_key(change.key)

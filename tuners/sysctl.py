@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuners.knob import Change, Skip, normalise, same_value
+from tuners.knob import Change, Skip, WrittenValue, normalise, same_value
 from wanprobe.errors import ConfigError, TuneError
 
 INT_MAX = 2**31 - 1
@@ -63,7 +63,7 @@ def _ints(value: str, key: str) -> list[int]:
         raise ConfigError(f"{key}: value {value!r} is not a number") from None
 
 
-class SysctlTuner:
+class SysctlTuner(WrittenValue):
     """current / plan / validate / apply / verify / rollback for sysctls under ``proc_root``."""
 
     name = "sysctl"
@@ -207,12 +207,6 @@ class SysctlTuner:
         except OSError as exc:
             why = errno.errorcode.get(exc.errno or 0, "error")
             raise TuneError(f"writing {key}={value!r} failed: {why} {exc.strerror}") from None
-
-    def apply(self, change: Change) -> None:
-        self._write(change.key, change.new)
-
-    def verify(self, key: str, wanted: str | None) -> bool:
-        return same_value(self.current(key), wanted)
 
     def rollback(self, change: Change) -> None:
         if change.old is None:

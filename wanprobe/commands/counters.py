@@ -149,9 +149,9 @@ def render(snapshot, rates=None, findings=()) -> Group:
 
 def run(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: float | None):
     """Take one sample (or two, ``interval_s`` apart) → ``(snapshot, rates, findings)``."""
-    from collectors.health import evaluate
     from collectors.rates import rates as make_rates
     from collectors.snapshot import Collector
+    from wanprobe.diagnose.rules_fabric import evaluate
 
     with Collector(sys_root, proc_root, ethtool_root) as c:
         first = c.sample()
@@ -197,9 +197,9 @@ def register(app: typer.Typer) -> None:
 def _watch(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: float) -> None:
     from rich.live import Live
 
-    from collectors.health import evaluate
     from collectors.rates import rates as make_rates
     from collectors.snapshot import Collector
+    from wanprobe.diagnose.rules_fabric import evaluate
 
     with Collector(sys_root, proc_root, ethtool_root) as c:
         prev = c.sample()

@@ -11,16 +11,15 @@ import asyncio
 import gc
 import json
 import logging
-import os
 import signal
 import socket
-import tempfile
 import time
 from collections import Counter as Tally
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from wanprobe.atomic_file import atomic_write
 from wanprobe.daemon import adapters, mesh
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
@@ -325,12 +324,7 @@ class Daemon:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(ts))
         path = self.cfg.reports_dir / f"{stamp}-{peer}-{metric}.json"
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.cfg.reports_dir)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=2)
-                fh.write("\n")
-            os.replace(tmp, path)
-            return path
+            return atomic_write(path, json.dumps(doc, indent=2) + "\n", mode=0o600)
         except OSError as exc:
             dlog.log(logging.ERROR, "cannot write report", path=path, error=exc.strerror or exc)
             return None

@@ -19,7 +19,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -206,7 +205,7 @@ class Lab:
         pids = set(forwarder_pids(self.name))
         if self._proc is not None and self._proc.poll() is None:
             pids.add(self._proc.pid)
-        _terminate(sorted(pids))
+        netns.terminate(sorted(pids))
         if self._proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=1)
@@ -330,20 +329,6 @@ def _tc(ns: str, commands: list[str]) -> None:
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise LabError(f"tc in {ns} failed: {' '.join(r.stderr.split())}")
-
-
-def _terminate(pids: list[int], timeout_s: float = 2.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + timeout_s
-        while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if netns._alive(p)]
-            if pids:
-                time.sleep(0.01)
-        if not pids:
-            return
 
 
 def list_labs() -> list[dict]:

@@ -8,8 +8,6 @@ hand-edited or truncated file is refused with one line naming the first problem.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -17,10 +15,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from wanprobe.atomic_file import atomic_write
+from wanprobe.diagnose.rule import SEVERITIES, Finding, Knob  # noqa: F401 - the one Finding type
 from wanprobe.errors import ConfigError
 
 SCHEMA_VERSION = "1.0"
-SEVERITIES = ("critical", "warning", "info")
 TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
 
 
@@ -33,85 +32,14 @@ def schema() -> dict[str, Any]:
 
 def validate(data: Any) -> None:
     """Raise ConfigError (one line) unless ``data`` is a valid report document."""
-    try:
-        import jsonschema
-    except ImportError:  # pragma: no cover - jsonschema ships with the test extra
-        _validate_minimal(data)
-        return
+    import jsonschema  # a declared dependency: every report is checked against the schema
+
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
         raise ConfigError(f"not a valid wanprobe report: at {where}: {err.message}")
-
-
-def _validate_minimal(data: Any) -> None:
-    """Fallback check of the required top-level keys when jsonschema is not installed."""
-    if not isinstance(data, dict):
-        raise ConfigError("not a valid wanprobe report: top level is not an object")
-    for key in schema()["required"]:
-        if key not in data:
-            raise ConfigError(f"not a valid wanprobe report: missing key {key!r}")
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One setting a tuner can plan: ``tuner`` names the tuners/ module, ``key`` its knob."""
-
-    tuner: str
-    key: str
-    value: str
-    reason: str
-    side: str | None = None   # "local" | "peer" | "both": which end of the path to set it on
-    iface: str | None = None  # link / roce knobs: the interface
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"tuner": self.tuner, "key": self.key, "value": self.value,
-                               "reason": self.reason}
-        if self.side is not None:
-            out["side"] = self.side
-        if self.iface is not None:
-            out["iface"] = self.iface
-        return out
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Knob:
-        return cls(tuner=d["tuner"], key=d["key"], value=d["value"], reason=d["reason"],
-                   side=d.get("side"), iface=d.get("iface"))
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What is wrong, the numbers that show it, what to do and what it should buy."""
-
-    id: str
-    severity: str
-    title: str
-    evidence: Mapping[str, Any]
-    recommendation: str
-    expected_effect: str
-    knobs: tuple[Knob, ...] = ()
-    impact: float | None = None  # modelled share of the achievable rate lost (0..1)
-
-    def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity {self.severity!r} not in {SEVERITIES}")
-        if self.impact is not None:
-            object.__setattr__(self, "impact", round(min(1.0, max(0.0, float(self.impact))), 4))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "severity": self.severity, "title": self.title,
-                "evidence": dict(self.evidence), "recommendation": self.recommendation,
-                "expected_effect": self.expected_effect,
-                "knobs": [k.to_json() for k in self.knobs], "impact": self.impact}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Finding:
-        return cls(id=d["id"], severity=d["severity"], title=d["title"],
-                   evidence=dict(d["evidence"]), recommendation=d["recommendation"],
-                   expected_effect=d["expected_effect"],
-                   knobs=tuple(Knob.from_json(k) for k in d["knobs"]), impact=d.get("impact"))
 
 
 @dataclass(frozen=True)
@@ -178,17 +106,8 @@ def save(report: Report, path: str | Path) -> Path:
     """Write the report atomically (temp file in the same directory, then rename)."""
     p = Path(path)
     data = json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n"
-    directory = p.parent if str(p.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=directory)
+        return atomic_write(p, data, mode=0o600)
     except OSError as exc:
         raise ConfigError(f"cannot write report {p}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
 
