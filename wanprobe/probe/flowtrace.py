@@ -70,14 +70,14 @@ class _Flow:
                 if t not in self.hops and self.tries.get(t, 0) < tries]
 
 
-def open_flow_sockets(n: int, family: int = socket.AF_INET) -> list[socket.socket]:
-    """``n`` UDP sockets on distinct ephemeral source ports, with IP_RECVERR on."""
+def open_flow_sockets(ports: Sequence[int]) -> list[socket.socket]:
+    """One IPv4 UDP socket per source port (0: an ephemeral one), with IP_RECVERR on."""
     socks = []
     try:
-        for _ in range(n):
-            s = socket.socket(family, socket.SOCK_DGRAM)
+        for port in ports:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             socks.append(s)
-            s.bind(("0.0.0.0", 0))
+            s.bind(("0.0.0.0", port))
             s.setsockopt(socket.IPPROTO_IP, ts.IP_RECVERR, 1)
             s.setblocking(False)
     except OSError:

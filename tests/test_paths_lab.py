@@ -1,0 +1,111 @@
+"""Multi-path lab tests (issue 16): ECMP over 2 and 4 delay lines with loss on one path; the
+per-flow loss must land on exactly the flows whose hop list crosses the bad path. Routers keep
+the kernel's default ICMP rate limit (1 error/s per destination after a burst of 6), so the
+traces also show that pacing and retries fill every hop instead of reporting silence."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import select
+import subprocess
+import sys
+
+import pytest
+from conftest import new_lab_name
+
+from wanprobe.lab.multipath import MultipathLab, path_addrs
+from wanprobe.lab.settings import LinkSettings
+from wanprobe.probe.paths import measure_paths, trace_ports
+
+pytestmark = pytest.mark.netns
+PORT = 862
+
+
+@contextlib.contextmanager
+def multipath_lab(paths, **kw):
+    lab = MultipathLab(new_lab_name(), paths, **kw)
+    try:
+        yield lab.up()
+    finally:
+        lab.down()
+
+
+@contextlib.contextmanager
+def reflector(ep):
+    """`wanprobe reflect` in the lab's namespace b; always stopped."""
+    proc = ep.popen([sys.executable, "-m", "wanprobe", "reflect", "--bind", ep.addr,
+                     "--port", str(PORT)], stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stderr], [], [], 30)
+        line = proc.stderr.readline() if ready else ""
+        assert "STAMP on udp" in line, f"reflector did not start: {line!r}"
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def path_of(hops, n_paths):
+    """Index of the lab path a hop list crosses (its r2-side address), or None."""
+    by_addr = {path_addrs(i)[1]: i for i in range(n_paths)}
+    found = {by_addr[h] for h in hops if h in by_addr}
+    assert len(found) <= 1
+    return found.pop() if found else None
+
+
+def _loss_lands_on_bad_path(n_paths: int, flows: int):
+    with multipath_lab([LinkSettings(rtt_ms=20) for _ in range(n_paths)]) as lab, \
+            reflector(lab.b):
+        with lab.a.entered():
+            first = asyncio.run(trace_ports(lab.b.addr, PORT, [0] * flows))
+        ports = [t.src_port for t in first]
+        crossed = [path_of(t.hops, n_paths) for t in first]
+        assert None not in crossed, f"a trace did not name its path: {first}"
+        bad = crossed[0]   # a path that carries at least one flow
+        lab.update_path(bad, loss_ab=0.1)
+        with lab.a.entered():
+            result = asyncio.run(measure_paths(lab.b.addr, src_ports=ports, count=100,
+                                               interval_s=0.02))
+        doc = result.to_json()
+        forward_lost = {f["src_port"]: f["loss"]["forward_lost"] for f in doc["flows"]}
+        on_bad = {f["src_port"] for f in doc["flows"] if path_of(f["hops"], n_paths) == bad}
+        # hop lists are complete (pacing + retries beat the ICMP rate limit) and stable
+        assert all(None not in f["hops"] and f["reached"] for f in doc["flows"])
+        assert [path_of(f["hops"], n_paths) for f in doc["flows"]] == crossed
+        assert on_bad and on_bad != set(ports)
+        assert {p for p, lost in forward_lost.items() if lost} == on_bad, (bad, forward_lost)
+        s = doc["summary"]
+        assert s["differ_loss"] and s["loss_test"]["p_value"] < 0.01
+        worst = s["paths"][s["worst_path"]]
+        assert set(worst["src_ports"]) == on_bad
+        assert 0.04 < worst["forward_ratio"] < 0.2
+        assert s["distinct_paths"] == len(set(crossed))
+
+
+def test_two_paths_loss_on_one():
+    _loss_lands_on_bad_path(2, 8)
+
+
+def test_four_paths_loss_on_one():
+    _loss_lands_on_bad_path(4, 8)
+
+
+def test_reroute_moves_traffic_to_the_long_path():
+    paths = [LinkSettings(rtt_ms=20), LinkSettings(rtt_ms=20), LinkSettings(rtt_ms=60)]
+    with multipath_lab(paths, ecmp=[0, 1]) as lab, reflector(lab.b):
+        def floor():
+            with lab.a.entered():
+                r = asyncio.run(measure_paths(lab.b.addr, flows=4, count=10, interval_s=0.01))
+            doc = r.to_json()
+            return (min(f["rtt_ms"]["min"] for f in doc["flows"]),
+                    {path_of(f["hops"], 3) for f in doc["flows"]})
+        before, used_before = floor()
+        lab.reroute([2])
+        after, used_after = floor()
+        assert 19 < before < 22 and used_before <= {0, 1}
+        assert 59 < after < 62 and used_after == {2}
