@@ -168,11 +168,13 @@ def _host_json() -> dict[str, Any]:
 
 
 def regression_report(peer: Peer, transitions: list[dict[str, Any]], last_probe: dict | None,
-                      baseline: dict[str, Any], *, started: float, finished: float) -> dict:
-    """A ticket-ready report document (the ``diagnose`` schema) for a path regression."""
+                      baseline: dict[str, Any], *, started: float, finished: float,
+                      findings: list[dict[str, Any]] | None = None) -> dict:
+    """A ticket-ready report document (the ``diagnose`` schema) for a path regression; the
+    findings are made from ``transitions`` unless given."""
     from wanprobe import __version__
 
-    findings = [_finding(peer, t) for t in transitions]
+    findings = findings if findings is not None else [_finding(peer, t) for t in transitions]
     doc = {
         "schema_version": "1.0", "id": f"regression-{peer.name}-{uuid.uuid4().hex[:12]}",
         "created_at": _iso(finished), "tool": {"name": "wanprobe daemon", "version": __version__},

@@ -27,6 +27,8 @@ from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
 from wanprobe.daemon.config import DaemonConfig, Peer, load_config
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
+from wanprobe.daemon.path_findings import path_finding
+from wanprobe.daemon.path_watch import PathEvent, PathWatch
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.store import ProbeRow, Store, StoreError
@@ -73,6 +75,7 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.store: Store | None = None
         self.baseline = BaselineTracker(cfg.baseline)
+        self.path_watch = PathWatch()
         self.stop_event = asyncio.Event()
         self.last_apply_request: float | None = None
         self.metrics_address: tuple[str, int] | None = None
@@ -216,6 +219,7 @@ class Daemon:
         diff = self.scheduler.apply(peers, cfg.probe, cfg.throughput)
         for name in diff["removed"]:
             self.metrics.forget_peer(name)
+            self.path_watch.forget(name)
         self.metrics.peers.set(len(peers))
         self.metrics.config_reloads.labels(result="applied").inc()
         self.loaded_at = time.time()
@@ -238,6 +242,39 @@ class Daemon:
             return  # one baseline per peer, from its primary method (loss means the same)
         for t in self.baseline.observe_probe(row):
             self._transition(peer, t)
+        rtt = doc.get("rtt_ms") or {}
+        events = self.path_watch.observe(peer.name, rtt.get("min"), rtt.get("p99"))
+        self.metrics.observe_path(self._path_labels(peer), *self.path_watch.current(peer.name))
+        for ev in events:
+            self._path_event(peer, ev)
+
+    def _path_labels(self, peer: Peer) -> dict[str, str]:
+        return {"peer": peer.name, "src_site": str(getattr(self.cfg, "site", "") or ""),
+                "src_host": self.cfg.hostname or socket.gethostname(),
+                "dst_site": peer.site, "dst_host": peer.address}
+
+    def _path_event(self, peer: Peer, ev: PathEvent) -> None:
+        """path.rerouted / path.queueing: a report in the state dir, a finding, a counter."""
+        key = (peer.name, "path.queueing")
+        if ev.event == "queueing_cleared":
+            self.active_findings.pop(key, None)
+            self._update_findings_gauge()
+            dlog.log(logging.INFO, "path queueing cleared", peer=peer.name,
+                     spread_ms=round(ev.new_spread_ms, 3))
+            return
+        now = time.time()
+        finding = path_finding(peer.name, peer.address, ev,
+                               link_bps=self.baseline.baseline(peer.name).get("bits_per_second"))
+        doc = adapters.regression_report(
+            peer, [], self._last_probe.get(peer.name), self.baseline.baseline(peer.name),
+            started=now - self.cfg.probe.interval_s * ev.sessions, finished=now, findings=[finding])
+        path = self._write_report(doc, peer.name, finding["id"], now)
+        self.store.add_finding(now, finding, peer=peer.name, report_path=str(path) if path else None)
+        self.metrics.path_event(self._path_labels(peer), ev.event)
+        if ev.event == "queueing":
+            self.active_findings[key] = finding["severity"]
+            self._update_findings_gauge()
+        dlog.log(logging.WARNING, finding["title"], peer=peer.name, event=ev.event, report=path)
 
     def probe_failed(self, peer: Peer, method: str, ts: float, error: str) -> None:
         self.store.add_probe(ProbeRow(ts=ts, peer=peer.name, method=method, error=error))

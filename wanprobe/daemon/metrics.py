@@ -20,6 +20,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 QUANTILES = (("min", "0"), ("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"), ("max", "1"))
 SEVERITIES = ("critical", "warning", "info")
+# Path series carry both ends' site and host, so fleet rules can aggregate by site pair.
+PATH_LABELS = ("peer", "src_site", "src_host", "dst_site", "dst_host")
+PATH_EVENTS = ("rerouted", "queueing")
 
 
 class DaemonMetrics:
@@ -55,6 +58,16 @@ class DaemonMetrics:
         self.peers = Gauge("wanprobe_peers", "Peers currently probed.", registry=r)
         self.config_reloads = Counter("wanprobe_config_reloads_total", "SIGHUP reloads by result.",
                                       ["result"], registry=r)
+        self.path_floor = Gauge("wanprobe_path_rtt_floor_seconds", "RTT floor: the minimum RTT "
+                                "over the last sessions (moves with a route change).",
+                                PATH_LABELS, registry=r)
+        self.path_spread = Gauge("wanprobe_path_rtt_spread_seconds", "RTT spread: median over "
+                                 "the last sessions of p99 - min (grows with queueing).",
+                                 PATH_LABELS, registry=r)
+        self.path_events = Counter("wanprobe_path_events_total", "Path events: rerouted (floor "
+                                   "step, spread unchanged) or queueing (spread up, floor steady).",
+                                   [*PATH_LABELS, "event"], registry=r)
+        self._path_labels: dict[str, tuple[str, ...]] = {}
         for sev in SEVERITIES:
             self.findings.labels(severity=sev).set(0)
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
@@ -93,6 +106,33 @@ class DaemonMetrics:
             ch["jitter"].set(doc["jitter_ms"] / 1e3)
         ch["last"].set(time.time())
 
+    def observe_path(self, labels: dict[str, str], floor_ms: float | None,
+                     spread_ms: float | None) -> None:
+        """Export a peer's floor and spread (ms in, seconds out); ``labels`` has PATH_LABELS."""
+        values = tuple(labels[k] for k in PATH_LABELS)
+        if self._path_labels.get(labels["peer"], values) != values:
+            self._forget_path(labels["peer"])
+        self._path_labels[labels["peer"]] = values
+        if floor_ms is not None:
+            self.path_floor.labels(*values).set(floor_ms / 1e3)
+        if spread_ms is not None:
+            self.path_spread.labels(*values).set(spread_ms / 1e3)
+
+    def path_event(self, labels: dict[str, str], event: str) -> None:
+        self.path_events.labels(*(labels[k] for k in PATH_LABELS), event).inc()
+
+    def _forget_path(self, peer: str) -> None:
+        values = self._path_labels.pop(peer, None)
+        if values is None:
+            return
+        for metric, extra in ((self.path_floor, [()]), (self.path_spread, [()]),
+                              (self.path_events, [(e,) for e in PATH_EVENTS])):
+            for tail in extra:
+                try:
+                    metric.remove(*values, *tail)
+                except KeyError:
+                    pass
+
     def observe_probe_error(self, peer: str, method: str) -> None:
         self.probes.labels(peer=peer, method=method).inc()
         self.errors.labels(peer=peer).inc()
@@ -130,6 +170,7 @@ class DaemonMetrics:
                 pass
         for key in [k for k in self._cache if k[0] == peer]:
             del self._cache[key]
+        self._forget_path(peer)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
