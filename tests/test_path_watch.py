@@ -33,11 +33,13 @@ def feed(watch, rows, peer="p"):
 def test_floor_step_is_one_reroute(seed):
     rng = random.Random(seed)
     watch = PathWatch()
-    rows = sessions(rng, 40, 30) + sessions(rng, 95, 40)
+    # the session during the cut: replies of its first packets came back on the new route
+    straddle = [(20 + 47.5 + rng.random() * 0.05, 95.2)]
+    rows = sessions(rng, 40, 30) + straddle + sessions(rng, 95, 40)
     events = feed(watch, rows)
     assert [e.event for _, e in events] == ["rerouted"]
     i, ev = events[0]
-    assert 30 <= i < 30 + watch.s.recent   # as soon as the step has held for `recent` sessions
+    assert i == 31 + watch.s.recent - 1   # as soon as the step has held for `recent` sessions
     assert ev.old_floor_ms == pytest.approx(40, abs=0.1) and ev.new_floor_ms == pytest.approx(95, abs=0.1)
     assert watch.current("p")[0] == pytest.approx(95, abs=0.1)
 

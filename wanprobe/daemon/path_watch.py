@@ -6,8 +6,9 @@ the window: the queueing a probe meets on the way. The two answer different ques
 16; perfsonar/project#1148 asks to tie latency changes to route changes):
 
 - ``rerouted``: every one of the last ``recent`` sessions has its minimum beyond the reference
-  floor by more than the step threshold, in the same direction (the step *holds*), while the
-  spread stays within its threshold of the reference spread. One event per step: the reference
+  floor by more than the step threshold, in the same direction, and within the step threshold
+  of each other (the step *holds*), while the spread stays within its threshold of the
+  reference spread. One event per step: the reference
   is then re-learnt from the new sessions.
 - ``queueing``: the floor is steady (within the step threshold) and the spread has risen by more
   than its threshold. While queueing, the reference is frozen so the queue is not learnt as
@@ -110,7 +111,11 @@ class PathWatch:
                              len(st.recent))
 
         mins = [m for m, _ in st.recent]
-        held = all(m > ref_floor + step for m in mins) or all(m < ref_floor - step for m in mins)
+        # held: every recent session is off the old floor on the same side and they agree on
+        # the new one (a session that straddles the change, with packets that went out on the
+        # old route and came back on the new, sits in between and must leave the window first)
+        held = (all(m > ref_floor + step for m in mins) or all(m < ref_floor - step for m in mins)) \
+            and max(mins) - min(mins) <= step
         if held and cur_spread <= ref_spread + rise:
             ev = event("rerouted")
             st.history = deque(st.recent, maxlen=s.window)   # the new path is the new reference
