@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import select
 import subprocess
 import sys
@@ -109,3 +110,37 @@ def test_reroute_moves_traffic_to_the_long_path():
         after, used_after = floor()
         assert 19 < before < 22 and used_before <= {0, 1}
         assert 59 < after < 62 and used_after == {2}
+
+
+def test_lab_cli_multipath_reroute_and_path_update():
+    name = new_lab_name()
+    py = [sys.executable, "-m", "wanprobe", "lab"]
+
+    def run(*args):
+        return subprocess.run([*py, *args], capture_output=True, text=True, timeout=60)
+
+    def ping_min_ms(lab):
+        out = lab.a.run(["ping", "-c", "3", "-i", "0.1", lab.b.addr], capture_output=True,
+                        text=True).stdout
+        return float(out.strip().splitlines()[-1].split("=")[1].split("/")[0])
+
+    try:
+        r = run("multipath", name, "--paths", "2", "--rtt", "30ms", "--standby-rtt", "70ms",
+                "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["active"] == [0, 1]
+        lab = MultipathLab.attach(name)
+        assert 29.5 < ping_min_ms(lab) < 32
+        bad = run("path", name, "7", "--loss", "1%")
+        assert bad.returncode == 2 and "paths must be among 0-2" in bad.stderr
+        assert "Traceback" not in bad.stderr
+        assert run("path", name, "0", "--queue", "5ms").returncode == 0
+        assert MultipathLab.attach(name).paths[0].queue_ms == 5
+        assert run("reroute", name).returncode == 0
+        assert 69.5 < ping_min_ms(lab) < 72
+        assert run("reroute", name, "--via", "x").returncode == 2
+    finally:
+        down = run("down", name)
+    assert down.returncode == 0, down.stderr
+    assert run("reroute", name).returncode == 3
+

@@ -4,6 +4,8 @@ values, path grouping with unknown hops, and the paths summary."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -88,3 +90,40 @@ def test_summary_rtt_difference_must_be_material():
     assert tiny["rtt_test"]["p_value"] < 0.01 and not tiny["differ_rtt"]
     big = summarize([_flow(1, a, 0, rtt=40.0), _flow(2, b, 0, rtt=95.0)])[1]
     assert big["differ_rtt"] and big["worst_path"] == 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--flows", "0"], "--flows must be 1-256"),
+    (["--count", "0"], "--count must be >= 1"),
+    (["--interval", "soon"], "--interval"),
+    (["--max-ttl", "99"], "--max-ttl must be 1-64"),
+])
+def test_paths_cli_bad_input_is_one_line(args, message):
+    r = subprocess.run([sys.executable, "-m", "wanprobe", "paths", "198.18.2.1", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_ecmp_imbalance_finding_names_path_share_and_hop():
+    from wanprobe.diagnose.engine import run_rules
+    from wanprobe.diagnose.inputs import DiagnoseConfig
+    from wanprobe.diagnose.rules_ecmp import NCCL_SOCKETS, ecmp_imbalance
+
+    good, bad = ("r1", "p0", "dst"), ("r1", "p1", "dst")
+    flows = [_flow(1, good, 0), _flow(2, bad, 9), _flow(3, good, 0), _flow(4, good, 0)]
+    _, summary = summarize(flows)
+    f = ecmp_imbalance({"paths": {"summary": summary}}, None, DiagnoseConfig())
+    assert f is not None and f.id == "path.ecmp_imbalance"
+    ev = f.evidence
+    assert ev["worst_path"] == 1 and ev["nccl_socket_share_on_worst"] == 0.25
+    assert ev["nccl_any_socket_on_worst_probability"] == pytest.approx(1 - 0.75 ** NCCL_SOCKETS)
+    assert ev["distinct_hop"] == {"ttl": 2, "address": "p1"}
+    assert "25 %" in f.recommendation and "p1 at TTL 2" in f.recommendation
+    # registered with diagnose's rules
+    assert "path.ecmp_imbalance" in {x.id for x in run_rules({"paths": {"summary": summary}},
+                                                             None, DiagnoseConfig())}
+    # same paths: nothing to report
+    _, same = summarize([_flow(1, good, 0), _flow(2, bad, 0)])
+    assert ecmp_imbalance({"paths": {"summary": same}}, None, DiagnoseConfig()) is None
+    assert ecmp_imbalance({"path": None}, None, DiagnoseConfig()) is None

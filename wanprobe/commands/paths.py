@@ -48,10 +48,20 @@ def paths(
                           allow_zero=False),
         max_ttl=max_ttl))
     doc = result.to_json()
+    doc["findings"] = _findings(doc)
     if as_json:
         sys.stdout.write(json.dumps(doc) + "\n")
         return
     _print(doc)
+
+
+def _findings(doc: dict) -> list[dict]:
+    """The diagnose rule on this document: ``path.ecmp_imbalance`` when the paths differ."""
+    from wanprobe.diagnose.inputs import DiagnoseConfig
+    from wanprobe.diagnose.rules_ecmp import ecmp_imbalance
+
+    finding = ecmp_imbalance({"paths": doc}, None, DiagnoseConfig())
+    return [finding.to_json()] if finding else []
 
 
 def _pct(x) -> str:
@@ -74,3 +84,5 @@ def _print(doc: dict) -> None:
     console.print(f"paths {verdict} (alpha {s['alpha']}: loss chi-square p = "
                   f"{s['loss_test']['p_value']:.3g}, RTT Kruskal-Wallis p = "
                   f"{s['rtt_test']['p_value']:.3g}); worst path {s['worst_path']}")
+    for f in doc["findings"]:
+        console.print(f"[bold]{f['id']}[/]: {f['title']}\n  → {f['recommendation']}")

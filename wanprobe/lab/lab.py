@@ -373,6 +373,12 @@ def list_labs() -> list[dict]:
     out = []
     for n in sorted(names):
         state = registry.read(n) or {"name": n}
+        if state.get("kind") == "multipath":  # multipath.py: one forwarder per path
+            alive = all(forwarder_pids(f"{n}-p{i}") for i in range(len(state.get("paths", []))))
+            state["status"] = "up" if alive else "stale"
+            state.update(ns_a=state["namespaces"]["a"], ns_b=state["namespaces"]["b"])
+            out.append(state)
+            continue
         try:
             state["status"] = Lab(n, rtt_ms=0).status()
         except UsageError:
