@@ -144,3 +144,23 @@ def test_lab_cli_multipath_reroute_and_path_update():
     assert down.returncode == 0, down.stderr
     assert run("reroute", name).returncode == 3
 
+
+
+def test_probe_flows_spreads_packets_and_reports_per_fingerprint():
+    with multipath_lab([LinkSettings(rtt_ms=20), LinkSettings(rtt_ms=20, loss_ab=0.2)]) as lab, \
+            reflector(lab.b):
+        r = lab.a.run([sys.executable, "-m", "wanprobe", "probe", lab.b.addr, "--flows", "8",
+                       "--count", "400", "--interval", "2ms", "--json"],
+                      capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    flows = d["flows"]
+    assert len({f["src_port"] for f in flows}) == 8
+    assert d["loss"]["sent"] == 400 == sum(f["loss"]["sent"] for f in flows)
+    assert d["loss"]["received"] == sum(f["loss"]["received"] for f in flows)
+    for f in flows:   # loss exactly where the hop list crosses path 1
+        assert f["fingerprint"] and None not in f["hops"]
+        assert (f["loss"]["forward_ratio"] > 0) == (path_of(f["hops"], 2) == 1), f
+    fps = {p["fingerprint"]: p for p in d["paths"]["paths"]}
+    assert set(fps) == {f["fingerprint"] for f in flows}
+    assert sum(p["flows"] for p in fps.values()) == 8

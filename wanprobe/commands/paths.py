@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 from typing import Annotated
 
@@ -53,6 +54,43 @@ def paths(
         sys.stdout.write(json.dumps(doc) + "\n")
         return
     _print(doc)
+
+
+def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool) -> None:
+    """``probe --flows K``: the probe's packets over K traced source ports (multiflow.py)."""
+    from wanprobe.probe.multiflow import probe_flows
+    from wanprobe.probe.paths import MAX_FLOWS
+    from wanprobe.probe.peer import resolve_peer
+
+    if method != "stamp":
+        raise UsageError("--flows needs --method stamp")
+    if not 1 <= flows <= MAX_FLOWS:
+        raise UsageError(f"--flows must be 1-{MAX_FLOWS}, got {flows}")
+    if kw.get("size") is not None or kw.get("dscp"):
+        raise UsageError("--flows does not take --size or --dscp yet")
+    interval_s = kw["interval_s"]
+    count = kw["count"] or (round(kw["duration_s"] / interval_s) if kw["duration_s"] else 10)
+
+    async def run() -> dict:
+        family, addr = await resolve_peer(host)
+        if family != socket.AF_INET:
+            raise UsageError("--flows traces IPv4 peers only")
+        return (await probe_flows(addr, kw["port"], flows=flows, count=count,
+                                  interval_s=interval_s, timeout_s=kw["timeout_s"],
+                                  hmac_key=kw.get("hmac_key")))[1]
+
+    doc = asyncio.run(run())
+    doc["peer"] = host
+    if as_json:
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    console = Console(highlight=False)
+    rtt, loss = doc["rtt_ms"], doc["loss"]
+    console.print(f"{host}: {loss['sent']} probes over {flows} flows, rtt p50 "
+                  f"{rtt['p50']} ms p99 {rtt['p99']} ms, loss {_pct(loss['ratio'])} (fwd "
+                  f"{_pct(loss['forward_ratio'])}, rev {_pct(loss['reverse_ratio'])})")
+    if "paths" in doc:
+        _print({"peer": host, "flows": doc["flows"], "summary": doc["paths"]})
 
 
 def _findings(doc: dict) -> list[dict]:

@@ -86,14 +86,15 @@ async def trace_ports(addr: str, port: int, src_ports: list[int], *, max_ttl: in
 
 
 async def probe_ports(addr: str, port: int, ports: list[int], *, count: int, interval_s: float,
-                      timeout_s: float = 2.0) -> list[ProbeResult]:
-    """Phase 2: one STAMP session per source port, starts spread over one interval."""
+                      timeout_s: float = 2.0, hmac_key=None) -> list[ProbeResult]:
+    """Phase 2: one STAMP session per source port, starts spread over one interval (with
+    ``hmac_key`` in authenticated mode, RFC 8762 §4.4)."""
     senders = [StampSender(socket.AF_INET, source_port=p) for p in ports]
 
     async def one(k: int, sender: StampSender) -> ProbeResult:
         await asyncio.sleep(k * interval_s / len(senders))
         return await sender.run(addr, port, count=count, interval_s=interval_s,
-                                timeout_s=timeout_s)
+                                timeout_s=timeout_s, hmac_key=hmac_key)
 
     try:
         for s in senders:
