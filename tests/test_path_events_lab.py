@@ -1,5 +1,6 @@
 """The daemon in the multi-path lab (issue 16): a cable cut rehearsed (traffic moved from the
-40 ms ECMP paths to a 95 ms one) gives one ``path.rerouted`` report within 30 s; a queue
+40 ms ECMP paths to a 95 ms one) gives one ``path.rerouted`` report within 30 s, with the hop
+lists of the peer's 4 flows before and after; a queue
 building in the middle hop's delay line (spread up, floor steady) gives ``path.queueing`` and no
 ``path.rerouted``. The daemon runs in namespace a, the reflector in b."""
 
@@ -15,7 +16,7 @@ import time
 import pytest
 from conftest import new_lab_name
 
-from wanprobe.lab.multipath import MultipathLab
+from wanprobe.lab.multipath import MultipathLab, path_addrs
 from wanprobe.lab.settings import LinkSettings
 
 pytestmark = pytest.mark.netns
@@ -26,7 +27,7 @@ WARMUP_S = 8.0   # 16 sessions: 5 for the reference, 5 recent, some margin
 
 
 @contextlib.contextmanager
-def daemon_in_lab(paths, ecmp, tmp_path):
+def daemon_in_lab(paths, ecmp, tmp_path, flows=1):
     lab = MultipathLab(new_lab_name(), paths, ecmp=ecmp)
     state = tmp_path / "state"
     cfg = tmp_path / "wanprobe.toml"
@@ -48,6 +49,7 @@ enabled = false
 name = "lab-b"
 address = "{lab.b.addr}"
 site = "tokyo"
+flows = {flows}
 """)
     procs = []
     try:
@@ -89,7 +91,7 @@ def metric(text, name):
 
 def test_cable_cut_gives_one_reroute_report(tmp_path):
     paths = [LinkSettings(rtt_ms=40), LinkSettings(rtt_ms=40), LinkSettings(rtt_ms=95)]
-    with daemon_in_lab(paths, [0, 1], tmp_path) as (lab, daemon, state):
+    with daemon_in_lab(paths, [0, 1], tmp_path, flows=4) as (lab, daemon, state):
         time.sleep(WARMUP_S)
         assert daemon.poll() is None
         lab.reroute([2])
@@ -112,6 +114,13 @@ def test_cable_cut_gives_one_reroute_report(tmp_path):
     ev = doc["findings"][0]["evidence"]
     assert 39 < ev["old_floor_ms"] < 42 and 94 < ev["new_floor_ms"] < 97, ev
     assert ev["training_step"]["allreduce_s_after"] > ev["training_step"]["allreduce_s_before"]
+    # 4 flows traced: before the cut they crossed paths 0/1, after it all cross path 2
+    r2_side = {path_addrs(i)[1]: i for i in range(3)}
+    before = {r2_side[h] for hops in ev["hops_before"] for h in hops if h in r2_side}
+    after = {r2_side[h] for hops in ev["hops_after"] for h in hops if h in r2_side}
+    assert before and before <= {0, 1} and after == {2}, (ev["hops_before"], ev["hops_after"])
+    fp = metric(metrics, "wanprobe_path_fingerprint_flows")
+    assert fp and float(fp.rsplit(" ", 1)[1]) == 4   # all 4 flows on the one path left
     floor = metric(metrics, "wanprobe_path_rtt_floor_seconds")
     assert floor and 'dst_site="tokyo"' in floor and 'src_host="lab-a"' in floor
     assert 0.094 < float(floor.rsplit(" ", 1)[1]) < 0.097

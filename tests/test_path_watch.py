@@ -95,3 +95,31 @@ def test_metrics_names_and_labels():
     assert 'wanprobe_path_events_total{dst_host="198.18.2.1",dst_site="nrt",event="rerouted"' in text
     m.forget_peer("tokyo")
     assert "tokyo" not in m.exposition().decode()
+
+
+def test_config_flows_default_override_and_bounds(tmp_path):
+    from wanprobe.daemon.config import ConfigInvalid, parse_config
+
+    doc = {"daemon": {"state_dir": str(tmp_path)}, "probe": {"flows": 4},
+           "peers": [{"name": "a", "address": "192.0.2.1"},
+                     {"name": "b", "address": "192.0.2.2", "flows": 1}]}
+    cfg = parse_config(doc)
+    assert cfg.probe.flows == 4 and [p.flows for p in cfg.peers] == [4, 1]
+    doc["peers"][1]["flows"] = 0
+    with pytest.raises(ConfigInvalid, match=r"peers\[1\]\.flows"):
+        parse_config(doc)
+
+
+def test_fingerprint_series_are_bounded_and_follow_the_paths():
+    from wanprobe.daemon.metrics import MAX_FINGERPRINTS
+
+    m = DaemonMetrics()
+    paths = [{"fingerprint": f"{i:08x}", "flows": i + 1, "loss_ratio": 0.0,
+              "rtt_ms": {"p50": 40.0, "p99": 41.0}} for i in range(MAX_FINGERPRINTS + 4)]
+    m.observe_fingerprints("tokyo", paths)
+    text = m.exposition().decode()
+    assert text.count("wanprobe_path_fingerprint_flows{") == MAX_FINGERPRINTS
+    assert 'fingerprint="00000000"' not in text   # the least used are dropped
+    m.observe_fingerprints("tokyo", paths[-1:])       # the route changed: one path left
+    text = m.exposition().decode()
+    assert text.count("wanprobe_path_fingerprint_flows{") == 1

@@ -52,6 +52,9 @@ async def probe(peer: Peer, method: str, s: ProbeSettings, *,
     """Run one probe session of ``method`` against ``peer``; return its ``to_json()``. With
     ``hmac_key`` (the config's ``daemon.hmac_key``) STAMP runs in authenticated mode
     (RFC 8762 §4.4), as the peers' reflectors do when they share the key."""
+    if method == "stamp" and peer.flows > 1:
+        from wanprobe.daemon import flow_probe
+        return await flow_probe.probe(peer, s, hmac_key=hmac_key)
     fn = _resolve(_PROBE_FUNCS[method], f"{method} probe")
     kwargs: dict[str, Any] = {"count": s.count, "interval_s": s.packet_interval_s,
                               "timeout_s": s.timeout_s}

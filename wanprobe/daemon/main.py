@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wanprobe.daemon import adapters, mesh
+from wanprobe.daemon import adapters, flow_probe, mesh
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
@@ -48,7 +48,7 @@ def resolve_peers(cfg: DaemonConfig, *, hostname: str | None = None,
                             local_addresses=local_addresses if local_addresses is not None
                             else mesh.local_addresses())
         for p in mesh.select_peers(m, me):
-            peers.setdefault(p.name, replace(p, port=cfg.probe.port))
+            peers.setdefault(p.name, replace(p, port=cfg.probe.port, flows=cfg.probe.flows))
     return tuple(peers.values())
 
 
@@ -76,6 +76,7 @@ class Daemon:
         self.store: Store | None = None
         self.baseline = BaselineTracker(cfg.baseline)
         self.path_watch = PathWatch()
+        self._pending_reroute: dict[str, PathEvent] = {}
         self.stop_event = asyncio.Event()
         self.last_apply_request: float | None = None
         self.metrics_address: tuple[str, int] | None = None
@@ -220,6 +221,7 @@ class Daemon:
         for name in diff["removed"]:
             self.metrics.forget_peer(name)
             self.path_watch.forget(name)
+            flow_probe.forget(name)
         self.metrics.peers.set(len(peers))
         self.metrics.config_reloads.labels(result="applied").inc()
         self.loaded_at = time.time()
@@ -242,6 +244,11 @@ class Daemon:
             return  # one baseline per peer, from its primary method (loss means the same)
         for t in self.baseline.observe_probe(row):
             self._transition(peer, t)
+        if doc.get("paths"):
+            self.metrics.observe_fingerprints(peer.name, doc["paths"]["paths"])
+            pending = self._pending_reroute.pop(peer.name, None)
+            if pending is not None:   # this session traced the flows again: hops after
+                self._path_event(peer, pending, traced=True)
         rtt = doc.get("rtt_ms") or {}
         events = self.path_watch.observe(peer.name, rtt.get("min"), rtt.get("p99"))
         self.metrics.observe_path(self._path_labels(peer), *self.path_watch.current(peer.name))
@@ -253,8 +260,13 @@ class Daemon:
                 "src_host": self.cfg.hostname or socket.gethostname(),
                 "dst_site": peer.site, "dst_host": peer.address}
 
-    def _path_event(self, peer: Peer, ev: PathEvent) -> None:
-        """path.rerouted / path.queueing: a report in the state dir, a finding, a counter."""
+    def _path_event(self, peer: Peer, ev: PathEvent, traced: bool = False) -> None:
+        """path.rerouted / path.queueing: a report in the state dir, a finding, a counter. With
+        flows > 1 a reroute report waits for the next (traced) session, for hops after."""
+        if ev.event == "rerouted" and peer.flows > 1 and not traced:
+            flow_probe.request_trace(peer.name)
+            self._pending_reroute[peer.name] = ev
+            return
         key = (peer.name, "path.queueing")
         if ev.event == "queueing_cleared":
             self.active_findings.pop(key, None)
@@ -263,7 +275,8 @@ class Daemon:
                      spread_ms=round(ev.new_spread_ms, 3))
             return
         now = time.time()
-        finding = path_finding(peer.name, peer.address, ev,
+        before, after = flow_probe.hop_lists(peer.name) if peer.flows > 1 else (None, None)
+        finding = path_finding(peer.name, peer.address, ev, hops_before=before, hops_after=after,
                                link_bps=self.baseline.baseline(peer.name).get("bits_per_second"))
         doc = adapters.regression_report(
             peer, [], self._last_probe.get(peer.name), self.baseline.baseline(peer.name),

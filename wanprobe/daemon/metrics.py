@@ -23,6 +23,7 @@ SEVERITIES = ("critical", "warning", "info")
 # Path series carry both ends' site and host, so fleet rules can aggregate by site pair.
 PATH_LABELS = ("peer", "src_site", "src_host", "dst_site", "dst_host")
 PATH_EVENTS = ("rerouted", "queueing")
+MAX_FINGERPRINTS = 16   # per peer: ECMP fans out to a handful of paths, never more series
 
 
 class DaemonMetrics:
@@ -67,6 +68,15 @@ class DaemonMetrics:
         self.path_events = Counter("wanprobe_path_events_total", "Path events: rerouted (floor "
                                    "step, spread unchanged) or queueing (spread up, floor steady).",
                                    [*PATH_LABELS, "event"], registry=r)
+        self.fp_rtt = Gauge("wanprobe_path_fingerprint_rtt_seconds", "RTT of the flows on one "
+                            "path (fingerprint: hash of the hop list), by quantile.",
+                            ["peer", "fingerprint", "quantile"], registry=r)
+        self.fp_loss = Gauge("wanprobe_path_fingerprint_loss_ratio", "Loss of the flows on one "
+                             "path; direction round_trip, forward or reverse.",
+                             ["peer", "fingerprint", "direction"], registry=r)
+        self.fp_flows = Gauge("wanprobe_path_fingerprint_flows", "Probe flows (source ports) "
+                              "hashed onto one path.", ["peer", "fingerprint"], registry=r)
+        self._fingerprints: dict[str, set[str]] = {}
         self._path_labels: dict[str, tuple[str, ...]] = {}
         for sev in SEVERITIES:
             self.findings.labels(severity=sev).set(0)
@@ -117,6 +127,35 @@ class DaemonMetrics:
             self.path_floor.labels(*values).set(floor_ms / 1e3)
         if spread_ms is not None:
             self.path_spread.labels(*values).set(spread_ms / 1e3)
+
+    def observe_fingerprints(self, peer: str, paths: list[dict[str, Any]]) -> None:
+        """Per-path results of a multi-flow session (multiflow.py ``paths``); series of paths
+        no longer seen are removed, and at most MAX_FINGERPRINTS (the busiest) are kept."""
+        top = sorted((p for p in paths if p.get("fingerprint")), key=lambda p: -p["flows"])
+        top = top[:MAX_FINGERPRINTS]
+        now = {p["fingerprint"] for p in top}
+        self._forget_fingerprints(peer, self._fingerprints.get(peer, set()) - now)
+        self._fingerprints[peer] = now
+        for p in top:
+            fp = p["fingerprint"]
+            self.fp_flows.labels(peer, fp).set(p["flows"])
+            for key, q in (("p50", "0.5"), ("p99", "0.99")):
+                if p.get("rtt_ms") and p["rtt_ms"].get(key) is not None:
+                    self.fp_rtt.labels(peer, fp, q).set(p["rtt_ms"][key] / 1e3)
+            for key, d in (("loss_ratio", "round_trip"), ("forward_ratio", "forward"),
+                           ("reverse_ratio", "reverse")):
+                if p.get(key) is not None:
+                    self.fp_loss.labels(peer, fp, d).set(p[key])
+
+    def _forget_fingerprints(self, peer: str, gone: set[str]) -> None:
+        for fp in gone:
+            for metric, tails in ((self.fp_flows, [()]), (self.fp_rtt, [("0.5",), ("0.99",)]),
+                                  (self.fp_loss, [("round_trip",), ("forward",), ("reverse",)])):
+                for tail in tails:
+                    try:
+                        metric.remove(peer, fp, *tail)
+                    except KeyError:
+                        pass
 
     def path_event(self, labels: dict[str, str], event: str) -> None:
         self.path_events.labels(*(labels[k] for k in PATH_LABELS), event).inc()
@@ -171,6 +210,7 @@ class DaemonMetrics:
         for key in [k for k in self._cache if k[0] == peer]:
             del self._cache[key]
         self._forget_path(peer)
+        self._forget_fingerprints(peer, self._fingerprints.pop(peer, set()))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -78,19 +78,22 @@ def multiflow_doc(flows: list[FlowResult], interval_s: float) -> dict:
 
 async def probe_flows(addr: str, port: int, *, flows: int, count: int, interval_s: float,
                       timeout_s: float = 2.0, src_ports: list[int] | None = None,
-                      trace: bool = True, trace_tries: int = 12, trace_wait_s: float = 1.0,
+                      trace: bool = True, known: list[FlowTrace] | None = None,
+                      trace_tries: int = 12, trace_wait_s: float = 1.0,
                       hmac_key=None) -> tuple[list[FlowResult], dict]:
     """Probe ``addr`` with ``count`` packets over ``flows`` ports; (flow results, document).
-    Without ``trace`` the flows keep ``src_ports`` (ephemeral ones when None) and no hops."""
+    Ports: ``src_ports``, else ephemeral. Without ``trace`` the hop lists are ``known`` (an
+    earlier trace of the same ports) or empty."""
     ports = src_ports or [0] * flows
     if trace:
         traces = await trace_ports(addr, port, ports, tries=trace_tries, wait_s=trace_wait_s)
+    elif known is not None:
+        traces = list(known)
+    elif 0 in ports:   # no probe sent (tries=0): only picks free ephemeral ports
+        picked = await trace_ports(addr, port, ports, max_ttl=1, tries=0)
+        traces = [FlowTrace(t.src_port, (), False, 0) for t in picked]
     else:
-        if 0 in ports:   # no probe sent (tries=0): only picks free ephemeral ports
-            traces = await trace_ports(addr, port, ports, max_ttl=1, tries=0)
-        else:
-            traces = [FlowTrace(p, (), False, 0) for p in ports]
-        traces = [FlowTrace(t.src_port, (), False, 0) for t in traces]
+        traces = [FlowTrace(p, (), False, 0) for p in ports]
     per_flow = max(1, math.ceil(count / len(traces)))
     results = await probe_ports(addr, port, [t.src_port for t in traces], count=per_flow,
                                 interval_s=interval_s * len(traces), timeout_s=timeout_s,

@@ -35,7 +35,8 @@ class FlowSample:
     rtt_samples_ms: tuple[float, ...]
 
 
-def _agrees(a: Sequence[str | None], b: Sequence[str | None]) -> bool:
+def agrees(a: Sequence[str | None], b: Sequence[str | None]) -> bool:
+    """Same length and no known hop differs (``None`` matches anything)."""
     return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
 
 
@@ -48,7 +49,7 @@ def group_paths(hop_lists: Sequence[Sequence[str | None]]) -> list[int]:
     for i in order:
         hops = hop_lists[i]
         for k, rep in enumerate(reps):
-            if _agrees(rep, hops):
+            if agrees(rep, hops):
                 reps[k] = [x if x is not None else y for x, y in zip(rep, hops, strict=True)]
                 out[i] = k
                 break
