@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import select
 import subprocess
 import sys
 
 import pytest
 from conftest import new_lab_name
+from test_probe_lab import reflector  # `wanprobe reflect` in the lab's namespace b
 
 from wanprobe.lab.multipath import MultipathLab, path_addrs
 from wanprobe.lab.settings import LinkSettings
@@ -32,25 +32,6 @@ def multipath_lab(paths, **kw):
         lab.down()
 
 
-@contextlib.contextmanager
-def reflector(ep):
-    """`wanprobe reflect` in the lab's namespace b; always stopped."""
-    proc = ep.popen([sys.executable, "-m", "wanprobe", "reflect", "--bind", ep.addr,
-                     "--port", str(PORT)], stderr=subprocess.PIPE, text=True)
-    try:
-        ready, _, _ = select.select([proc.stderr], [], [], 30)
-        line = proc.stderr.readline() if ready else ""
-        assert "STAMP on udp" in line, f"reflector did not start: {line!r}"
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-
-
 def path_of(hops, n_paths):
     """Index of the lab path a hop list crosses (its r2-side address), or None."""
     by_addr = {path_addrs(i)[1]: i for i in range(n_paths)}
@@ -61,7 +42,7 @@ def path_of(hops, n_paths):
 
 def _loss_lands_on_bad_path(n_paths: int, flows: int):
     with multipath_lab([LinkSettings(rtt_ms=20) for _ in range(n_paths)]) as lab, \
-            reflector(lab.b):
+            reflector(lab):
         with lab.a.entered():
             first = asyncio.run(trace_ports(lab.b.addr, PORT, [0] * flows))
         ports = [t.src_port for t in first]
@@ -98,7 +79,7 @@ def test_four_paths_loss_on_one():
 
 def test_reroute_moves_traffic_to_the_long_path():
     paths = [LinkSettings(rtt_ms=20), LinkSettings(rtt_ms=20), LinkSettings(rtt_ms=60)]
-    with multipath_lab(paths, ecmp=[0, 1]) as lab, reflector(lab.b):
+    with multipath_lab(paths, ecmp=[0, 1]) as lab, reflector(lab):
         def floor():
             with lab.a.entered():
                 r = asyncio.run(measure_paths(lab.b.addr, flows=4, count=10, interval_s=0.01))
@@ -148,7 +129,7 @@ def test_lab_cli_multipath_reroute_and_path_update():
 
 def test_probe_flows_spreads_packets_and_reports_per_fingerprint():
     with multipath_lab([LinkSettings(rtt_ms=20), LinkSettings(rtt_ms=20, loss_ab=0.2)]) as lab, \
-            reflector(lab.b):
+            reflector(lab):
         r = lab.a.run([sys.executable, "-m", "wanprobe", "probe", lab.b.addr, "--flows", "8",
                        "--count", "400", "--interval", "2ms", "--json"],
                       capture_output=True, text=True, timeout=120)
@@ -164,3 +145,26 @@ def test_probe_flows_spreads_packets_and_reports_per_fingerprint():
     fps = {p["fingerprint"]: p for p in d["paths"]["paths"]}
     assert set(fps) == {f["fingerprint"] for f in flows}
     assert sum(p["flows"] for p in fps.values()) == 8
+
+
+@pytest.mark.slow
+def test_paths_cpu_is_within_twice_one_probe_with_the_same_packets():
+    """The loose form of bench/paths_cost.py: CPU seconds (getrusage, not wall time) of
+    `paths --flows 16` vs one `probe` sending as many packets at the same aggregate rate."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "paths_cost", Path(__file__).resolve().parent.parent / "bench" / "paths_cost.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    with multipath_lab([LinkSettings(rtt_ms=20) for _ in range(4)]) as lab, reflector(lab):
+        py = [sys.executable, "-m", "wanprobe"]
+        cpu_paths, doc = bench.cpu_of(lab, [*py, "paths", lab.b.addr, "--flows", "16",
+                                            "--count", "100", "--interval", "50ms", "--json"])
+        cpu_probe, pdoc = bench.cpu_of(lab, [*py, "probe", lab.b.addr, "--count", "1600",
+                                             "--interval", "3.125ms", "--json"])
+    assert sum(f["loss"]["sent"] for f in doc["flows"]) == pdoc["loss"]["sent"] == 1600
+    print(f"\npaths {cpu_paths:.2f} s CPU, probe {cpu_probe:.2f} s CPU, "
+          f"ratio {cpu_paths / cpu_probe:.2f}")
+    assert cpu_paths <= 2.0 * cpu_probe
