@@ -59,7 +59,9 @@ def _loss_lands_on_bad_path(n_paths: int, flows: int):
         # hop lists are complete (pacing + retries beat the ICMP rate limit) and stable
         assert all(None not in f["hops"] and f["reached"] for f in doc["flows"])
         assert [path_of(f["hops"], n_paths) for f in doc["flows"]] == crossed
-        assert on_bad and on_bad != set(ports)
+        assert on_bad
+        if n_paths > 2:   # with 2 paths all 8 flows share one in 1 run of 128: still checked
+            assert on_bad != set(ports)
         assert {p for p, lost in forward_lost.items() if lost} == on_bad, (bad, forward_lost)
         s = doc["summary"]
         assert s["differ_loss"] and s["loss_test"]["p_value"] < 0.01
@@ -77,6 +79,7 @@ def test_four_paths_loss_on_one():
     _loss_lands_on_bad_path(4, 8)
 
 
+@pytest.mark.slow   # the daemon's cable-cut test and the lab CLI test cover reroute by default
 def test_reroute_moves_traffic_to_the_long_path():
     paths = [LinkSettings(rtt_ms=20), LinkSettings(rtt_ms=20), LinkSettings(rtt_ms=60)]
     with multipath_lab(paths, ecmp=[0, 1]) as lab, reflector(lab):
