@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import new_lab_name
+from conftest import new_lab_name, require_tool
 from test_probe_lab import reflector  # `wanprobe reflect` in the lab's namespace b
 
 from wanprobe.lab.multipath import MultipathLab, path_addrs
@@ -171,3 +171,23 @@ def test_paths_cpu_is_within_twice_one_probe_with_the_same_packets():
     print(f"\npaths {cpu_paths:.2f} s CPU, probe {cpu_probe:.2f} s CPU, "
           f"ratio {cpu_paths / cpu_probe:.2f}")
     assert cpu_paths <= 2.0 * cpu_probe
+
+
+def test_silent_router_is_an_unknown_hop_not_loss():
+    """r1 never sends time-exceeded (an ICMP-filtering router): its hop is None after the
+    retries, the flows still reach the reflector and name their path, and nothing is lost."""
+    iptables = require_tool("iptables")
+    with multipath_lab([LinkSettings(rtt_ms=10), LinkSettings(rtt_ms=10)]) as lab, reflector(lab):
+        r = subprocess.run(["ip", "netns", "exec", lab.ns["r1"], iptables, "-A", "OUTPUT", "-p",
+                            "icmp", "--icmp-type", "time-exceeded", "-j", "DROP"],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        with lab.a.entered():
+            doc = asyncio.run(measure_paths(lab.b.addr, flows=4, count=20, interval_s=0.01,
+                                            trace_tries=2, trace_wait_s=0.3)).to_json()
+    for f in doc["flows"]:
+        assert f["reached"] and f["hops"][0] is None and f["hops"][-1] == lab.b.addr, f
+        assert path_of(f["hops"], 2) is not None
+        assert f["loss"]["sent"] == 20 and f["loss"]["forward_lost"] == 0 == f["loss"]["reverse_lost"]
+        assert f["trace_probes"] >= 4   # TTL 1 was retried before it was given up
+    assert not doc["summary"]["differ_loss"]
