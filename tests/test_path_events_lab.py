@@ -105,6 +105,7 @@ def test_cable_cut_gives_one_reroute_report(tmp_path):
         log = daemon.communicate(timeout=10)[0]
     assert reports, f"no path.rerouted report; log:\n{log}"
     print(f"\nreroute 40 -> 95 ms detected after {detected_s:.1f} s")
+    assert "probe failed" not in log, log   # traces fit in the sessions' deadline
     assert len(list((state / "reports").glob("*path.rerouted*"))) == 1
     assert not list((state / "reports").glob("*path.queueing*"))
     doc = json.loads(reports[0].read_text())

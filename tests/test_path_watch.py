@@ -123,3 +123,13 @@ def test_fingerprint_series_are_bounded_and_follow_the_paths():
     m.observe_fingerprints("tokyo", paths[-1:])       # the route changed: one path left
     text = m.exposition().decode()
     assert text.count("wanprobe_path_fingerprint_flows{") == 1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_busy_host_noise_around_a_reroute_is_not_queueing(seed):
+    # seen in the lab under load: a noisy 40 ms path, the cut, a calm first few sessions on the
+    # 95 ms path, then the same noise again: one reroute, no queueing
+    rng = random.Random(seed)
+    rows = (sessions(rng, 40, 20, queue_ms=3) + sessions(rng, 95, 6, queue_ms=1)
+            + sessions(rng, 95, 30, queue_ms=3))
+    assert [e.event for _, e in feed(PathWatch(), rows)] == ["rerouted"]

@@ -11,7 +11,7 @@ the window: the queueing a probe meets on the way. The two answer different ques
   reference spread. One event per step: the reference
   is then re-learnt from the new sessions.
 - ``queueing``: the floor is steady (within the step threshold) and the spread has risen by more
-  than its threshold. While queueing, the reference is frozen so the queue is not learnt as
+  than its threshold (judged once the reference holds ``queueing_history`` sessions). While queueing, the reference is frozen so the queue is not learnt as
   normal; ``queueing_cleared`` when the spread is back under half the threshold.
 
 The reference is the ``window`` sessions before the last ``recent`` (as baseline.py does).
@@ -32,7 +32,8 @@ class PathWatchSettings:
     floor_step_min_ms: float = 2.0
     floor_step_ratio: float = 0.1       # of the reference floor
     spread_rise_min_ms: float = 2.0
-    spread_rise_ratio: float = 1.0      # of the reference spread (1.0: it doubled)
+    spread_rise_ratio: float = 2.0      # of the reference spread (2.0: it tripled)
+    queueing_history: int = 10          # reference sessions needed to call queueing
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,10 @@ class PathWatch:
             st.queueing = False
             return [ev]
         steady = abs(cur_floor - ref_floor) <= step
-        if not st.queueing and steady and cur_spread > ref_spread + rise:
+        # a spread is noisier than a floor: judge it against a full reference only (not the 5
+        # sessions a reroute left), so a busy moment on the new path is not called a queue
+        if not st.queueing and steady and cur_spread > ref_spread + rise \
+                and len(st.history) >= s.queueing_history:
             st.queueing = True
             return [event("queueing")]
         if st.queueing and cur_spread < ref_spread + rise / 2:
