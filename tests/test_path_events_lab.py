@@ -145,4 +145,5 @@ def test_queue_at_middle_hop_gives_queueing_not_reroute(tmp_path):
     print(f"\nqueue: spread {ev['old_spread_ms']:.2f} -> {ev['new_spread_ms']:.2f} ms, floor "
           f"{ev['old_floor_ms']:.2f} -> {ev['new_floor_ms']:.2f} ms")
     assert abs(ev["new_floor_ms"] - ev["old_floor_ms"]) < ev["floor_threshold_ms"]
-    assert ev["new_spread_ms"] > 10 * max(ev["old_spread_ms"], 0.5)
+    # 15 ms mean queueing: p99 - min of 20 samples is ~45 ms (a busy shared host adds its own)
+    assert ev["new_spread_ms"] > max(15.0, 2 * ev["old_spread_ms"])

@@ -118,6 +118,9 @@ def test_lab_cli_multipath_reroute_and_path_update():
         bad = run("path", name, "7", "--loss", "1%")
         assert bad.returncode == 2 and "paths must be among 0-2" in bad.stderr
         assert "Traceback" not in bad.stderr
+        # the two-namespace commands leave a multipath lab of the same name alone
+        assert run("up", name).returncode == 3 and run("update", name, "--loss", "1%").returncode == 2
+        assert 29.5 < ping_min_ms(lab) < 32
         assert run("path", name, "0", "--queue", "5ms").returncode == 0
         assert MultipathLab.attach(name).paths[0].queue_ms == 5
         assert run("reroute", name).returncode == 0

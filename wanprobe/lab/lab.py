@@ -148,6 +148,8 @@ class Lab:
         """A handle on lab ``name`` that is already up (e.g. from ``wanprobe lab up``)."""
         validate_name(name)
         state = registry.read(name)
+        if state is not None and state.get("kind") == "multipath":
+            raise UsageError(f"lab {name!r} is a multipath lab: use `wanprobe lab path|reroute`")
         if state is None or not forwarder_pids(name):
             raise LabError(f"lab {name!r} is not up; start it with `wanprobe lab up {name}`")
         s = LinkSettings.from_json(state.get("settings", {}))
@@ -172,6 +174,9 @@ class Lab:
     def status(self) -> str:
         """``"up"`` (live forwarder), ``"stale"`` (leftovers without one) or ``"down"``."""
         alive = forwarder_pids(self.name)
+        state = registry.read(self.name) or {}
+        if state.get("kind") == "multipath":   # multipath.py's lab of this name: never clean it
+            return "up" if forwarder_pids(f"{self.name}-p0") else "stale"
         ns_present = netns.exists(self.a.name) or netns.exists(self.b.name)
         if alive and netns.exists(self.a.name) and netns.exists(self.b.name):
             return "up"
