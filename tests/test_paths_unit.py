@@ -127,3 +127,14 @@ def test_ecmp_imbalance_finding_names_path_share_and_hop():
     _, same = summarize([_flow(1, good, 0), _flow(2, bad, 0)])
     assert ecmp_imbalance({"paths": {"summary": same}}, None, DiagnoseConfig()) is None
     assert ecmp_imbalance({"path": None}, None, DiagnoseConfig()) is None
+
+
+def test_paths_cli_src_ports_parsing():
+    from wanprobe.commands.paths import _ports
+    from wanprobe.errors import UsageError
+
+    assert _ports("40000-40003") == [40000, 40001, 40002, 40003]
+    assert _ports("5,7") == [5, 7]
+    for bad in ("x-y", "0-3", "1-70000", "40000-"):
+        with pytest.raises(UsageError, match="--src-ports"):
+            _ports(bad)

@@ -35,6 +35,9 @@ def paths(
     port: Annotated[str, typer.Option("--port", help="Reflector UDP port.")] = "862",
     max_ttl: Annotated[int, typer.Option("--max-ttl", help="Farthest hop traced.")] = 16,
     timeout: Annotated[str, typer.Option("--timeout", help="A reply later than this is lost.")] = "2s",
+    src_ports: Annotated[str | None, typer.Option(
+        "--src-ports", help="Source ports instead of ephemeral ones: a range 40000-40015 or a "
+        "list 40000,40007 (overrides --flows).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Trace and probe N flows (Paris-style, constant source ports): which ECMP paths exist,
@@ -47,7 +50,7 @@ def paths(
                            allow_zero=False),
         timeout_s=_parsed("--timeout", parse_duration_s, timeout, default_unit="s",
                           allow_zero=False),
-        max_ttl=max_ttl))
+        max_ttl=max_ttl, src_ports=_ports(src_ports) if src_ports is not None else None))
     doc = result.to_json()
     doc["findings"] = _findings(doc)
     if as_json:
@@ -91,6 +94,21 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
                   f"{_pct(loss['forward_ratio'])}, rev {_pct(loss['reverse_ratio'])})")
     if "paths" in doc:
         _print({"peer": host, "flows": doc["flows"], "summary": doc["paths"]})
+
+
+def _ports(text: str) -> list[int]:
+    """``40000-40015`` or ``40000,40007,...`` as a list of ports (1-65535, at most 256)."""
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            ports = list(range(lo, hi + 1))
+        else:
+            ports = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--src-ports: use a range like 40000-40015 or a list, got {text!r}") from None
+    if not 1 <= len(ports) <= 256 or not all(1 <= p <= 65535 for p in ports):
+        raise UsageError(f"--src-ports: 1-256 ports within 1-65535, got {text!r}")
+    return ports
 
 
 def _findings(doc: dict) -> list[dict]:

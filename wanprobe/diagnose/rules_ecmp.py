@@ -29,6 +29,10 @@ def _p50(p: Mapping[str, Any]) -> float | None:
     return (p.get("rtt_ms") or {}).get("p50")
 
 
+def _ms(x: float | None) -> str:
+    return "unknown" if x is None else f"{x:.2f} ms"
+
+
 def _first_distinct_hop(worst: Mapping[str, Any], paths: list) -> tuple[int, str] | None:
     """(TTL, address) of the first hop of the worst path that no other path shares: the hop
     to show the carrier."""
@@ -66,8 +70,8 @@ def ecmp_imbalance(m: Mapping[str, Any], host: Mapping[str, Any] | None,
     return Finding(
         id="path.ecmp_imbalance", severity="warning",
         title=f"ECMP paths to the peer differ: path {worst['path']} loses "
-              f"{_pct(worst.get('loss_ratio'))} at p50 {_p50(worst)} ms vs "
-              f"{_pct(best.get('loss_ratio'))} at {_p50(best)} ms on path {best['path']}",
+              f"{_pct(worst.get('loss_ratio'))} at p50 {_ms(_p50(worst))} vs "
+              f"{_pct(best.get('loss_ratio'))} at {_ms(_p50(best))} on path {best['path']}",
         evidence=evidence,
         recommendation=f"About {share * 100:.0f} % of NCCL sockets hash onto path {worst['path']} "
                        f"and NCCL runs at its slowest socket: spread over more sockets/QPs "

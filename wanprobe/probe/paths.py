@@ -4,7 +4,8 @@ Phase 1 traces every flow's hops (flowtrace.py) from the UDP port it will probe 
 runs one STAMP session per flow from that same port (sender.py, one socket per flow, all on one
 event loop, starts staggered by interval/N), so its RTT and loss per direction belong to the
 path its hop list names. path_groups.py groups the flows into paths and tests whether they
-differ. An ECMP/LAG hash sees the same 5-tuple in both phases (NetNORAD probes from many source
+differ. The hop list is the forward path; replies hash on their own at every router, so a
+flow's reverse loss belongs to a return path the hop list does not show. An ECMP/LAG hash sees the same 5-tuple in both phases (NetNORAD probes from many source
 ports for the same reason; fleet-multipath.md §3).
 """
 
