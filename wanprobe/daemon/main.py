@@ -256,9 +256,10 @@ class Daemon:
             self._path_event(peer, ev)
 
     def _path_labels(self, peer: Peer) -> dict[str, str]:
+        """PATH_LABELS values as the fleet's site labelling gives them (dst_host: peer name)."""
         return {"peer": peer.name, "src_site": str(getattr(self.cfg, "site", "") or ""),
-                "src_host": self.cfg.hostname or socket.gethostname(),
-                "dst_site": peer.site, "dst_host": peer.address}
+                "src_host": self.cfg.hostname or socket.gethostname().split(".")[0],
+                "dst_site": peer.site, "dst_host": peer.name}
 
     def _path_event(self, peer: Peer, ev: PathEvent, traced: bool = False) -> None:
         """path.rerouted / path.queueing: a report in the state dir, a finding, a counter. With
