@@ -137,7 +137,8 @@ def register(app: typer.Typer) -> None:
             s = lab.get("settings")
             table.add_row(lab["name"], lab["status"], lab.get("profile") or "",
                           f"{lab.get('ns_a', '?')} {lab.get('ns_b', '?')}",
-                          describe(LinkSettings.from_json(s)) if s else "")
+                          describe(LinkSettings.from_json(s)) if s else
+                          f"{len(lab['paths'])} paths, active {lab['active']}" if "paths" in lab else "")
         console.print(table)
 
     @lab_app.command("exec", context_settings={"allow_extra_args": True,
