@@ -22,7 +22,7 @@ _NO_ARGS = getattr(_click_exc, "NoArgsIsHelpError", ())
 
 COMMAND_MODULES = (
     "lab", "demo", "probe", "throughput", "counters", "diagnose", "tune", "nccl",
-    "report", "impact", "daemon", "fleet",
+    "report", "impact", "daemon", "fleet", "paths",
 )
 
 app = typer.Typer(

@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=True,
     )
     app.add_typer(lab_app, name="lab")
+    from wanprobe.commands.lab_multipath import add_commands
+    add_commands(lab_app)
 
     @lab_app.command("up")
     def up(
@@ -106,6 +108,12 @@ def register(app: typer.Typer) -> None:
         from wanprobe.lab.lab import require_root
 
         require_root()
+        from wanprobe.lab import registry
+        if (registry.read(name) or {}).get("kind") == "multipath":
+            from wanprobe.lab.multipath import MultipathLab
+            MultipathLab.attach(name).down()
+            console.print(f"lab {name} removed")
+            return
         lab = Lab(name, rtt_ms=0)
         was = lab.status()
         lab.down()
@@ -129,7 +137,8 @@ def register(app: typer.Typer) -> None:
             s = lab.get("settings")
             table.add_row(lab["name"], lab["status"], lab.get("profile") or "",
                           f"{lab.get('ns_a', '?')} {lab.get('ns_b', '?')}",
-                          describe(LinkSettings.from_json(s)) if s else "")
+                          describe(LinkSettings.from_json(s)) if s else
+                          f"{len(lab['paths'])} paths, active {lab['active']}" if "paths" in lab else "")
         console.print(table)
 
     @lab_app.command("exec", context_settings={"allow_extra_args": True,
@@ -144,7 +153,12 @@ def register(app: typer.Typer) -> None:
 
         if side not in ("a", "b"):
             raise UsageError(f"side must be a or b, got {side!r}")
-        lab = Lab.attach(name)
+        from wanprobe.lab import registry
+        if (registry.read(name) or {}).get("kind") == "multipath":
+            from wanprobe.lab.multipath import MultipathLab
+            lab = MultipathLab.attach(name)
+        else:
+            lab = Lab.attach(name)
         ep = lab.a if side == "a" else lab.b
         argv = ep.argv(command)
         try:

@@ -159,6 +159,8 @@ def probe(
     hmac_key_file: Annotated[str | None, typer.Option(
         "--hmac-key-file", help="Authenticated STAMP (RFC 8762 §4.4): read the shared key from "
         "this file (>= 16 characters).")] = None,
+    flows: Annotated[int, typer.Option("--flows", help="Spread the probes over this many source "
+                                       "ports (ECMP flows; STAMP only), results per path.")] = 1,
 ) -> None:
     """Measure RTT, loss per direction, jitter, reordering and DSCP treatment to HOST."""
     from wanprobe.probe.api import METHODS
@@ -185,6 +187,9 @@ def probe(
         raise UsageError(f"--count must be >= 1 (got {count})")
     if count is not None and duration:
         raise UsageError("give either --count or --duration, not both")
+    if flows != 1:
+        from wanprobe.commands.paths import probe_over_flows
+        return probe_over_flows(host, flows, method, kw, as_json)
     expected_s = (kw["duration_s"] if kw["duration_s"] else (count or 10) * kw["interval_s"])
     err = Console(stderr=True, highlight=False)
     if as_json or expected_s < PROGRESS_MIN_S or not err.is_terminal:

@@ -25,6 +25,9 @@ async def probe(peer: Peer, method: str, s: ProbeSettings, *,
     """Run one probe session of ``method`` against ``peer``; return its ``to_json()``. With
     ``hmac_key`` (the config's ``daemon.hmac_key``) STAMP runs in authenticated mode
     (RFC 8762 §4.4), as the peers' reflectors do when they share the key."""
+    if method == "stamp" and peer.flows > 1:
+        from wanprobe.daemon import flow_probe
+        return await flow_probe.probe(peer, s, hmac_key=hmac_key)
     from wanprobe.probe.api import METHODS
 
     fn = METHODS.get(method)
@@ -184,11 +187,13 @@ def _host_json() -> dict[str, Any]:
 
 
 def regression_report(peer: Peer, transitions: list[dict[str, Any]], last_probe: dict | None,
-                      baseline: dict[str, Any], *, started: float, finished: float) -> dict:
-    """A ticket-ready report document (the ``diagnose`` schema) for a path regression."""
+                      baseline: dict[str, Any], *, started: float, finished: float,
+                      findings: list[dict[str, Any]] | None = None) -> dict:
+    """A ticket-ready report document (the ``diagnose`` schema) for a path regression; the
+    findings are made from ``transitions`` unless given."""
     from wanprobe import __version__
 
-    findings = [_finding(peer, t) for t in transitions]
+    findings = findings if findings is not None else [_finding(peer, t) for t in transitions]
     doc = {
         "schema_version": "1.0", "id": f"regression-{peer.name}-{uuid.uuid4().hex[:12]}",
         "created_at": _iso(finished), "tool": {"name": "wanprobe daemon", "version": __version__},

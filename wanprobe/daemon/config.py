@@ -37,6 +37,7 @@ __all__ = ["METHODS", "DaemonConfig", "ConfigInvalid", "Peer", "ProbeSettings", 
 
 DEFAULT_CONFIG_PATH = Path("/etc/wanprobe/wanprobe.toml")
 AUTO_APPLY_TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
+MAX_FLOWS = 64
 
 
 class ConfigInvalid(ConfigError):
@@ -57,6 +58,7 @@ class Peer:
     site: str = ""
     methods: tuple[str, ...] = ("stamp",)
     port: int = 862
+    flows: int = 1          # STAMP source ports (ECMP flows) each session is spread over
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class ProbeSettings:
     dscp: int = 0
     methods: tuple[str, ...] = ("stamp",)
     port: int = 862
+    flows: int = 1
 
 
 @dataclass(frozen=True)
@@ -232,7 +235,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
 
 def _probe(v: FieldReader, t: dict) -> ProbeSettings:
     v.known(t, "probe", {"interval", "jitter", "count", "packet_interval", "timeout", "dscp",
-                         "methods", "port"})
+                         "methods", "port", "flows"})
     interval_s = v.duration(t, "probe.interval", 10.0, positive=True)
     jitter_s = v.duration(t, "probe.jitter", min(1.0, interval_s / 10))
     if jitter_s >= interval_s and "jitter" in t:
@@ -245,6 +248,7 @@ def _probe(v: FieldReader, t: dict) -> ProbeSettings:
         dscp=v.dscp(t, "probe.dscp", 0),
         methods=v.methods(t, "probe.methods", ("stamp",)),
         port=v.port(t, "probe.port", 862),
+        flows=v.integer(t, "probe.flows", 1, lo=1, hi=MAX_FLOWS),
     )
 
 
@@ -255,12 +259,13 @@ def _peers(v: FieldReader, raw: Any, probe: ProbeSettings) -> tuple[Peer, ...]:
     peers, names = [], set()
     for i, p in enumerate(raw):
         key = f"peers[{i}]"
-        v.known(p, key, {"name", "address", "site", "methods", "port"})
+        v.known(p, key, {"name", "address", "site", "methods", "port", "flows"})
         name = v.string(p, f"{key}.name", None)
         address = v.address(p, f"{key}.address")
         site = v.string(p, f"{key}.site", "")
         methods = v.methods(p, f"{key}.methods", probe.methods)
         port = v.port(p, f"{key}.port", probe.port)
+        flows = v.integer(p, f"{key}.flows", probe.flows, lo=1, hi=MAX_FLOWS)
         if name is None:
             if "name" not in p:
                 v.problem(f"{key}.name", "is required")
@@ -270,7 +275,8 @@ def _peers(v: FieldReader, raw: Any, probe: ProbeSettings) -> tuple[Peer, ...]:
             v.problem(f"{key}.name", f"duplicate peer name {name!r}")
         if name and address:
             names.add(name)
-            peers.append(Peer(name=name, address=address, site=site, methods=methods, port=port))
+            peers.append(Peer(name=name, address=address, site=site, methods=methods, port=port,
+                              flows=flows))
     return tuple(peers)
 
 

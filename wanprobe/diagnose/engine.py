@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from wanprobe.diagnose import rules_fabric, rules_host, rules_path
+from wanprobe.diagnose import rules_ecmp, rules_fabric, rules_host, rules_path
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.rule import Finding, RuleFn
 
-ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_fabric.RULES, *rules_host.RULES)
+ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_ecmp.RULES, *rules_fabric.RULES,
+                                  *rules_host.RULES)
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 # A host-config finding restates what a measured finding already shows: keep the measured one

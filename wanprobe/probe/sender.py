@@ -134,8 +134,10 @@ class _Session:
 class StampSender:
     """One UDP socket serving any number of concurrent STAMP sessions in the running loop."""
 
-    def __init__(self, family: int = socket.AF_INET, *, tx_timestamps: bool = True) -> None:
+    def __init__(self, family: int = socket.AF_INET, *, tx_timestamps: bool = True,
+                 source_port: int = 0) -> None:
         self.family = family
+        self.source_port = source_port  # fixed: one ECMP flow (paths.py); 0: any
         self.tx_timestamps = tx_timestamps
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -161,7 +163,7 @@ class StampSender:
                                   ttl_and_dst=False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-            sock.bind(("::" if self.family == socket.AF_INET6 else "0.0.0.0", 0))
+            sock.bind(("::" if self.family == socket.AF_INET6 else "0.0.0.0", self.source_port))
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
