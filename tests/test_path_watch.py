@@ -83,16 +83,17 @@ def test_finding_and_impact():
 
 
 def test_metrics_names_and_labels():
-    m = DaemonMetrics()
-    labels = {"peer": "tokyo", "src_site": "tpe", "src_host": "h1", "dst_site": "nrt",
-              "dst_host": "198.18.2.1"}
-    m.observe_path(labels, 95.0, 0.5)
-    m.path_event(labels, "rerouted")
+    from wanprobe.daemon.config import Peer
+
+    m = DaemonMetrics(site="tpe", host="h1")
+    peer = Peer(name="tokyo", address="198.18.2.1", site="nrt")
+    m.observe_path(peer, 95.0, 0.5)
+    m.path_event(peer, "rerouted")
     text = m.exposition().decode()
-    assert ('wanprobe_path_rtt_floor_seconds{dst_host="198.18.2.1",dst_site="nrt",peer="tokyo",'
+    assert ('wanprobe_path_rtt_floor_seconds{dst_host="tokyo",dst_site="nrt",peer="tokyo",'
             'src_host="h1",src_site="tpe"} 0.095') in text
     assert "wanprobe_path_rtt_spread_seconds{" in text
-    assert 'wanprobe_path_events_total{dst_host="198.18.2.1",dst_site="nrt",event="rerouted"' in text
+    assert 'wanprobe_path_events_total{dst_host="tokyo",dst_site="nrt",event="rerouted"' in text
     m.forget_peer("tokyo")
     assert "tokyo" not in m.exposition().decode()
 
