@@ -25,7 +25,6 @@ from wanprobe.errors import LabError, UsageError
 from wanprobe.lab import netns, registry
 from wanprobe.lab.lab import (
     NS_PREFIX,
-    _terminate,
     control,
     forwarder_pids,
     require_root,
@@ -134,7 +133,7 @@ class MultipathLab:
         """Stop the forwarders, delete the namespaces and the registry entry. Idempotent."""
         pids = {pid for i in range(MAX_PATHS) for pid in forwarder_pids(self.forwarder_name(i))}
         pids |= {p.pid for p in self._procs if p.poll() is None}
-        _terminate(sorted(pids))
+        netns.terminate(sorted(pids))
         for p in self._procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=1)
