@@ -17,6 +17,7 @@ from wanprobe import units
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+app = typer.Typer()
 
 
 def _print_problems(exc: ConfigInvalid) -> None:
@@ -26,6 +27,7 @@ def _print_problems(exc: ConfigInvalid) -> None:
                           markup=True)
 
 
+@app.command("daemon")
 def daemon(
     config: Annotated[Path, typer.Option("--config", "-c", help="TOML configuration file.")] = DEFAULT_CONFIG_PATH,
     check: Annotated[bool, typer.Option("--check", help="Validate the config (and mesh file), "
@@ -58,6 +60,7 @@ def daemon(
         raise typer.Exit(exc.exit_code) from None
 
 
+@app.command("history")
 def history(
     peer: Annotated[str, typer.Argument(help="Peer name as in the config or mesh file.")],
     state_dir: Annotated[Path, typer.Option("--state-dir", help="The daemon's state_dir.")] = Path("/var/lib/wanprobe"),
@@ -114,8 +117,3 @@ def _f(x: float | None) -> str:
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.2f}%"
 
-
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
-    app.command("daemon")(daemon)
-    app.command("history")(history)

@@ -59,123 +59,121 @@ def describe(settings) -> str:
     return ", ".join(parts)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``lab`` command group to the main app."""
-    lab_app = typer.Typer(
-        help="Emulated WAN link: namespaces a and b joined by a delay line (delay, jitter, "
-             "loss, rate, MTU, DSCP bleaching, reordering). Needs root.",
-        no_args_is_help=True,
-    )
-    app.add_typer(lab_app, name="lab")
+app = typer.Typer(
+    name="lab",
+    help="Emulated WAN link: namespaces a and b joined by a delay line (delay, jitter, "
+         "loss, rate, MTU, DSCP bleaching, reordering). Needs root.",
+    no_args_is_help=True,
+)
 
-    @lab_app.command("up")
-    def up(
-        name: NameArg,
-        profile: Annotated[str | None, typer.Option(help="Route profile: metro, taipei-tokyo, taipei-singapore, taipei-uswest, subsea-degraded.")] = None,
-        rtt: Annotated[str | None, typer.Option(help="Round-trip delay, e.g. 60ms (half each way).")] = None,
-        jitter: Annotated[str | None, typer.Option(help="Delay jitter per direction (std dev), e.g. 1ms.")] = None,
-        loss: Annotated[str | None, typer.Option(help="Loss in each direction, e.g. 0.5%.")] = None,
-        loss_ab: Annotated[str | None, typer.Option("--loss-ab", help="Loss a→b only.")] = None,
-        loss_ba: Annotated[str | None, typer.Option("--loss-ba", help="Loss b→a only.")] = None,
-        rate: Annotated[str | None, typer.Option(help="Rate per direction, e.g. 100mbit.")] = None,
-        mtu: Annotated[int, typer.Option(help="Interface MTU in both namespaces.")] = 1500,
-        black_hole_mtu: Annotated[int | None, typer.Option("--black-hole-mtu", help="Silently drop packets larger than this (no ICMP).")] = None,
-        bleach_dscp: Annotated[bool, typer.Option("--bleach-dscp", help="Zero DSCP on the path, keep ECN.")] = False,
-        reorder: Annotated[str | None, typer.Option(help="Probability a packet overtakes the previous 1 ms of traffic.")] = None,
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Bring a lab up (replacing a stale one of the same name)."""
-        from wanprobe.lab import Lab
+@app.command("up")
+def up(
+    name: NameArg,
+    profile: Annotated[str | None, typer.Option(help="Route profile: metro, taipei-tokyo, taipei-singapore, taipei-uswest, subsea-degraded.")] = None,
+    rtt: Annotated[str | None, typer.Option(help="Round-trip delay, e.g. 60ms (half each way).")] = None,
+    jitter: Annotated[str | None, typer.Option(help="Delay jitter per direction (std dev), e.g. 1ms.")] = None,
+    loss: Annotated[str | None, typer.Option(help="Loss in each direction, e.g. 0.5%.")] = None,
+    loss_ab: Annotated[str | None, typer.Option("--loss-ab", help="Loss a→b only.")] = None,
+    loss_ba: Annotated[str | None, typer.Option("--loss-ba", help="Loss b→a only.")] = None,
+    rate: Annotated[str | None, typer.Option(help="Rate per direction, e.g. 100mbit.")] = None,
+    mtu: Annotated[int, typer.Option(help="Interface MTU in both namespaces.")] = 1500,
+    black_hole_mtu: Annotated[int | None, typer.Option("--black-hole-mtu", help="Silently drop packets larger than this (no ICMP).")] = None,
+    bleach_dscp: Annotated[bool, typer.Option("--bleach-dscp", help="Zero DSCP on the path, keep ECN.")] = False,
+    reorder: Annotated[str | None, typer.Option(help="Probability a packet overtakes the previous 1 ms of traffic.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Bring a lab up (replacing a stale one of the same name)."""
+    from wanprobe.lab import Lab
 
-        kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
-                                 loss_ba=loss_ba, rate=rate, black_hole_mtu=black_hole_mtu,
-                                 bleach_dscp=bleach_dscp or None, reorder=reorder)
-        lab = Lab(name, profile=profile, mtu=mtu, persistent=True, **kwargs)
-        lab.up()
-        if json_out:
-            typer.echo(json.dumps(lab._state(), sort_keys=True))
-            return
-        console.print(f"lab [bold]{lab.name}[/] up: {lab.a.name} ({lab.a.addr}) ⇄ "
-                      f"{lab.b.name} ({lab.b.addr}) over {lab.a.ifname}; {describe(lab.settings)}")
-        console.print(f"run inside: wanprobe lab exec {lab.name} a -- ping {lab.b.addr}")
+    kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
+                             loss_ba=loss_ba, rate=rate, black_hole_mtu=black_hole_mtu,
+                             bleach_dscp=bleach_dscp or None, reorder=reorder)
+    lab = Lab(name, profile=profile, mtu=mtu, persistent=True, **kwargs)
+    lab.up()
+    if json_out:
+        typer.echo(json.dumps(lab._state(), sort_keys=True))
+        return
+    console.print(f"lab [bold]{lab.name}[/] up: {lab.a.name} ({lab.a.addr}) ⇄ "
+                  f"{lab.b.name} ({lab.b.addr}) over {lab.a.ifname}; {describe(lab.settings)}")
+    console.print(f"run inside: wanprobe lab exec {lab.name} a -- ping {lab.b.addr}")
 
-    @lab_app.command("down")
-    def down(name: NameArg) -> None:
-        """Tear a lab down: processes inside, forwarder, namespaces, devices. Idempotent."""
-        from wanprobe.lab import Lab
-        from wanprobe.lab.lab import require_root
+@app.command("down")
+def down(name: NameArg) -> None:
+    """Tear a lab down: processes inside, forwarder, namespaces, devices. Idempotent."""
+    from wanprobe.lab import Lab
+    from wanprobe.lab.lab import require_root
 
-        require_root()
-        lab = Lab(name, rtt_ms=0)
-        was = lab.status()
-        lab.down()
-        console.print(f"lab {name} {'removed' if was != 'down' else 'was not up'}")
+    require_root()
+    lab = Lab(name, rtt_ms=0)
+    was = lab.status()
+    lab.down()
+    console.print(f"lab {name} {'removed' if was != 'down' else 'was not up'}")
 
-    @lab_app.command("ls")
-    def ls(json_out: JsonOpt = False) -> None:
-        """List labs (up, or stale leftovers that `lab up`/`lab down` will clean)."""
-        from wanprobe.lab import list_labs
-        from wanprobe.lab.settings import LinkSettings
+@app.command("ls")
+def ls(json_out: JsonOpt = False) -> None:
+    """List labs (up, or stale leftovers that `lab up`/`lab down` will clean)."""
+    from wanprobe.lab import list_labs
+    from wanprobe.lab.settings import LinkSettings
 
-        labs = list_labs()
-        if json_out:
-            typer.echo(json.dumps(labs, sort_keys=True))
-            return
-        if not labs:
-            console.print("no labs")
-            return
-        table = Table("name", "status", "profile", "namespaces", "settings")
-        for lab in labs:
-            s = lab.get("settings")
-            table.add_row(lab["name"], lab["status"], lab.get("profile") or "",
-                          f"{lab.get('ns_a', '?')} {lab.get('ns_b', '?')}",
-                          describe(LinkSettings.from_json(s)) if s else "")
-        console.print(table)
+    labs = list_labs()
+    if json_out:
+        typer.echo(json.dumps(labs, sort_keys=True))
+        return
+    if not labs:
+        console.print("no labs")
+        return
+    table = Table("name", "status", "profile", "namespaces", "settings")
+    for lab in labs:
+        s = lab.get("settings")
+        table.add_row(lab["name"], lab["status"], lab.get("profile") or "",
+                      f"{lab.get('ns_a', '?')} {lab.get('ns_b', '?')}",
+                      describe(LinkSettings.from_json(s)) if s else "")
+    console.print(table)
 
-    @lab_app.command("exec", context_settings={"allow_extra_args": True,
-                                                "ignore_unknown_options": True})
-    def exec_(
-        name: NameArg,
-        side: Annotated[str, typer.Argument(help="a or b")],
-        command: Annotated[list[str], typer.Argument(help="Command to run inside (after --).")],
-    ) -> None:
-        """Run a command inside namespace a or b of a lab, e.g. `lab exec x a -- ping 198.18.0.2`."""
-        from wanprobe.lab import Lab
+@app.command("exec", context_settings={"allow_extra_args": True,
+                                            "ignore_unknown_options": True})
+def exec_(
+    name: NameArg,
+    side: Annotated[str, typer.Argument(help="a or b")],
+    command: Annotated[list[str], typer.Argument(help="Command to run inside (after --).")],
+) -> None:
+    """Run a command inside namespace a or b of a lab, e.g. `lab exec x a -- ping 198.18.0.2`."""
+    from wanprobe.lab import Lab
 
-        if side not in ("a", "b"):
-            raise UsageError(f"side must be a or b, got {side!r}")
-        lab = Lab.attach(name)
-        ep = lab.a if side == "a" else lab.b
-        argv = ep.argv(command)
-        try:
-            os.execvp(argv[0], argv)
-        except OSError as exc:
-            raise LabError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    if side not in ("a", "b"):
+        raise UsageError(f"side must be a or b, got {side!r}")
+    lab = Lab.attach(name)
+    ep = lab.a if side == "a" else lab.b
+    argv = ep.argv(command)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        raise LabError(f"cannot run {command[0]!r}: {exc.strerror}") from None
 
-    @lab_app.command("update")
-    def update(
-        name: NameArg,
-        rtt: Annotated[str | None, typer.Option(help="New round-trip delay.")] = None,
-        jitter: Annotated[str | None, typer.Option(help="New jitter.")] = None,
-        loss: Annotated[str | None, typer.Option(help="New loss, both directions.")] = None,
-        loss_ab: Annotated[str | None, typer.Option("--loss-ab")] = None,
-        loss_ba: Annotated[str | None, typer.Option("--loss-ba")] = None,
-        rate: Annotated[str | None, typer.Option(help="New rate per direction.")] = None,
-        reorder: Annotated[str | None, typer.Option()] = None,
-        bleach_dscp: Annotated[bool | None, typer.Option("--bleach-dscp/--no-bleach-dscp")] = None,
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Change a running lab's impairments live."""
-        from wanprobe.lab import Lab
+@app.command("update")
+def update(
+    name: NameArg,
+    rtt: Annotated[str | None, typer.Option(help="New round-trip delay.")] = None,
+    jitter: Annotated[str | None, typer.Option(help="New jitter.")] = None,
+    loss: Annotated[str | None, typer.Option(help="New loss, both directions.")] = None,
+    loss_ab: Annotated[str | None, typer.Option("--loss-ab")] = None,
+    loss_ba: Annotated[str | None, typer.Option("--loss-ba")] = None,
+    rate: Annotated[str | None, typer.Option(help="New rate per direction.")] = None,
+    reorder: Annotated[str | None, typer.Option()] = None,
+    bleach_dscp: Annotated[bool | None, typer.Option("--bleach-dscp/--no-bleach-dscp")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Change a running lab's impairments live."""
+    from wanprobe.lab import Lab
 
-        kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
-                                 loss_ba=loss_ba, rate=rate, reorder=reorder,
-                                 bleach_dscp=bleach_dscp)
-        if not kwargs:
-            raise UsageError("nothing to change: give e.g. --loss 1% or --rtt 80ms")
-        lab = Lab.attach(name)
-        new = lab.update(**kwargs)
-        if json_out:
-            typer.echo(json.dumps(new.to_json(), sort_keys=True))
-        else:
-            console.print(f"lab {name}: {describe(new)}")
+    kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
+                             loss_ba=loss_ba, rate=rate, reorder=reorder,
+                             bleach_dscp=bleach_dscp)
+    if not kwargs:
+        raise UsageError("nothing to change: give e.g. --loss 1% or --rtt 80ms")
+    lab = Lab.attach(name)
+    new = lab.update(**kwargs)
+    if json_out:
+        typer.echo(json.dumps(new.to_json(), sort_keys=True))
+    else:
+        console.print(f"lab {name}: {describe(new)}")

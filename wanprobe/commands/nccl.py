@@ -10,6 +10,8 @@ import typer
 
 from wanprobe.errors import UsageError
 
+app = typer.Typer()
+
 
 def _version(text: str) -> tuple[int, int]:
     try:
@@ -19,6 +21,7 @@ def _version(text: str) -> tuple[int, int]:
     return major, minor
 
 
+@app.command("nccl-env")
 def nccl_env(
     report: Annotated[str | None, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose` (RTT, loss, link, DSCP).")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="env | nccl.conf | shell | systemd | k8s")] = "env",
@@ -61,7 +64,3 @@ def nccl_env(
         return
     typer.echo(render(variables, fmt), nl=False)
 
-
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
-    app.command("nccl-env")(nccl_env)

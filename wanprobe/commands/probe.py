@@ -20,6 +20,8 @@ from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s,
 DEFAULT_PORT = "862"
 PROGRESS_MIN_S = 3.0
 
+app = typer.Typer()
+
 
 def _opt(option: str, parse, *args, **kw):
     """Run a units parser and name the option in its error message."""
@@ -51,13 +53,7 @@ def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> byt
     return key.encode()
 
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
-    app.command("reflect")(reflect)
-    app.command("probe")(probe)
-    app.command("mtu")(mtu)
-
-
+@app.command("reflect")
 def reflect(
     bind: Annotated[str, typer.Option("--bind", help="Address to listen on (:: for IPv6).")] = "0.0.0.0",
     port: Annotated[str, typer.Option("--port", help="UDP (STAMP) and TCP (throughput) port.")] = DEFAULT_PORT,
@@ -117,6 +113,7 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
         + (f", {s.auth_failed} failed authentication" if hmac_key is not None else ""))
 
 
+@app.command("probe")
 def probe(
     host: Annotated[str, typer.Argument(help="Peer to probe (name or address).")],
     port: Annotated[str, typer.Option("--port", help="STAMP or TCP port.")] = DEFAULT_PORT,
@@ -210,6 +207,7 @@ def _print_probe(r) -> None:
     out.print(t)
 
 
+@app.command("mtu")
 def mtu(
     host: Annotated[str, typer.Argument(help="Peer running a STAMP reflector.")],
     port: Annotated[str, typer.Option("--port", help="STAMP port.")] = DEFAULT_PORT,

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from wanprobe.errors import ConfigError
 
-tune_app = typer.Typer(help="Plan, apply (as a transaction), roll back and check host tuning.",
+app = typer.Typer(name="tune", help="Plan, apply (as a transaction), roll back and check host tuning.",
                        no_args_is_help=True)
 console = Console(highlight=False, soft_wrap=True)
 
@@ -72,7 +72,7 @@ def _diff_table(rows: list[dict[str, Any]], title: str) -> Table:
     return t
 
 
-@tune_app.command("plan")
+@app.command("plan")
 def plan_cmd(
     report: Annotated[str, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose`.")],
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan here.")] = None,
@@ -105,7 +105,7 @@ def plan_cmd(
         console.print(f"wrote {output}; review, then `wanprobe tune apply {output}` (add --yes to change the host)")
 
 
-@tune_app.command("apply")
+@app.command("apply")
 def apply_cmd(
     plan_file: Annotated[str, typer.Argument(help="Plan JSON from `wanprobe tune plan`.")],
     yes: Annotated[bool, typer.Option("--yes", help="Really change the host; without it: a diff only.")] = False,
@@ -167,7 +167,7 @@ def apply_cmd(
                   f"{store.dir}; undo with `wanprobe tune rollback {journal.id}`")
 
 
-@tune_app.command("rollback")
+@app.command("rollback")
 def rollback_cmd(
     journal_id: Annotated[str | None, typer.Argument(help="Journal id (default: latest applied here).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Restore values someone else changed since.")] = False,
@@ -194,7 +194,7 @@ def rollback_cmd(
     console.print(f"rolled back journal {j.id}")
 
 
-@tune_app.command("status")
+@app.command("status")
 def status_cmd(
     netns: Netns = None, state_dir: StateDir = None,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
@@ -223,7 +223,3 @@ def status_cmd(
                       "[red]drift[/]" if e["drift"] else "ok")
         console.print(t)
 
-
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
-    app.add_typer(tune_app, name="tune")
