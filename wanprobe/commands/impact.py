@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from wanprobe.errors import ConfigError, UsageError
+from wanprobe.errors import UsageError
 from wanprobe.models import impact as model
 from wanprobe.models.bdp import window_from_buffer_bytes
 from wanprobe.models.impact_inputs import Candidate, candidate_from_report, slowest
@@ -47,16 +47,9 @@ def _path_from_flags(rtt: str | None, bandwidth: str | None, loss: str | None, c
 
 
 def _load_reports(paths: list[FsPath], link_bps: float | None) -> list[Candidate]:
-    out = []
-    for p in paths:
-        try:
-            doc = json.loads(p.read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read report {p}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"report {p} is not JSON: {exc.msg} at line {exc.lineno}") from None
-        out.append(candidate_from_report(doc, str(p), link_bps))
-    return out
+    from wanprobe.report.document import load_json
+
+    return [candidate_from_report(load_json(p, strict=False), str(p), link_bps) for p in paths]
 
 
 def _bar_chart(console: Console, results: list[model.StrategyResult], key: str) -> None:

@@ -17,7 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from wanprobe.errors import ConfigError
+from wanprobe.errors import ConfigError, shown
+from wanprobe.jsonfile import read_json
 
 SCHEMA_VERSION = "1.0"
 SEVERITIES = ("critical", "warning", "info")
@@ -31,26 +32,52 @@ def schema() -> dict[str, Any]:
     return json.loads(text)
 
 
-def validate(data: Any) -> None:
-    """Raise ConfigError (one line) unless ``data`` is a valid report document."""
+def validate(data: Any, *, strict: bool = True) -> None:
+    """Raise ConfigError (one line) unless ``data`` is a valid report document.
+
+    ``strict=False`` checks only the shape (``shape_schema``): every part that is present has the
+    right container type, so a reader may rely on ``.get`` working; nothing is required."""
     try:
         import jsonschema
     except ImportError:  # pragma: no cover - jsonschema ships with the test extra
-        _validate_minimal(data)
+        _validate_minimal(data, strict)
         return
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = jsonschema.Draft202012Validator(schema() if strict else shape_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise ConfigError(f"not a valid wanprobe report: at {where}: {err.message}")
+        raise ConfigError(f"not a valid wanprobe report: at {shown(where)}: {err.message}")
 
 
-def _validate_minimal(data: Any) -> None:
+_SHAPE_KEYS = ("$schema", "$id", "$defs", "$ref", "properties", "items", "additionalProperties")
+
+
+def _shape(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_shape(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _shape(v) for k, v in node.items() if k in _SHAPE_KEYS}
+    kinds = node.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds or []
+    if "object" in kinds or "array" in kinds:
+        out["type"] = node["type"]
+    return out
+
+
+@cache
+def shape_schema() -> dict[str, Any]:
+    """The report schema reduced to its containers: objects stay objects, arrays stay arrays;
+    no key is required and scalars may be of any type (hand-written and older reports)."""
+    return _shape(schema())
+
+
+def _validate_minimal(data: Any, strict: bool = True) -> None:
     """Fallback check of the required top-level keys when jsonschema is not installed."""
     if not isinstance(data, dict):
         raise ConfigError("not a valid wanprobe report: top level is not an object")
-    for key in schema()["required"]:
+    for key in schema()["required"] if strict else ():
         if key not in data:
             raise ConfigError(f"not a valid wanprobe report: missing key {key!r}")
 
@@ -151,25 +178,24 @@ class Report:
         return self.findings[0] if self.findings else None
 
 
-def load(path: str | Path) -> Report:
-    """Read and validate a report file; every failure is one ConfigError line."""
+def load_json(path: str | Path, *, strict: bool = True) -> dict[str, Any]:
+    """The one report loader: read ``path`` as strict JSON (``wanprobe.jsonfile``: no NaN, depth
+    and size bounded) and validate it (``strict``: the full schema; otherwise its shape only).
+    Every failure is one ConfigError line naming the file."""
     p = Path(path)
+    doc = read_json(p, "report")
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"report {p}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"report {p}: is a directory") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"report {p}: cannot read: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"report {p}: not JSON: {exc.msg} at line {exc.lineno}") from None
-    try:
-        return Report.from_json(data)
+        validate(doc, strict=strict)
     except ConfigError as exc:
         raise ConfigError(f"report {p}: {exc}") from None
+    return doc
+
+
+def load(path: str | Path) -> Report:
+    """Read and validate a report file into a :class:`Report`."""
+    p = Path(path)
+    try:
+        return Report.from_json(load_json(p))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"report {p}: not a valid wanprobe report: {exc}") from None
 

@@ -1,0 +1,94 @@
+"""Reading JSON that a user hands us (reports, plans, journals) without trusting it.
+
+``json.loads`` alone accepts ``NaN`` and ``Infinity`` (not JSON, RFC 8259 §6), turns ``1e999`` into
+``inf``, raises ``RecursionError`` on a document nested 100,000 deep and ``ValueError`` on an
+integer of more than 4,300 digits. Here each of those is one ``ConfigError`` line naming the file,
+and a document deeper than ``MAX_DEPTH`` is refused before any recursive code walks it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from wanprobe.errors import ConfigError, shown
+
+MAX_DEPTH = 64                 # reports nest about 8 deep; the schema validator recurses per level
+MAX_FILE_BYTES = 64 * 2**20    # a report is tens of kB
+U64_MAX = 2**64 - 1            # NIC counters are u64; a larger integer is not a measurement
+
+
+class _Refused(ValueError):
+    pass
+
+
+def _constant(name: str) -> float:
+    raise _Refused(f"{name} is not a JSON number")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise _Refused(f"number {shown(text, 40)} is out of range")
+    return value
+
+
+def _int(text: str) -> int:
+    if len(text) > 21:
+        raise _Refused(f"integer {shown(text, 40)} is out of range")
+    value = int(text)
+    if abs(value) > U64_MAX:
+        raise _Refused(f"integer {text} is out of range (beyond 64 bits)")
+    return value
+
+
+def _depth_ok(doc: Any) -> bool:
+    """True if no array/object lies deeper than MAX_DEPTH (iterative: no recursion to exhaust)."""
+    stack = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            if depth > MAX_DEPTH:
+                return False
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return True
+
+
+def parse_json(text: str | bytes, what: str) -> Any:
+    """Parse strict JSON; every problem is ``ConfigError("{what}: ...")``."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{what}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        doc = json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+    except _Refused as exc:
+        raise ConfigError(f"{what}: not JSON: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{what}: not JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise ConfigError(f"{what}: nested too deeply (limit {MAX_DEPTH} levels)") from None
+    if not _depth_ok(doc):
+        raise ConfigError(f"{what}: nested too deeply (limit {MAX_DEPTH} levels)")
+    return doc
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Read and parse a JSON file; errors name ``what`` and the path, on one line."""
+    p = Path(path)
+    label = f"{what} {shown(str(p))}" if len(str(p)) > 200 else f"{what} {p}"
+    try:
+        with p.open("rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{label}: cannot read: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{label}: cannot read: is a directory") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{label}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{label}: larger than {MAX_FILE_BYTES // 2**20} MiB")
+    return parse_json(data, label)
