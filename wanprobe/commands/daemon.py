@@ -15,16 +15,26 @@ from rich.table import Table
 
 from wanprobe import units
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
+from wanprobe.errors import one_line
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 app = typer.Typer()
 
 
+MAX_PROBLEM_LINES = 3
+
+
 def _print_problems(exc: ConfigInvalid) -> None:
-    """One line per bad key, so each is greppable in the journal."""
-    for problem in exc.problems:
-        err_console.print(f"[bold red]wanprobe: error:[/] {escape(exc.source)}: {escape(problem)}",
-                          markup=True)
+    """One line per bad key, so each is greppable in the journal; past three, the third line
+    names the rest by key."""
+    problems = exc.problems
+    if len(problems) > MAX_PROBLEM_LINES:
+        rest = problems[MAX_PROBLEM_LINES - 1:]
+        keys = ", ".join(p.split(":")[0] for p in rest)
+        problems = problems[:MAX_PROBLEM_LINES - 1] + [f"and {len(rest)} more bad keys: {keys}"]
+    for problem in problems:
+        err_console.print(f"[bold red]wanprobe: error:[/] "
+                          f"{escape(one_line(f'{exc.source}: {problem}'))}", markup=True)
 
 
 @app.command("daemon")
@@ -42,10 +52,12 @@ def daemon(
     sd_notify to systemd (Type=notify, watchdog)."""
     from wanprobe.daemon import main as dmain
     from wanprobe.daemon.auto_apply import check_plan as gate
+    from wanprobe.daemon.state_dir import check_state_dir
 
     try:
         if check or check_plan:
             cfg, peers = dmain.load_runtime(config)
+            check_state_dir(cfg.state_dir, cfg.reports_dir)
             if check_plan:
                 changes = gate(cfg.auto_apply)
                 typer.echo(f"plan {cfg.auto_apply.plan}: signed off, {len(changes)} changes, "

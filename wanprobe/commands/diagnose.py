@@ -14,6 +14,7 @@ from rich.console import Console
 
 from wanprobe.errors import UsageError, WanprobeError
 from wanprobe.units import parse_dscp, parse_port, parse_rate_bps
+from wanprobe.userfiles import check_output_path
 
 
 def run_in_netns(netns: str, argv: list[str]) -> dict:
@@ -64,6 +65,8 @@ def diagnose(
 
     if quick and full:
         raise UsageError("--quick and --full exclude each other")
+    if output is not None:
+        check_output_path(output, "--output")
     opts = DiagnoseOptions(
         peer=peer, port=parse_port(port), mode="full" if full else "quick",
         link_rate_bps=parse_rate_bps(link_rate) if link_rate else None,

@@ -14,7 +14,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from wanprobe.errors import UsageError
+from wanprobe.errors import UsageError, WanprobeError
+from wanprobe.probe.peer import NO_REPLY, udp_silence_reason
+from wanprobe.probe.sender import MAX_DATAGRAM_BYTES
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
 
 DEFAULT_PORT = "862"
@@ -144,7 +146,8 @@ def probe(
                          allow_zero=False) if duration else None),
         interval_s=_opt("--interval", parse_duration_s, interval, default_unit="s",
                         allow_zero=False),
-        size=_opt("--size", parse_bytes, size) if size is not None else None,
+        size=(_opt("--size", parse_bytes, size, maximum=MAX_DATAGRAM_BYTES)
+              if size is not None else None),
         dscp=_opt("--dscp", parse_dscp, dscp),
         timeout_s=_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False),
     )
@@ -170,8 +173,14 @@ def probe(
             result = asyncio.run(run(host, method, on_progress=progress, **kw))
     if as_json:
         sys.stdout.write(json.dumps(result.to_json()) + "\n")
-        return
-    _print_probe(result)
+    else:
+        _print_probe(result)
+    if result.loss.sent and not result.loss.received:  # as ping(8): exit 1 when nothing answered
+        reason = NO_REPLY
+        if method == "stamp":
+            reason = asyncio.run(udp_silence_reason(host, kw["port"], kw["timeout_s"]))
+        where = f"{host}" if method == "icmp" else f"{host} port {kw['port']}"
+        raise WanprobeError(f"no probe to {where} was answered: {reason}", exit_code=1)
 
 
 def _fmt(x, unit: str = "", digits: int = 3) -> str:

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from wanprobe.errors import ConfigError
+from wanprobe.userfiles import check_output_path
 
 app = typer.Typer(name="tune", help="Plan, apply (as a transaction), roll back and check host tuning.",
                        no_args_is_help=True)
@@ -85,6 +86,8 @@ def plan_cmd(
     from tuners.from_report import build_plan, load_report
     from tuners.plan import host_id, save
 
+    if output:
+        check_output_path(output, "--output")
     tuners = _setup(netns, proc_root, sys_root)
     _recover(_store(state_dir), tuners)
     data = load_report(report)

@@ -167,6 +167,8 @@ def load_config(path: Path | str) -> DaemonConfig:
         raise ConfigError(f"config {path} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigInvalid(str(path), [f"not valid TOML: {exc}"]) from None
+    except RecursionError:  # tomllib recurses per nesting level of arrays and inline tables
+        raise ConfigInvalid(str(path), ["not valid TOML: nested too deeply"]) from None
     return parse_config(data, source=str(path), base_dir=path.parent)
 
 

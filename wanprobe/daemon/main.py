@@ -29,6 +29,7 @@ from wanprobe.daemon.config import DaemonConfig, Peer, load_config
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
+from wanprobe.daemon.state_dir import check_state_dir
 from wanprobe.daemon.store import ProbeRow, Store, StoreError
 from wanprobe.errors import ConfigError, WanprobeError
 
@@ -102,7 +103,7 @@ class Daemon:
         return 0
 
     async def start(self) -> None:
-        self.cfg.reports_dir.mkdir(parents=True, exist_ok=True)
+        check_state_dir(self.cfg.state_dir, self.cfg.reports_dir)  # as `daemon --check` did
         self.store = Store(self.cfg.db_path)
         self._warm_baseline()
         server = MetricsServer(self.metrics, self.health)

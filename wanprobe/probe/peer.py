@@ -29,3 +29,26 @@ async def resolve_peer(peer: str) -> tuple[int, str]:
     infos.sort(key=lambda i: i[0] != socket.AF_INET)
     family, _t, _p, _c, sockaddr = infos[0]
     return family, sockaddr[0]
+
+
+NO_REPLY = "no reply"
+PORT_UNREACHABLE = "port unreachable (ICMP error)"
+
+
+async def udp_silence_reason(peer: str, port: int, timeout_s: float) -> str:
+    """Why a UDP peer sent nothing back: PORT_UNREACHABLE when one datagram to ``peer``:``port``
+    from a connected socket draws an ICMP port unreachable (the kernel reports it as
+    ECONNREFUSED on a connected UDP socket, RFC 1122 §4.1.3.3 / udp(7)), else NO_REPLY."""
+    family, addr = await resolve_peer(peer)
+    loop = asyncio.get_running_loop()
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)
+        try:
+            sock.connect((addr, port))
+            sock.send(bytes(44))  # the size of an unauthenticated STAMP test packet (RFC 8762)
+            await asyncio.wait_for(loop.sock_recv(sock, 64), min(timeout_s, 2.0))
+        except ConnectionRefusedError:
+            return PORT_UNREACHABLE
+        except (OSError, TimeoutError):
+            return NO_REPLY
+    return NO_REPLY

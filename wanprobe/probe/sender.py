@@ -200,6 +200,9 @@ class StampSender:
         if size < smallest:
             raise UsageError(f"--size {size} is below the {'authenticated ' if auth else ''}"
                              f"STAMP minimum of {smallest} bytes")
+        if size > MAX_DATAGRAM_BYTES:
+            raise UsageError(f"--size {size} is above the limit of {MAX_DATAGRAM_BYTES} bytes "
+                             "(one IP datagram)")
         self.open()
         sess = _Session(peer, port, self._alloc_ssid(), dscp, payload_len, int(timeout_s * 1e9))
         sess.auth = auth
@@ -505,20 +508,39 @@ def _template(sess: _Session) -> bytearray:
     return body
 
 
+MAX_PROBES = 1_000_000       # one session's per-probe state stays under ~200 MB
+MAX_PROBE_S = 24 * 3600.0     # one run; longer watching is the daemon's job
+MAX_DATAGRAM_BYTES = 65535    # an IP packet's total length field (RFC 791; IPv6 without jumbograms)
+
+
 def _probe_count(count: int | None, duration_s: float | None, interval_s: float) -> int:
+    """Probes to send; absurd runs are refused up front with the limit named."""
     if count is not None and duration_s is not None:
         raise UsageError("give either --count or --duration, not both")
-    if interval_s <= 0:
-        raise UsageError("--interval must be > 0")
+    if not interval_s > 0 or interval_s > MAX_PROBE_S:
+        raise UsageError(f"--interval must be > 0 and at most {MAX_PROBE_S / 3600:g}h")
     if count is not None:
         if count < 1:
             raise UsageError(f"--count must be >= 1 (got {count})")
-        return int(count)
-    if duration_s is not None:
-        if duration_s <= 0:
+        if count > MAX_PROBES:
+            raise UsageError(f"--count {count} is above the limit of {MAX_PROBES:,} probes")
+        total = int(count)
+    elif duration_s is not None:
+        if not duration_s > 0:
             raise UsageError("--duration must be > 0")
-        return max(1, int(round(duration_s / interval_s)))
-    return DEFAULT_COUNT
+        if duration_s > MAX_PROBE_S:
+            raise UsageError(f"--duration {duration_s:g} s is above the limit of "
+                             f"{MAX_PROBE_S / 3600:g}h (use the daemon to watch a path)")
+        total = max(1, int(round(duration_s / interval_s)))
+    else:
+        total = DEFAULT_COUNT
+    if total > MAX_PROBES:
+        raise UsageError(f"{total:,} probes (duration / interval) is above the limit of "
+                         f"{MAX_PROBES:,}; use a longer --interval")
+    if total * interval_s > MAX_PROBE_S:
+        raise UsageError(f"{total} probes {interval_s:g} s apart run longer than the limit of "
+                         f"{MAX_PROBE_S / 3600:g}h")
+    return total
 
 
 # -- shared senders: one socket per (loop, family) while any session uses it -------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe.errors import ConfigError, shown
-from wanprobe.jsonfile import read_json
+from wanprobe.userfiles import read_json
 
 SCHEMA_VERSION = "1.0"
 SEVERITIES = ("critical", "warning", "info")
@@ -179,7 +179,7 @@ class Report:
 
 
 def load_json(path: str | Path, *, strict: bool = True) -> dict[str, Any]:
-    """The one report loader: read ``path`` as strict JSON (``wanprobe.jsonfile``: no NaN, depth
+    """The one report loader: read ``path`` as strict JSON (``wanprobe.userfiles``: no NaN, depth
     and size bounded) and validate it (``strict``: the full schema; otherwise its shape only).
     Every failure is one ConfigError line naming the file."""
     p = Path(path)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wanprobe.errors import ConfigError
-from wanprobe.jsonfile import read_json
 from wanprobe.report.document import load
+from wanprobe.userfiles import read_json
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,14 @@
-"""Reading JSON that a user hands us (reports, plans, journals) without trusting it.
+"""Files a user names: JSON read without trusting it, and output paths checked before work.
+
+Reading JSON that a user hands us (reports, plans, journals):
 
 ``json.loads`` alone accepts ``NaN`` and ``Infinity`` (not JSON, RFC 8259 §6), turns ``1e999`` into
 ``inf``, raises ``RecursionError`` on a document nested 100,000 deep and ``ValueError`` on an
 integer of more than 4,300 digits. Here each of those is one ``ConfigError`` line naming the file,
 and a document deeper than ``MAX_DEPTH`` is refused before any recursive code walks it.
+
+Output paths (``check_output_path``) are checked before a command measures anything, so a
+directory, a missing parent or an unprintable name is refused in a second, not after a test.
 """
 
 from __future__ import annotations
@@ -92,3 +97,29 @@ def read_json(path: str | Path, what: str) -> Any:
     if len(data) > MAX_FILE_BYTES:
         raise ConfigError(f"{label}: larger than {MAX_FILE_BYTES // 2**20} MiB")
     return parse_json(data, label)
+
+
+NAME_MAX = 255  # bytes in one path component (linux/limits.h)
+
+
+def check_output_path(path: str | Path, what: str) -> Path:
+    """Refuse, as one ConfigError line, an output path that cannot be written as a file: a
+    directory, a parent that is missing or not a directory, a name too long or holding control
+    characters (it would garble the terminal and the logs that print it)."""
+    p = Path(path)
+    text = str(p)
+    label = f"{what} {shown(text)}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise ConfigError(f"{label}: control characters in a file name")
+    try:
+        encoded = [len(part.encode("utf-8")) for part in p.parts]
+    except UnicodeEncodeError:
+        raise ConfigError(f"{label}: not valid UTF-8") from None
+    if max(encoded, default=0) > NAME_MAX:
+        raise ConfigError(f"{label}: a name longer than {NAME_MAX} bytes")
+    if p.is_dir():
+        raise ConfigError(f"{label}: is a directory")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ConfigError(f"{label}: directory {shown(str(parent))} does not exist")
+    return p
