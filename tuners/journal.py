@@ -23,6 +23,7 @@ from typing import Any
 
 from tuners.knob import Change
 from wanprobe.errors import ConfigError, PermissionRequired, TuneError
+from wanprobe.userfiles import read_json
 
 JOURNAL_VERSION = 1
 DEFAULT_STATE_DIR = Path("/var/lib/wanprobe")
@@ -169,11 +170,12 @@ class JournalStore:
         return journal
 
     def load(self, jid: str) -> Journal:
+        path = self.path(jid)
+        if not path.is_file():
+            raise ConfigError(f"no journal {jid!r} in {self.dir}")
         try:
-            return Journal.from_json(json.loads(self.path(jid).read_text()))
-        except FileNotFoundError:
-            raise ConfigError(f"no journal {jid!r} in {self.dir}") from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return Journal.from_json(read_json(path, f"journal {jid!r}"))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"journal {jid!r} is corrupt: {exc}") from None
 
     def all(self) -> list[Journal]:

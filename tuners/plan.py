@@ -18,6 +18,7 @@ from typing import Any
 
 from tuners.knob import Change, Skip
 from wanprobe.errors import ConfigError
+from wanprobe.userfiles import read_json
 
 PLAN_VERSION = 1
 APPLIABLE = ("sysctl", "link", "dscp", "roce")
@@ -114,15 +115,7 @@ class Plan:
 
 def load(path: str | Path) -> Plan:
     """Read a plan file; every problem is one ConfigError line."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read plan {path}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"plan {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    return Plan.from_json(data)
+    return Plan.from_json(read_json(path, "plan"))
 
 
 def save(plan: Plan, path: str | Path) -> Path:

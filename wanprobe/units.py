@@ -19,6 +19,8 @@ from wanprobe.errors import UsageError, shown
 MAX_DURATION_S = 366 * 86400.0   # a year
 MAX_RATE_BPS = 1e15              # 1 Pbit/s
 MAX_SIZE_BYTES = 2**60           # 1 EiB
+MAX_RTT_S = 10.0                 # a round trip over the longest satellite hop is under 1 s
+IFNAMSIZ = 16                    # linux/if.h: 15 characters and the NUL
 
 _NUM = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 
@@ -160,6 +162,17 @@ def dscp_name(value: int) -> str:
         if v == value and name not in ("DF", "CS0", "VOICE-ADMIT"):
             return name
     return str(value)
+
+
+def parse_ifname(text: str) -> str:
+    """A Linux interface name: 1-15 characters, none of them '/', ':', whitespace or control
+    (net/core/dev.c: dev_valid_name)."""
+    s = str(text)
+    if (not 0 < len(s) < IFNAMSIZ or s in (".", "..") or not s.isascii()
+            or any(c in "/:" or not c.isprintable() or c.isspace() for c in s)):
+        raise UsageError(f"interface name {shown(s)} is not valid (1-15 characters, no '/', ':' "
+                         "or spaces)")
+    return s
 
 
 def parse_port(text: str | int) -> int:

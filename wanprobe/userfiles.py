@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wanprobe.errors import ConfigError, shown
+from wanprobe.errors import ConfigError, UsageError, shown
 
 MAX_DEPTH = 64                 # reports nest about 8 deep; the schema validator recurses per level
 MAX_FILE_BYTES = 64 * 2**20    # a report is tens of kB
@@ -81,22 +81,41 @@ def parse_json(text: str | bytes, what: str) -> Any:
     return doc
 
 
-def read_json(path: str | Path, what: str) -> Any:
-    """Read and parse a JSON file; errors name ``what`` and the path, on one line."""
+def _label(what: str, p: Path) -> str:
+    return f"{what} {shown(str(p))}" if len(str(p)) > 200 else f"{what} {p}"
+
+
+def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """A file's bytes, at most ``max_bytes`` (``/dev/zero`` or a runaway log is refused, not
+    read into memory); errors name ``what`` and the path, on one line."""
     p = Path(path)
-    label = f"{what} {shown(str(p))}" if len(str(p)) > 200 else f"{what} {p}"
+    label = _label(what, p)
     try:
         with p.open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+            data = fh.read(max_bytes + 1)
     except FileNotFoundError:
         raise ConfigError(f"{label}: cannot read: no such file") from None
     except IsADirectoryError:
         raise ConfigError(f"{label}: cannot read: is a directory") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{label}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(f"{label}: larger than {MAX_FILE_BYTES // 2**20} MiB")
-    return parse_json(data, label)
+    if len(data) > max_bytes:
+        raise ConfigError(f"{label}: larger than the limit of {max_bytes:,} bytes")
+    return data
+
+
+def read_text(path: str | Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """``read_bytes`` decoded as UTF-8; undecodable bytes are one ConfigError line."""
+    data = read_bytes(path, what, max_bytes)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{_label(what, Path(path))}: not UTF-8 text (byte {exc.start})") from None
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Read and parse a JSON file; errors name ``what`` and the path, on one line."""
+    return parse_json(read_bytes(path, what), _label(what, Path(path)))
 
 
 NAME_MAX = 255  # bytes in one path component (linux/limits.h)
@@ -122,4 +141,13 @@ def check_output_path(path: str | Path, what: str) -> Path:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise ConfigError(f"{label}: directory {shown(str(parent))} does not exist")
+    return p
+
+
+def existing_dir(path: str | Path, what: str) -> Path:
+    """``path`` if it is a directory (a ``--sys-root``, ``--proc-root``...), else one
+    UsageError line naming the option and the path."""
+    p = Path(path)
+    if not p.is_dir():
+        raise UsageError(f"{what} {shown(str(p))} is not a directory")
     return p

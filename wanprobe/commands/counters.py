@@ -15,18 +15,12 @@ from rich.text import Text
 
 from wanprobe.errors import UsageError
 from wanprobe.units import format_bytes, parse_duration_s
+from wanprobe.userfiles import existing_dir
 
 TCP_KEYS = ("InSegs", "OutSegs", "RetransSegs", "TCPTimeouts", "TCPLostRetransmit",
             "TCPSynRetrans", "TCPBacklogDrop", "ListenDrops", "ListenOverflows", "TCPOFOQueue")
 SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_ROWS = 40
-
-
-def _root(value: str | None, default: str, what: str) -> Path:
-    path = Path(value or default)
-    if not path.is_dir():
-        raise UsageError(f"{what} {str(path)!r} is not a directory")
-    return path
 
 
 def document(snapshot, rates=None, findings=()) -> dict:
@@ -178,9 +172,9 @@ def counters(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
 ) -> None:
     """RoCE, PFC, ECN, NIC and TCP counters by device, with rates and health findings."""
-    sys_path = _root(sys_root, "/sys", "--sys-root")
-    proc_path = _root(proc_root, "/proc", "--proc-root")
-    eth_path = _root(ethtool_root, "", "--ethtool-root") if ethtool_root else None
+    sys_path = existing_dir(sys_root or "/sys", "--sys-root")
+    proc_path = existing_dir(proc_root or "/proc", "--proc-root")
+    eth_path = existing_dir(ethtool_root, "--ethtool-root") if ethtool_root else None
     interval_s = parse_duration_s(interval, default_unit="s", allow_zero=False) if interval else None
     if watch and as_json:
         raise UsageError("--watch refreshes a screen; use --interval with --json instead")

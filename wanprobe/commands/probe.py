@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from wanprobe.errors import UsageError, WanprobeError
+from wanprobe.errors import UsageError, WanprobeError, shown
 from wanprobe.probe.peer import NO_REPLY, udp_silence_reason
 from wanprobe.probe.sender import MAX_DATAGRAM_BYTES
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
@@ -34,6 +34,7 @@ def _opt(option: str, parse, *args, **kw):
 
 
 MIN_KEY_CHARS = 16
+MAX_KEY_BYTES = 4096  # a key file is a line of text; /dev/zero is not one
 
 
 def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> bytes | None:
@@ -45,10 +46,14 @@ def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> byt
     from pathlib import Path
 
     try:
-        key = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{option} {path}: cannot read it: "
+        with Path(path).open("rb") as fh:
+            raw = fh.read(MAX_KEY_BYTES + 1)
+        key = raw.decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{option} {shown(path)}: cannot read it: "
                          f"{getattr(exc, 'strerror', None) or exc}") from None
+    if len(raw) > MAX_KEY_BYTES:
+        raise UsageError(f"{option} {shown(path)}: longer than the limit of {MAX_KEY_BYTES} bytes")
     if len(key) < MIN_KEY_CHARS:
         raise UsageError(f"{option} {path}: the key must be at least {MIN_KEY_CHARS} characters "
                          f"(got {len(key)})")

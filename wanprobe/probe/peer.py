@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 
-from wanprobe.errors import UsageError
+from wanprobe.errors import UsageError, shown
 
 IP_HEADER_BYTES = {socket.AF_INET: 20, socket.AF_INET6: 40}
+
+
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def check_host_name(peer: str, text: str) -> None:
+    """Refuse what is neither an address (inet_pton) nor a DNS name (RFC 1123 §2.1: labels of
+    1-63 letters, digits and hyphens, 253 characters in all, the last label not all-numeric).
+    glibc would otherwise read "65536" as the address 0.1.0.0 (inet_aton's shorthand)."""
+    labels = text.rstrip(".").split(".")
+    if (len(text) > 253 or not all(_LABEL.fullmatch(label) for label in labels)
+            or labels[-1].isdigit()):
+        raise UsageError(f"unknown host {shown(peer)}: not an IP address or a host name")
 
 
 async def resolve_peer(peer: str) -> tuple[int, str]:
@@ -21,11 +35,13 @@ async def resolve_peer(peer: str) -> tuple[int, str]:
             return family, text
         except OSError:
             pass
+    check_host_name(peer, text)
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(text, None, type=socket.SOCK_DGRAM)
     except (socket.gaierror, UnicodeError) as exc:
-        raise UsageError(f"unknown host {peer!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise UsageError(f"unknown host {shown(peer)}: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
     infos.sort(key=lambda i: i[0] != socket.AF_INET)
     family, _t, _p, _c, sockaddr = infos[0]
     return family, sockaddr[0]

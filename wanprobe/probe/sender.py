@@ -510,6 +510,7 @@ def _template(sess: _Session) -> bytearray:
 
 MAX_PROBES = 1_000_000       # one session's per-probe state stays under ~200 MB
 MAX_PROBE_S = 24 * 3600.0     # one run; longer watching is the daemon's job
+MAX_TIMEOUT_S = 60.0          # a reply later than a minute is lost on any path
 MAX_DATAGRAM_BYTES = 65535    # an IP packet's total length field (RFC 791; IPv6 without jumbograms)
 
 
@@ -601,5 +602,6 @@ def _check_common(port: int | None, dscp: int, timeout_s: float) -> None:
         raise UsageError(f"port {port} out of range 1-65535")
     if not 0 <= int(dscp) <= 63:
         raise UsageError(f"DSCP {dscp} out of range 0-63")
-    if timeout_s <= 0:
-        raise UsageError("timeout must be > 0")
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise UsageError(f"timeout must be > 0 and at most the limit of {MAX_TIMEOUT_S:g} s "
+                         f"(got {timeout_s:g} s)")
