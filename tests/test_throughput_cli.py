@@ -52,7 +52,10 @@ def test_unknown_cc_lists_the_available_ones(capsys):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--window", "65536"], "needs a unit"),
+    (["--window", "64KiBs"], "unknown size unit"),
+    (["--window", "2GiB"], "above the limit of 1.0 GiB"),
+    (["--interval", "20s", "--duration", "5s"], "at most the duration"),
+    (["--max-duration", "1000h"], "above the limit of 24h"),
     (["--pacing-rate", "100"], "needs a unit"),
     (["--udp", "--rate", "50"], "needs a unit"),
     (["--duration", "90s"], "exceeds the cap"),
@@ -147,3 +150,15 @@ def test_window_capped_by_rmem_max_is_reported(loopback_server):
     small = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=0.5,
                            max_bytes=10**6, window_bytes=64 * 1024)
     assert small.notes == ()
+
+
+def test_bare_window_is_bytes_as_in_iperf3(capsys, loopback_server):
+    """Issue 12: `--window 131072` is 131072 bytes (iperf3's -w), not refused for lack of a unit;
+    the JSON result carries the window the test asked for."""
+    import json
+
+    r = in_process(capsys, "127.0.0.1", "--port", str(loopback_server.port), "--duration", "0.5s",
+                   "--max-bytes", "1MB", "--window", "131072", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["window_bytes"] == 131072, {k: v for k, v in doc.items() if "window" in k}

@@ -22,6 +22,10 @@ from wanprobe.units import (
     parse_rate_bps,
 )
 
+# SO_SNDBUF/SO_RCVBUF take a C int that the kernel doubles (socket(7)); 1 GiB is also the largest
+# tcp_rmem the sysctl tuner sets (R-3), so a bigger --window is a typo.
+MAX_WINDOW_BYTES = 2**30
+
 
 def _ms(v) -> str:
     return "-" if v is None else f"{v:.2f}"
@@ -101,7 +105,7 @@ def throughput(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Multi-stream TCP/UDP throughput test that says what limits the transfer."""
-    from wanprobe.throughput.client import run_throughput
+    from wanprobe.throughput.client import MAX_TEST_S, run_throughput
 
     if engine not in ("wanprobe", "iperf3"):
         raise UsageError(f"unknown engine {engine!r} (use wanprobe or iperf3)")
@@ -111,14 +115,15 @@ def throughput(
     kwargs = dict(
         port=port_n, duration_s=parse_duration_s(duration, default_unit="s", allow_zero=False),
         streams=streams, reverse=reverse, bidir=bidir, cc=cc,
-        window_bytes=parse_bytes(window, allow_bare=False) if window else None,
+        window_bytes=parse_bytes(window, maximum=MAX_WINDOW_BYTES) if window else None,
         dscp=parse_dscp(dscp),
         pacing_rate_bps=parse_rate_bps(pacing_rate) if pacing_rate else None,
         udp=udp, udp_rate_bps=parse_rate_bps(rate) if rate else None,
         interval_s=parse_duration_s(interval, default_unit="s", allow_zero=False),
         engine=engine,
-        max_duration_s=parse_duration_s(max_duration, default_unit="s", allow_zero=False),
-        max_bytes=parse_bytes(max_bytes, allow_bare=False))
+        max_duration_s=parse_duration_s(max_duration, default_unit="s", allow_zero=False,
+                                        maximum_s=MAX_TEST_S),
+        max_bytes=parse_bytes(max_bytes))
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if as_json or not err.is_terminal:
         result = run_throughput(host, **kwargs)

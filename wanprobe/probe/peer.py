@@ -14,28 +14,40 @@ IP_HEADER_BYTES = {socket.AF_INET: 20, socket.AF_INET6: 40}
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
 
 
-def check_host_name(peer: str, text: str) -> None:
-    """Refuse what is neither an address (inet_pton) nor a DNS name (RFC 1123 §2.1: labels of
-    1-63 letters, digits and hyphens, 253 characters in all, the last label not all-numeric).
-    glibc would otherwise read "65536" as the address 0.1.0.0 (inet_aton's shorthand)."""
+def numeric_family(text: str) -> int | None:
+    """AF_INET / AF_INET6 when ``text`` is an address in standard notation (inet_pton), else None."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, text)
+            return family
+        except OSError:
+            pass
+    return None
+
+
+def check_peer(peer: str) -> str:
+    """``peer`` stripped, if it is an address (inet_pton) or a DNS name (RFC 1123 §2.1: labels
+    of 1-63 letters, digits and hyphens, 253 characters in all, the last label not all-numeric);
+    else UsageError. glibc would otherwise read "65536" as the address 0.1.0.0 (inet_aton's
+    shorthand) and a 200 kB name would fail deep in the IDNA codec."""
+    text = str(peer).strip().strip("[]")
+    if not text:
+        raise UsageError("empty host name")
+    if numeric_family(text) is not None:
+        return text
     labels = text.rstrip(".").split(".")
     if (len(text) > 253 or not all(_LABEL.fullmatch(label) for label in labels)
             or labels[-1].isdigit()):
         raise UsageError(f"unknown host {shown(peer)}: not an IP address or a host name")
+    return text
 
 
 async def resolve_peer(peer: str) -> tuple[int, str]:
     """Return (family, address) for ``peer``; UsageError naming it when it does not resolve."""
-    text = str(peer).strip().strip("[]")
-    if not text:
-        raise UsageError("empty host name")
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, text)
-            return family, text
-        except OSError:
-            pass
-    check_host_name(peer, text)
+    text = check_peer(peer)
+    family = numeric_family(text)
+    if family is not None:
+        return family, text
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(text, None, type=socket.SOCK_DGRAM)
