@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,7 +222,9 @@ class SysctlTuner:
 
     def restore_command(self, change: Change) -> str:
         """A paste-able shell command putting the old value back (R-25)."""
-        return f"sysctl -w {change.key}='{change.old}'" if change.old is not None else f"# {change.key}: no old value"
+        if change.old is None:
+            return f"# {change.key}: no old value"
+        return f"sysctl -w {change.key}={shlex.quote(str(change.old))}"
 
     def persist_lines(self, changes: list[Change]) -> list[str]:
         """``key = value`` lines for /etc/sysctl.d (R-27)."""

@@ -184,8 +184,11 @@ def rollback_cmd(
     tuners = _setup(netns, proc_root, sys_root)
     store = _store(state_dir)
     if print_only:
+        from tuners.netns import enter_command
+
         j = store.load(journal_id) if journal_id else transaction.latest_applied(store)
-        typer.echo(transaction.restore_script(j, tuners), nl=False)
+        enter = enter_command(j.netns_inode, netns)
+        typer.echo(transaction.restore_script(j, tuners, enter), nl=False)
         return
     _recover(store, tuners)
     j = transaction.rollback(store, tuners, journal_id, force=force)
