@@ -50,15 +50,17 @@ def validate(data: Any, *, strict: bool = True) -> None:
         raise ConfigError(f"not a valid wanprobe report: at {shown(where)}: {err.message}")
 
 
-_SHAPE_KEYS = ("$schema", "$id", "$defs", "$ref", "properties", "items", "additionalProperties")
+_SHAPE_KEYS = ("$schema", "$id", "$ref", "items", "additionalProperties")
+_SHAPE_MAPS = ("$defs", "properties")  # name -> schema
 
 
 def _shape(node: Any) -> Any:
-    if isinstance(node, list):
-        return [_shape(n) for n in node]
+    """A schema reduced to container types (``shape_schema``)."""
     if not isinstance(node, dict):
         return node
     out = {k: _shape(v) for k, v in node.items() if k in _SHAPE_KEYS}
+    out.update({k: {name: _shape(sub) for name, sub in node[k].items()}
+                for k in _SHAPE_MAPS if isinstance(node.get(k), dict)})
     kinds = node.get("type")
     kinds = [kinds] if isinstance(kinds, str) else kinds or []
     if "object" in kinds or "array" in kinds:
