@@ -23,7 +23,7 @@ from typing import Any
 
 from tuners.knob import Change
 from wanprobe.errors import ConfigError, PermissionRequired, TuneError
-from wanprobe.userfiles import read_json
+from wanprobe.userfiles import check_path_text, read_json
 
 JOURNAL_VERSION = 1
 DEFAULT_STATE_DIR = Path("/var/lib/wanprobe")
@@ -35,9 +35,9 @@ TOUCHED = ("writing", "written")
 def state_dir_from(option: str | Path | None) -> Path:
     """``--state-dir`` wins, then ``$WANPROBE_STATE_DIR``, then /var/lib/wanprobe."""
     if option:
-        return Path(option)
+        return check_path_text(option, "--state-dir")
     env = os.environ.get("WANPROBE_STATE_DIR")
-    return Path(env) if env else DEFAULT_STATE_DIR
+    return check_path_text(env, "$WANPROBE_STATE_DIR") if env else DEFAULT_STATE_DIR
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> Path:

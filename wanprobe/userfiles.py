@@ -121,21 +121,29 @@ def read_json(path: str | Path, what: str) -> Any:
 NAME_MAX = 255  # bytes in one path component (linux/limits.h)
 
 
-def check_output_path(path: str | Path, what: str) -> Path:
-    """Refuse, as one ConfigError line, an output path that cannot be written as a file: a
-    directory, a parent that is missing or not a directory, a name too long or holding control
-    characters (it would garble the terminal and the logs that print it)."""
+def check_path_text(path: str | Path, what: str) -> Path:
+    """Refuse, as one UsageError line, a path no file can have or no log should print: control
+    characters (they garble the terminal and the journal), undecodable bytes, a component longer
+    than NAME_MAX."""
     p = Path(path)
     text = str(p)
     label = f"{what} {shown(text)}"
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise ConfigError(f"{label}: control characters in a file name")
+        raise UsageError(f"{label}: control characters in a file name")
     try:
         encoded = [len(part.encode("utf-8")) for part in p.parts]
     except UnicodeEncodeError:
-        raise ConfigError(f"{label}: not valid UTF-8") from None
+        raise UsageError(f"{label}: not valid UTF-8") from None
     if max(encoded, default=0) > NAME_MAX:
-        raise ConfigError(f"{label}: a name longer than {NAME_MAX} bytes")
+        raise UsageError(f"{label}: a name longer than {NAME_MAX} bytes")
+    return p
+
+
+def check_output_path(path: str | Path, what: str) -> Path:
+    """Refuse, as one error line, an output path that cannot be written as a file: see
+    ``check_path_text``; a directory; a parent that is missing or not a directory."""
+    p = check_path_text(path, what)
+    label = f"{what} {shown(str(p))}"
     if p.is_dir():
         raise ConfigError(f"{label}: is a directory")
     parent = p.parent if str(p.parent) else Path(".")
@@ -147,7 +155,7 @@ def check_output_path(path: str | Path, what: str) -> Path:
 def existing_dir(path: str | Path, what: str) -> Path:
     """``path`` if it is a directory (a ``--sys-root``, ``--proc-root``...), else one
     UsageError line naming the option and the path."""
-    p = Path(path)
+    p = check_path_text(path, what)
     if not p.is_dir():
         raise UsageError(f"{what} {shown(str(p))} is not a directory")
     return p

@@ -16,6 +16,7 @@ from rich.table import Table
 from wanprobe import units
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
 from wanprobe.errors import one_line
+from wanprobe.userfiles import check_path_text
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 app = typer.Typer()
@@ -84,7 +85,7 @@ def history(
     from wanprobe.daemon.store import open_readonly
 
     since_s = units.parse_duration_s(since, default_unit="s")
-    store = open_readonly(state_dir / "history.sqlite3")
+    store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
     try:
         start = time.time() - since_s
         rows = store.probes(peer, since=start, limit=limit)

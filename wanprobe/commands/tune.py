@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from wanprobe.errors import ConfigError
-from wanprobe.userfiles import check_output_path
+from wanprobe.userfiles import check_output_path, existing_dir
 
 app = typer.Typer(name="tune", help="Plan, apply (as a transaction), roll back and check host tuning.",
                        no_args_is_help=True)
@@ -30,10 +30,11 @@ def _setup(netns: str | None, proc_root: str, sys_root: str):
     from tuners import netns as ns
     from tuners.registry import build_tuners
 
+    proc, sys_ = existing_dir(proc_root, "--proc-root"), existing_dir(sys_root, "--sys-root")
     if netns:
         ns.enter(netns)
     nft = os.environ.get("WANPROBE_NFT", "nft")
-    return build_tuners(Path(proc_root), Path(sys_root), nft=nft or None)
+    return build_tuners(proc, sys_, nft=nft or None)
 
 
 def _store(state_dir: str | None):

@@ -1,0 +1,336 @@
+"""Issue 14, "no traceback, ever": every command of the CLI, driven with hostile values.
+
+The commands and their options are ENUMERATED from the typer app, so a command added later is
+covered without editing this file. Each option gets the hostile values of its kind (text, integer,
+float, path, input file, output path): undecodable bytes, NaN/inf, integers beyond SQLite's range,
+absurd counts and durations, datagram-sized probes, directories where files belong, report and
+config files with wrong types, 100,000-deep nesting or NaN, state dirs that cannot be created.
+
+Each case runs in process through CliRunner, in a forked child (so a hang is killed at its timeout,
+and a command that enters a namespace or installs signal handlers does so in the child only). An
+audit hook records network activity: a hostile value must be refused before any IPv4/IPv6 socket
+is bound, connected or sent from. Commands that need a peer are pointed at 127.0.0.1 on a closed
+port. Asserted per case: exit != 0, no traceback, at most 3 lines on stderr (none longer than
+MAX_LINE characters), no "internal error" (the last-resort handler in cli.py: its line means a
+cause was left unfixed), and the child finished within its timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import new_lab_name
+
+from wanprobe import cli
+
+CASE_TIMEOUT_S = 20.0
+MAX_LINE = 500
+NON_UTF8 = b"peer-\xff\xfe".decode("utf-8", "surrogateescape")
+HUGE = "A" * 200_000
+
+# Values by kind. Each is refused by every option of its kind.
+TEXT = {"non-utf8": NON_UTF8, "huge": HUGE, "control": "a\nb\x1b[2J\x07"}
+NUMERIC_TEXT = {
+    "nan": "nan", "inf": "inf", "-inf": "-inf", "1e309": "1e309", "2^63": str(2**63),
+    "2^64 neg": str(-(2**64)), "1000h": "1000h", "10^12": str(10**12), "huge GiB": "9" * 40 + "GiB",
+    "datagram": "65536", "negative": "-1",
+}
+INTS = {"2^63": str(2**63), "-2^63-1": str(-(2**63) - 1), "10^12": str(10**12), "nan": "nan",
+        "negative": "-1"}
+FLOATS = {"nan": "nan", "inf": "inf", "-inf": "-inf", "1e309": "1e309", "1e300": "1e300",
+          "negative": "-1"}
+
+# Options whose value may legitimately be any name-like text (a lab, a peer): only the universal
+# text classes apply; "nan" or "1000h" would be a valid name there.
+FREE_NAMES = {("lab", "up", "name"), ("lab", "down", "name"), ("lab", "update", "name"),
+              ("lab", "exec", "name"), ("history", "peer"), ("tune", "rollback", "journal_id"),
+              ("lab", "exec", "command"), ("nccl-env", "iface")}
+OUTPUT_NAMES = ("output", "o")
+DIR_WORDS = ("dir", "root", "sysctl_d", "state")
+FILE_WORDS = ("file", "report", "config", "key", "plan", "path")
+FILE_VALUES = ("directory", "missing", "under a file", "name too long")
+
+
+def walk(command, path=()):
+    """(path, click command) for every leaf command of the tree."""
+    subs = getattr(command, "commands", None)
+    if subs:
+        for name, sub in sorted(subs.items()):
+            yield from walk(sub, path + (name,))
+    else:
+        yield path, command
+
+
+def annotation(param):
+    return getattr(getattr(param, "type_descriptor", None), "annotation", str)
+
+
+def is_flag(param) -> bool:
+    return bool(getattr(param, "is_flag", False)) or annotation(param) is bool
+
+
+def kind(path: tuple, param) -> str:
+    """text | free | int | float | key | file | dir | root | output: the hostile values it gets."""
+    ann = annotation(param)
+    name = param.name or ""
+    if ann is int:
+        return "int"
+    if ann is float:
+        return "float"
+    if path + (name,) in FREE_NAMES:
+        return "free"
+    if name in OUTPUT_NAMES:
+        return "output"
+    if "key" in name:
+        return "key"
+    if name.endswith("root"):
+        return "root"
+    if any(w in name for w in DIR_WORDS):
+        return "dir"
+    if "Path" in str(ann) or any(w in name for w in FILE_WORDS):
+        return "file"
+    return "text"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    """Hostile input files and paths, built once."""
+    d = tmp_path_factory.mktemp("hostile")
+    a_file = d / "plain"
+    a_file.write_text("plain\n")
+    deep = "[" * 100_000 + "]" * 100_000
+    report = {"schema_version": "1.0", "id": "r", "created_at": "x", "tool": {}, "host": {},
+              "peer": {}, "measurements": {}, "findings": [], "timestamps": {}}
+    contents = {
+        "non-utf8 file": b"\xff\xfe\x00\x81 not text",
+        "deep json": deep.encode(),
+        "deep object": ('{"a":' * 100_000 + "1" + "}" * 100_000).encode(),
+        "nan json": b'{"schema_version": "1.0", "findings": [], "x": NaN, "rtt": Infinity}',
+        "nan report": json.dumps({**report, "measurements": {"rtt_ms": float("nan")}}).encode(),
+        "wrong types": json.dumps({**report, "findings": "all of them", "host": [1, 2],
+                                   "peer": 7, "changes": {"a": 1}, "entries": 5}).encode(),
+        "wrong finding": json.dumps({**report, "findings": [
+            {"id": 1, "severity": [], "knobs": {"tuner": 5}, "evidence": "x"}]}).encode(),
+        "big int": ('{"schema_version": "1.0", "n": ' + "9" * 5000 + "}").encode(),
+        "deep toml": ("a = " + "[" * 100_000 + "]" * 100_000 + "\n").encode(),
+        "toml wrong types": b'state_dir = 5\n[probe]\ninterval = [1, 2]\n[[peers]]\nname = {}\n',
+        "empty": b"",
+    }
+    out = {"directory": str(d), "missing": str(d / "no-such-file"), "a file": str(a_file),
+           "endless": "/dev/zero",
+           "under a file": str(a_file / "sub"), "name too long": str(d / ("n" * 5000))}
+    for name, data in contents.items():
+        p = d / name.replace(" ", "-")
+        p.write_bytes(data)
+        out[name] = str(p)
+    return out
+
+
+def values_for(k: str, files: dict[str, str]) -> dict[str, str]:
+    if k == "int":
+        return INTS
+    if k == "float":
+        return FLOATS
+    if k == "free":
+        return TEXT
+    if k == "output":
+        return {**TEXT, **{n: files[n] for n in ("directory", "under a file", "name too long")}}
+    if k in ("dir", "root"):  # a root must exist; a state dir is created, so it must be creatable
+        names = ("a file", "under a file", "name too long") + (("missing",) if k == "root" else ())
+        return {**TEXT, **{n: files[n] for n in names}}
+    if k == "key":  # any text of 16+ characters is a key; these are not
+        names = ("directory", "missing", "under a file", "name too long", "endless",
+                 "non-utf8 file", "deep json", "empty")
+        return {**TEXT, **{n: files[n] for n in names}}
+    if k == "file":
+        return {**TEXT, **{n: v for n, v in files.items() if n != "a file"}}
+    return {**TEXT, **NUMERIC_TEXT}
+
+
+def is_option(param) -> bool:
+    return bool(param.opts) and param.opts[0].startswith("-")
+
+
+def baseline(path: tuple, command, tmp: Path, closed_port: int) -> list[str]:
+    """Benign options for a command: a peer on a closed loopback port, state and roots in a
+    scratch directory, so whatever a hostile value slips past touches nothing real."""
+    opts: list[str] = []
+    names = {p.name for p in command.params}
+    for p in command.params:
+        if is_option(p) and p.required and not is_flag(p):
+            opts += [p.opts[0], _benign(path, p, tmp)]
+    if "port" in names:
+        opts += ["--port", str(closed_port)]
+    for root in ("proc", "sys"):  # empty trees: present, so a hostile value is what is refused
+        (tmp / root).mkdir(exist_ok=True)
+    for name, value in (("state_dir", tmp / "state"), ("proc_root", tmp / "proc"),
+                        ("sys_root", tmp / "sys"), ("timeout", "300ms"), ("interval", "10ms"),
+                        ("count", "2"), ("config", tmp / "missing.toml")):
+        if name in names:
+            opts += [f"--{name.replace('_', '-')}", str(value)]
+    if path == ("daemon",):
+        opts.append("--check")
+    return opts
+
+
+LAB_NAME = new_lab_name()
+
+
+def _benign(path, param, tmp: Path) -> str:
+    ann, name = annotation(param), param.name or ""
+    if ann is int:
+        return "1"
+    if ann is float:
+        return "1e9"
+    if name in ("host", "peer"):
+        return "127.0.0.1"
+    if name == "side":
+        return "a"
+    if path[:1] == ("lab",) and name == "name":
+        return LAB_NAME
+    if kind(path, param) == "file":
+        return str(tmp / f"absent-{name}.json")
+    return "x"
+
+
+def argv_for(path, command, param, value, tmp, closed_port) -> list[str]:
+    """The command line: benign options, the hostile one, then ``--`` and the arguments."""
+    opts = baseline(path, command, tmp, closed_port)
+    if param is not None and is_option(param):
+        opts += [param.opts[0], value]
+    pos = []
+    for p in command.params:
+        if is_option(p):
+            continue
+        if p is param:
+            pos.append(value)
+        elif p.required:
+            pos.append(_benign(path, p, tmp))
+    if param is None:
+        pos.append(value)  # a command without options: an unexpected extra argument
+    return [*path, *opts, "--", *pos]
+
+
+NET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
+NET_EVENTS = ("socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg")
+
+
+def _child(argv: list[str], w: int, workdir: str) -> None:
+    from typer.testing import CliRunner
+
+    net: list[str] = []
+
+    def hook(event, args):
+        if event in NET_EVENTS and getattr(args[0], "family", None) in NET_FAMILIES:
+            net.append(f"{event} {args[1]!r}"[:120])
+
+    sys.addaudithook(hook)
+    os.chdir(workdir)  # a relative output name lands in the scratch directory
+    result = CliRunner().invoke(cli.app, argv)
+    exc = result.exception
+    doc = {"code": result.exit_code, "stdout": result.stdout[-4000:],
+           "stderr": result.stderr[-4000:], "net": net[:3],
+           "exception": None if exc is None or isinstance(exc, SystemExit) else repr(exc)[:300]}
+    os.write(w, json.dumps(doc).encode())
+
+
+def run_case(argv: list[str], workdir: Path, timeout_s: float = CASE_TIMEOUT_S) -> dict:
+    """Run one command line in a forked child; kill it after ``timeout_s``."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(r)
+        os.setsid()
+        try:
+            _child(argv, w, str(workdir))
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks, timed_out = [], False
+    try:
+        while True:
+            ready, _, _ = select.select([r], [], [], timeout_s)
+            if not ready:
+                timed_out = True
+                break
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        if timed_out:
+            os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if timed_out:
+        return {"timeout": True}
+    data = b"".join(chunks)
+    return json.loads(data) if data else {"no result": True}
+
+
+def problems(doc: dict) -> str | None:
+    """What is wrong with one case's outcome, or None."""
+    if doc.get("timeout"):
+        return f"did not finish within {CASE_TIMEOUT_S:g} s"
+    if doc.get("no result"):
+        return "the child died without a result"
+    err_lines = [ln for ln in doc["stderr"].splitlines() if ln.strip()]
+    out = doc["stdout"] + doc["stderr"]
+    if doc["exception"]:
+        return f"exception escaped: {doc['exception']}"
+    if "Traceback" in out:
+        return "traceback: " + doc["stderr"][-300:]
+    if doc["code"] == 0:
+        return "exit 0 (accepted)" + (" after network activity" if doc["net"] else "")
+    if "internal error" in doc["stderr"]:
+        return err_lines[0][:300]
+    if len(err_lines) > 3:
+        return f"{len(err_lines)} lines on stderr: " + " | ".join(err_lines[:4])[:300]
+    if any(len(ln) > MAX_LINE for ln in err_lines):
+        return f"a stderr line of {max(len(ln) for ln in err_lines)} characters"
+    if doc["net"]:
+        return f"network activity before the refusal: {doc['net'][0]}"
+    return None
+
+
+COMMANDS = sorted(walk(cli.command()), key=lambda pc: pc[0])
+
+
+@pytest.fixture(scope="module")
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there: TCP is refused, UDP gets ICMP port unreachable
+    return port
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=" ".join)
+def test_every_option_refuses_hostile_values(path, files, tmp_path, closed_port):
+    command = dict(COMMANDS)[path]
+    failures = []
+    cases = 0
+    for param in command.params:
+        if is_flag(param):
+            continue
+        for label, value in values_for(kind(path, param), files).items():
+            argv = argv_for(path, command, param, value, tmp_path, closed_port)
+            cases += 1
+            bad = problems(run_case(argv, tmp_path))
+            if bad:
+                failures.append(f"{param.name}={label}: {bad}")
+    if not cases:  # only flags: an unexpected extra argument is what there is to refuse
+        for label, value in TEXT.items():
+            cases += 1
+            bad = problems(run_case(argv_for(path, command, None, value, tmp_path, closed_port), tmp_path))
+            if bad:
+                failures.append(f"extra argument {label}: {bad}")
+    assert not failures, f"{' '.join(path)}: {len(failures)} of {cases} cases:\n" + "\n".join(failures)
