@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sys
 from typing import Annotated
@@ -15,8 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from wanprobe.errors import UsageError, WanprobeError, shown
-from wanprobe.probe.peer import NO_REPLY, udp_silence_reason
-from wanprobe.probe.sender import MAX_DATAGRAM_BYTES
+from wanprobe.probe.peer import NO_REPLY, numeric_family, udp_silence_reason
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
 
 DEFAULT_PORT = "862"
@@ -34,6 +34,7 @@ def _opt(option: str, parse, *args, **kw):
 
 
 MIN_KEY_CHARS = 16
+MAX_REFLECT_PPS = 10_000_000  # per source; one core reflects a few hundred thousand
 MAX_KEY_BYTES = 4096  # a key file is a line of text; /dev/zero is not one
 
 
@@ -75,17 +76,22 @@ def reflect(
         "this file (>= 16 characters); unauthenticated probes are then dropped.")] = None,
 ) -> None:
     """Run a STAMP (RFC 8762/8972) / TWAMP-Light reflector and the throughput server."""
+    from wanprobe.throughput.client import MAX_TEST_S
+
+    if numeric_family(bind) is None:
+        raise UsageError(f"--bind {shown(bind)} is not an IP address (e.g. 0.0.0.0 or ::)")
     key = read_hmac_key_file(hmac_key_file)
     port_n = _opt("--port", parse_port, port)
     duration_s = _opt("--max-test-duration", parse_duration_s, max_test_duration,
-                      default_unit="s", allow_zero=False)
+                      default_unit="s", allow_zero=False, maximum_s=MAX_TEST_S)
     max_bytes = _opt("--max-test-bytes", parse_bytes, max_test_bytes)
     try:
-        rate = float(rate_pps)
+        rate = float(rate_pps) if len(rate_pps) <= 32 else math.nan
     except ValueError:
-        raise UsageError(f"--rate-limit {rate_pps!r} is not a number") from None
-    if rate <= 0:
-        raise UsageError("--rate-limit must be > 0")
+        rate = math.nan
+    if not 0 < rate <= MAX_REFLECT_PPS:
+        raise UsageError(f"--rate-limit {shown(rate_pps)} must be a number > 0 and at most the "
+                         f"limit of {MAX_REFLECT_PPS:,} replies per second")
     asyncio.run(_serve(bind, port_n, duration_s, max_bytes, rate, key))
 
 
@@ -139,6 +145,7 @@ def probe(
     """Measure RTT, loss per direction, jitter, reordering and DSCP treatment to HOST."""
     from wanprobe.probe.api import METHODS
     from wanprobe.probe.api import probe as run
+    from wanprobe.probe.sender import MAX_DATAGRAM_BYTES
 
     if method not in METHODS:
         raise UsageError(f"unknown --method {method!r} (use stamp, icmp or tcp)")
@@ -227,15 +234,17 @@ def mtu(
     port: Annotated[str, typer.Option("--port", help="STAMP port.")] = DEFAULT_PORT,
     timeout: Annotated[str | None, typer.Option(
         "--timeout", help="Wait per try (default: 3x the measured RTT + 50 ms).")] = None,
-    tries: Annotated[int, typer.Option("--tries", help="Tries per size before it counts as lost.")] = 3,
+    tries: Annotated[int, typer.Option("--tries", min=1, max=100,
+                                       help="Tries per size before it counts as lost.")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Find the path MTU to HOST by DF-bit search (works through ICMP black holes)."""
     from wanprobe.probe.mtu import probe_path_mtu
+    from wanprobe.probe.sender import MAX_TIMEOUT_S
 
     port_n = _opt("--port", parse_port, port)
-    timeout_s = (_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False)
-                 if timeout else None)
+    timeout_s = (_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False,
+                      maximum_s=MAX_TIMEOUT_S) if timeout else None)
     if tries < 1:
         raise UsageError("--tries must be >= 1")
     result = asyncio.run(probe_path_mtu(host, port=port_n, timeout_s=timeout_s, tries=tries))
