@@ -14,7 +14,8 @@ from rich.table import Table
 from wanprobe.errors import UsageError
 from wanprobe.models import impact as model
 from wanprobe.models.bdp import window_from_buffer_bytes
-from wanprobe.models.impact_inputs import Candidate, candidate_from_report, slowest
+from wanprobe.models.impact_inputs import Candidate, candidate_from_report
+from wanprobe.models.impact_sites import Assessment, assess
 from wanprobe.units import (
     format_bytes,
     format_rate,
@@ -135,69 +136,46 @@ def impact(
     if job.gpu_hour_cost < 0:
         raise UsageError("--gpu-hour-cost must be ≥ 0")
     link = parse_rate_bps(bandwidth) if bandwidth is not None else None
-    upgrade = parse_rate_bps(more_bandwidth) if more_bandwidth is not None else None
-
-    def options_for(c: Candidate | None) -> model.Options:
-        return model.Options(collective=collective, topk_ratio=topk, sync_every=sync_every,
-                             more_bandwidth_bps=upgrade,
-                             tuned_window_bytes=c.tuned_window_bytes if c else None,
-                             tuned_cc=(c.tuned_cc if c and c.tuned_cc else "bbr"))
-
-    candidates: list[dict] = []
+    options = model.Options(collective=collective, topk_ratio=topk, sync_every=sync_every,
+                            more_bandwidth_bps=(parse_rate_bps(more_bandwidth)
+                                                if more_bandwidth is not None else None))
     if report:
         if rtt is not None or loss is not None:
             raise UsageError("--rtt/--loss come from the report; give either --report or --rtt/--loss")
-        cands = _load_reports(report, link)
-        for c in cands:
-            res = model.strategies(job, c.path, options_for(c))
-            candidates.append({"site": c.name, "inputs": c.to_json(),
-                               "strategies": [r.to_json() for r in res], "_res": res})
-        sort_key = "step_time_s" if job.compute_s is not None else "comm_time_s"
-        candidates.sort(key=lambda d: d["_res"][0].to_json()[sort_key])
-        for rank, d in enumerate(candidates, 1):
-            d["rank"] = rank
-        path = slowest(cands) if len(cands) > 1 else cands[0].path
-        results = model.strategies(job, path, options_for(cands[0] if len(cands) == 1 else None))
+        result = assess(job, options, candidates=_load_reports(report, link))
     else:
-        path = _path_from_flags(rtt, bandwidth, loss, cc, rmem)
-        results = model.strategies(job, path, options_for(None))
-
-    inputs = {
-        "params": params, "dtype": job.dtype, "gradient_bytes": model.gradient_bytes(params, job.dtype),
-        "sites": sites, "gpus_per_site": gpus_per_site, "gpus": job.gpus,
-        "compute_s": job.compute_s, "overlap": job.overlap, "gpu_hour_cost": job.gpu_hour_cost,
-        "collective": collective, "rtt_p99_s": path.rtt_s, "link_bps": path.link_bps,
-        "loss": path.loss, "cc": path.cc, "window_bytes": path.window_bytes,
-        "flow_rate_bps": path.flow_rate(1), "topk_ratio": topk, "sync_every": sync_every,
-        "basis": "slowest link: p99 RTT and the slowest peer's achievable rate",
-        "reports": [str(p) for p in report or []],
-    }
+        result = assess(job, options, path=_path_from_flags(rtt, bandwidth, loss, cc, rmem))
     if as_json:
-        doc = {"inputs": inputs, "strategies": [r.to_json() for r in results]}
-        if candidates:
-            doc["candidates"] = [{k: v for k, v in d.items() if k != "_res"} for d in candidates]
+        doc = result.to_json()
+        doc["inputs"]["reports"] = [str(p) for p in report or []]
         typer.echo(json.dumps(doc, indent=2))
         return
+    _render(result)
+
+
+def _render(result: Assessment) -> None:
+    job, path, results, sites = result.job, result.path, list(result.results), result.sites
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
-    console.print(f"[bold]Gradient[/] {params:.3g} params × {job.dtype} = "
-                  f"{format_bytes(inputs['gradient_bytes'])} per sync; {sites} sites × "
-                  f"{gpus_per_site} GPUs")
+    console.print(f"[bold]Gradient[/] {job.params:.3g} params × {job.dtype} = "
+                  f"{format_bytes(model.gradient_bytes(job.params, job.dtype))} per sync; "
+                  f"{job.sites} sites × {job.gpus_per_site} GPUs")
     console.print(f"[bold]Path[/] a synchronous step waits for its slowest link: p99 RTT "
                   f"{path.rtt_s * 1e3:.1f} ms, loss {100 * path.loss:.3g} %, slowest peer's "
                   f"achievable rate {format_rate(path.flow_rate(1))} per flow, link "
                   f"{format_rate(path.link_bps)}")
-    if candidates:
+    if sites:
         t = Table(title="candidate sites, best first", title_justify="left")
         for col in ("rank", "site", "p99 RTT", "rate/flow", "as-is step", "GPU idle", "idle $/day"):
             t.add_column(col)
-        for d in candidates:
-            r0 = d["_res"][0]
-            t.add_row(str(d["rank"]), d["site"], f"{d['inputs']['rtt_p99_s'] * 1e3:.1f} ms",
+        for site in sites:
+            r0 = site.results[0]
+            t.add_row(str(site.rank), site.candidate.name,
+                      f"{site.candidate.path.rtt_s * 1e3:.1f} ms",
                       format_rate(r0.wan_rate_bps), _fmt_s(r0.step_time_s or r0.comm_time_s),
                       _pct(r0.gpu_idle_share),
                       "—" if r0.idle_cost_per_day is None else f"{r0.idle_cost_per_day:,.0f}")
         console.print(t)
-    title = "strategies" + (" (job spanning all candidate sites)" if len(candidates) > 1 else "")
+    title = "strategies" + (" (job spanning all candidate sites)" if len(sites) > 1 else "")
     console.print(_table(title, results))
     for r in results:
         if r.note:
