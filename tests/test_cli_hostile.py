@@ -54,8 +54,11 @@ FREE_NAMES = {("lab", "up", "name"), ("lab", "down", "name"), ("lab", "update", 
               ("lab", "exec", "command"), ("nccl-env", "iface")}
 # (command path, option, class) where the "hostile" value is in fact valid: a server given a valid
 # cap serves until stopped (so it would "not finish"), and these caps are legitimately small/big.
+# A bare 65536 is a valid --window (bytes, as iperf3's -w).
 VALID = {(("reflect",), "max_test_duration", "datagram"), (("reflect",), "max_test_bytes", "datagram"),
-         (("reflect",), "max_test_bytes", "10^12"), (("reflect",), "rate_pps", "datagram")}
+         (("reflect",), "max_test_bytes", "10^12"), (("reflect",), "rate_pps", "datagram"),
+         (("throughput",), "window", "datagram"), (("throughput",), "max_duration", "datagram"),
+         (("throughput",), "max_bytes", "10^12"), (("throughput",), "max_bytes", "datagram")}
 OUTPUT_NAMES = ("output", "o")
 DIR_WORDS = ("dir", "root", "sysctl_d", "state")
 FILE_WORDS = ("file", "report", "config", "key", "plan", "path")

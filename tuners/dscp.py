@@ -20,7 +20,7 @@ import subprocess
 from typing import Any
 
 from tuners.knob import Change, Skip, normalise
-from wanprobe.errors import ConfigError, TuneError, UsageError
+from wanprobe.errors import ConfigError, TuneError, UsageError, shown
 from wanprobe.units import parse_dscp, parse_port
 
 NFT_KEY = "nft:inet wanprobe"
@@ -34,7 +34,7 @@ def canonical(value: Any) -> list[dict[str, Any]]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            raise ConfigError(f"dscp value {value[:60]!r} is not JSON") from None
+            raise ConfigError(f"dscp value {shown(value[:60])} is not JSON") from None
     items = value if isinstance(value, list) else [value]
     out = []
     for item in items:
@@ -55,7 +55,7 @@ def canonical(value: Any) -> list[dict[str, Any]]:
             raise ConfigError(f"dscp daddr: {exc}") from None
         proto = item.get("proto")
         if proto not in (None, "tcp", "udp"):
-            raise ConfigError(f"dscp proto must be tcp or udp, got {proto!r}")
+            raise ConfigError(f"dscp proto must be tcp or udp, got {shown(proto)}")
         c["proto"] = proto
         dport = item.get("dport")
         if dport is not None:
@@ -65,16 +65,16 @@ def canonical(value: Any) -> list[dict[str, Any]]:
             except UsageError as exc:
                 raise ConfigError(str(exc)) from None
             if lo_p > hi_p:
-                raise ConfigError(f"dscp dport range {dport!r} is reversed")
+                raise ConfigError(f"dscp dport range {shown(dport)} is reversed")
             dport = f"{lo_p}-{hi_p}"
         c["dport"] = dport
         uid = item.get("uid")
         if uid is not None and (not isinstance(uid, int) or uid < 0):
-            raise ConfigError(f"dscp uid must be a non-negative integer, got {uid!r}")
+            raise ConfigError(f"dscp uid must be a non-negative integer, got {shown(uid)}")
         c["uid"] = uid
         cg = item.get("cgroup")
         if cg is not None and (not isinstance(cg, str) or '"' in cg or not cg.strip("/")):
-            raise ConfigError(f"dscp cgroup must be a cgroup v2 path, got {cg!r}")
+            raise ConfigError(f"dscp cgroup must be a cgroup v2 path, got {shown(cg)}")
         c["cgroup"] = cg.strip("/") if cg else None
         if not (c["daddr"] or dport or uid is not None or c["cgroup"]):
             raise ConfigError("a dscp classifier needs daddr, dport, uid or cgroup (never mark everything)")
@@ -178,7 +178,7 @@ class DscpTuner:
                 if r.returncode == 0:
                     parts.append(f"{fam}: " + " ; ".join(r.stdout.strip().splitlines()))
             return " | ".join(parts) if parts else None
-        raise ConfigError(f"unknown dscp key {key!r} (use {NFT_KEY!r} or {IPT_KEY!r})")
+        raise ConfigError(f"unknown dscp key {shown(key)} (use {shown(NFT_KEY)} or {shown(IPT_KEY)})")
 
     def verify(self, key: str, wanted: str | None) -> bool:
         live = self.current(key)
@@ -204,7 +204,7 @@ class DscpTuner:
         if change.key == NFT_KEY and not self.nft:
             raise ConfigError("plan marks DSCP with nftables but nft is not available here; re-plan")
         if change.key not in (NFT_KEY, IPT_KEY):
-            raise ConfigError(f"unknown dscp key {change.key!r}")
+            raise ConfigError(f"unknown dscp key {shown(change.key)}")
         canonical(change.new)
 
     # -- writing ---------------------------------------------------------------------------

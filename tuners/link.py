@@ -16,7 +16,7 @@ import struct
 from typing import Any
 
 from tuners.knob import Change, Skip, same_value
-from wanprobe.errors import ConfigError, TuneError
+from wanprobe.errors import ConfigError, TuneError, shown
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GRINGPARAM, ETHTOOL_SRINGPARAM = 0x10, 0x11
@@ -29,7 +29,7 @@ RAISE_ONLY = ("txqueuelen", "rx_ring", "tx_ring")
 def split_key(key: str) -> tuple[str, str]:
     ifname, _, field = key.rpartition("/")
     if not ifname or field not in FIELDS or len(ifname) > 15:
-        raise ConfigError(f"unknown link key {key!r} (want <ifname>/{'|'.join(FIELDS)})")
+        raise ConfigError(f"unknown link key {shown(key)} (want <ifname>/{'|'.join(FIELDS)})")
     return ifname, field
 
 
@@ -89,7 +89,7 @@ class LinkTuner:
         try:
             value = int(change.new)
         except ValueError:
-            raise ConfigError(f"{change.key}: value {change.new!r} is not a number") from None
+            raise ConfigError(f"{change.key}: value {shown(change.new)} is not a number") from None
         lo, hi = self._range(ifname, field)
         if not lo <= value <= hi:
             raise ConfigError(f"{change.key}: {value} is outside the device's range {lo}..{hi}")

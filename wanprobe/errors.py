@@ -10,10 +10,11 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """``repr(value)`` cut to a readable length, saying how long the original was.
 
     Undecodable bytes and control characters come out escaped, so the line stays one line."""
-    text = value if isinstance(value, str) else str(value)
-    if len(text) <= limit:
-        return repr(text)
-    return f"{text[:limit]!r}… ({len(text)} characters)"
+    text = repr(value)
+    if len(text) <= limit + 2:
+        return text
+    size = len(value) if isinstance(value, str | bytes) else len(text)
+    return f"{text[:limit]}… ({size} characters)"
 
 
 def one_line(message: object, limit: int = MESSAGE_CHARS) -> str:
