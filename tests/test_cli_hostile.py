@@ -356,3 +356,111 @@ def test_every_option_refuses_hostile_values(path, files, tmp_path, closed_port)
             if bad:
                 failures.append(f"extra argument {label}: {bad}")
     assert not failures, f"{' '.join(path)}: {len(failures)} of {cases} cases:\n" + "\n".join(failures)
+
+
+# -- the real entry point, as a subprocess: argv with bytes that are not UTF-8 ----------------
+
+@pytest.mark.parametrize("argv", [
+    [b"probe", b"peer-\xff\xfe.example"],
+    [b"report", b"show", b"\xff\xfe.json"],
+    [b"impact", b"--params", b"nan"],
+    [b"probe", b"127.0.0.1", b"--count", str(10**12).encode()],
+    [b"history", b"x", b"--limit", str(2**63).encode()],
+    [b"\xff"],
+], ids=lambda a: b" ".join(a)[:30].decode("utf-8", "replace"))
+def test_real_entry_point_refuses_in_one_line(argv, tmp_path):
+    import subprocess
+
+    r = subprocess.run([sys.executable.encode(), b"-m", b"wanprobe", *argv], capture_output=True,
+                       timeout=60, cwd=tmp_path, env={**os.environ, "LC_ALL": "C.UTF-8"})
+    err = r.stderr.decode("utf-8", "replace")
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert r.returncode != 0 and "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith("wanprobe: error:"), err
+
+
+# -- targeted: the cases issue 14 names -------------------------------------------------------
+
+def test_tune_apply_cuts_a_10_mb_value(tmp_path):
+    from tuners.plan import host_id
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"plan_version": 1, "host_id": host_id(), "netns_inode": 0,
+                                "created_at": "x", "changes": [
+                                    {"tuner": "sysctl", "key": "net.ipv4.tcp_congestion_control",
+                                     "old": "cubic", "new": "x" * 10_000_000}]}))
+    (tmp_path / "proc").mkdir()
+    doc = run_case(["tune", "apply", str(plan), "--yes", "--proc-root", str(tmp_path / "proc"),
+                    "--state-dir", str(tmp_path / "st")], tmp_path)
+    assert problems(doc) is None, problems(doc)
+    line = doc["stderr"].strip()
+    assert len(line) < 250 and "10000000 characters" in line, line
+
+
+def _daemon_config(tmp_path: Path, state_dir: str) -> Path:
+    cfg = tmp_path / "wanprobe.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{state_dir}"\nmetrics_listen = "127.0.0.1:0"\n'
+                   'reflector = false\n[[peers]]\nname = "p"\naddress = "127.0.0.1"\n')
+    return cfg
+
+
+def test_daemon_check_and_daemon_agree_on_an_uncreatable_state_dir(tmp_path):
+    """`daemon --check` used to say ok and the daemon then raised; both now refuse in one line."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cfg = _daemon_config(tmp_path, str(blocker / "state"))
+    for extra in (["--check"], []):
+        doc = run_case(["daemon", "--config", str(cfg), *extra], tmp_path)
+        assert problems(doc) is None, (extra, problems(doc))
+        assert "state_dir" in doc["stderr"] and "cannot create or write" in doc["stderr"]
+    ok = _daemon_config(tmp_path, str(tmp_path / "fresh" / "state"))
+    doc = run_case(["daemon", "--config", str(ok), "--check"], tmp_path)
+    assert doc["code"] == 0 and ": ok" in doc["stdout"], doc
+    assert (tmp_path / "fresh" / "state" / "reports").is_dir()  # made as the daemon makes it
+
+
+# -- generated: hypothesis text and numbers into every option of the probe-free commands -------
+
+def _option_params():
+    out = []
+    for path, command in COMMANDS:
+        if path[0] in ("lab", "demo", "reflect", "daemon"):  # servers and root-only labs: above
+            continue
+        out += [(path, command, p) for p in command.params if not is_flag(p)]
+    return out
+
+
+OPTION_PARAMS = _option_params()
+
+
+@pytest.mark.timeout(600)
+def test_generated_values_never_crash(tmp_path, closed_port):
+    """Hypothesis draws arbitrary text (surrogates and controls included) and numbers written as
+    text; whatever a command makes of them — refusal, or a run against the closed port — it ends
+    without a traceback, in at most 3 stderr lines, within its timeout."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    values = st.one_of(
+        st.text(st.characters(codec=None, exclude_categories=("Cs",)), max_size=40),
+        st.text(alphabet=st.sampled_from(list("0123456789.eE+-_ xkKmMgGiBbsnu%h")), max_size=24),
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.integers(min_value=-(2**80), max_value=2**80).map(str),
+        st.sampled_from([NON_UTF8, "\x00", "-", "--", "", " ", "\n"]),
+    )
+
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.sampled_from(OPTION_PARAMS), values)
+    def one(case, value):
+        path, command, param = case
+        doc = run_case(argv_for(path, command, param, value, tmp_path, closed_port), tmp_path)
+        if doc.get("timeout") or doc.get("no result"):
+            raise AssertionError(f"{' '.join(path)} {param.name}={value!r}: {problems(doc)}")
+        err_lines = [ln for ln in doc["stderr"].splitlines() if ln.strip()]
+        out = doc["stdout"] + doc["stderr"]
+        assert not doc["exception"] and "Traceback" not in out, (path, param.name, value, out[-300:])
+        assert "internal error" not in doc["stderr"], (path, param.name, value, doc["stderr"])
+        assert len(err_lines) <= 3, (path, param.name, value, err_lines)
+
+    one()

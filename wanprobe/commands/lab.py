@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wanprobe.errors import LabError, UsageError
-from wanprobe.units import format_rate, parse_duration_ms, parse_rate_bps, parse_ratio
+from wanprobe.units import MAX_RTT_S, format_rate, parse_duration_ms, parse_rate_bps, parse_ratio
 
 console = Console(highlight=False)
 
@@ -24,7 +24,8 @@ def _opt(text: str | None, parse):
 
 
 def _ms(text: str) -> float:
-    return parse_duration_ms(text, default_unit="ms")
+    """A delay or jitter in ms; a bare number is ms (as tc's netem); at most MAX_RTT_S."""
+    return parse_duration_ms(text, default_unit="ms", maximum_s=MAX_RTT_S)
 
 
 def settings_kwargs(*, rtt=None, jitter=None, loss=None, loss_ab=None, loss_ba=None, rate=None,
