@@ -17,11 +17,6 @@ from wanprobe.probe.icmp import probe_icmp
 from wanprobe.probe.tcp_connect import probe_tcp
 
 
-def run(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "wanprobe", *args], capture_output=True,
-                          text=True, timeout=timeout)
-
-
 @pytest.mark.parametrize("args, words", [
     (["probe", "no-such-host.invalid"], "unknown host"),
     (["probe", "127.0.0.1", "--dscp", "AF99"], "DSCP"),
@@ -82,8 +77,8 @@ def test_reflect_and_probe_json_on_loopback():
                              "--port", str(port)], stderr=subprocess.PIPE, text=True)
     try:
         assert "STAMP on udp" in refl.stderr.readline()
-        r = run("probe", "127.0.0.1", "--port", str(port), "--count", "20", "--interval", "5ms",
-                "--dscp", "AF31", "--json")
+        r = invoke("probe", "127.0.0.1", "--port", str(port), "--count", "20", "--interval", "5ms",
+                   "--dscp", "AF31", "--json")
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
         assert set(doc["rtt_ms"]) == {"min", "p50", "p90", "p99", "max", "mean", "stdev"}
@@ -93,7 +88,7 @@ def test_reflect_and_probe_json_on_loopback():
         assert doc["dscp"]["returned"] == 26 and doc["dscp"]["bleached"] == "none"
         assert doc["method"] == "stamp" and doc["peer"] == "127.0.0.1"
         assert doc["started_at"].endswith("Z") and "T" in doc["started_at"]
-        human = run("probe", "127.0.0.1", "--port", str(port), "--count", "3", "--interval", "5ms")
+        human = invoke("probe", "127.0.0.1", "--port", str(port), "--count", "3", "--interval", "5ms")
         assert human.returncode == 0 and "p99" in human.stdout
     finally:
         refl.terminate()

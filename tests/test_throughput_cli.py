@@ -5,21 +5,16 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
+from clirun import invoke
 from conftest import free_port
 
 from wanprobe.errors import ProbeError, UsageError
 from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.server import ThroughputServer
-
-
-def wanprobe(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "wanprobe", "throughput", *args],
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def one_line_error(r: subprocess.CompletedProcess) -> str:
@@ -34,13 +29,8 @@ def one_line_error(r: subprocess.CompletedProcess) -> str:
 
 
 def in_process(capsys, *args: str) -> subprocess.CompletedProcess:
-    """Run the CLI in this process (fast) and capture it like a subprocess."""
-    from wanprobe.cli import main
-
-    with pytest.raises(SystemExit) as exc:
-        main(["throughput", *args])
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(args, exc.value.code, out.out, out.err)
+    """`wanprobe throughput ARGS` in process (CliRunner: the console script's code path)."""
+    return invoke("throughput", *args)
 
 
 def test_unknown_cc_lists_the_available_ones(capsys):
@@ -72,7 +62,7 @@ def test_bad_options_give_one_line(capsys, args, needle):
 
 
 def test_peer_not_listening_is_one_line_probe_error():
-    r = wanprobe("127.0.0.1", "--port", str(free_port()), "--duration", "1s")
+    r = invoke("throughput", "127.0.0.1", "--port", str(free_port()), "--duration", "1s")
     line = one_line_error(r)
     assert "connection refused" in line and r.returncode == ProbeError.exit_code
 
