@@ -310,6 +310,29 @@ def problems(doc: dict) -> str | None:
 COMMANDS = sorted(walk(cli.command()), key=lambda pc: pc[0])
 
 
+# Commands import their machinery lazily (a fast CLI start); import it once here so each forked
+# case does not pay for it again. A module another branch renamed is simply skipped.
+WARM_MODULES = (
+    "wanprobe.probe.api", "wanprobe.probe.mtu", "wanprobe.probe.reflector",
+    "wanprobe.throughput.client", "wanprobe.throughput.server", "wanprobe.diagnose.run",
+    "wanprobe.report.render_rich", "wanprobe.report.render_md", "wanprobe.report.store",
+    "wanprobe.daemon.main", "wanprobe.daemon.store", "wanprobe.lab", "tuners.registry",
+    "tuners.transaction", "tuners.from_report", "tuners.nccl_env", "tuners.plan",
+    "collectors.snapshot", "collectors.health", "jsonschema", "typer.testing",
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm_imports():
+    import importlib
+
+    for name in WARM_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
 @pytest.fixture(scope="module", autouse=True)
 def no_stray_lab():
     """`lab up` must refuse every hostile value; should one slip through, its lab is removed."""

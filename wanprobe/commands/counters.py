@@ -21,6 +21,7 @@ TCP_KEYS = ("InSegs", "OutSegs", "RetransSegs", "TCPTimeouts", "TCPLostRetransmi
             "TCPSynRetrans", "TCPBacklogDrop", "ListenDrops", "ListenOverflows", "TCPOFOQueue")
 SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_ROWS = 40
+MAX_INTERVAL_S = 3600.0  # a rate over more than an hour hides every burst it should show
 
 
 def document(snapshot, rates=None, findings=()) -> dict:
@@ -175,7 +176,8 @@ def counters(
     sys_path = existing_dir(sys_root or "/sys", "--sys-root")
     proc_path = existing_dir(proc_root or "/proc", "--proc-root")
     eth_path = existing_dir(ethtool_root, "--ethtool-root") if ethtool_root else None
-    interval_s = parse_duration_s(interval, default_unit="s", allow_zero=False) if interval else None
+    interval_s = (parse_duration_s(interval, default_unit="s", allow_zero=False,
+                                   maximum_s=MAX_INTERVAL_S) if interval else None)
     if watch and as_json:
         raise UsageError("--watch refreshes a screen; use --interval with --json instead")
     if watch:

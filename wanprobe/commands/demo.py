@@ -16,6 +16,7 @@ from rich.table import Table
 from wanprobe.units import format_rate
 
 PROFILE = "taipei-uswest"
+MAX_DEMO_TEST_S = 60.0  # each of the two throughput tests; the reflector's default cap
 
 
 def run_demo(*, profile: str = PROFILE, ping_count: int = 1000, iperf_s: float = 4.0,
@@ -68,7 +69,8 @@ def demo(
 
         doc = run_demo_story(json_out, lab_name=f"demo{os.getpid()}",
                              duration_s=parse_duration_s(duration, default_unit="s",
-                                                         allow_zero=False))
+                                                         allow_zero=False,
+                                                         maximum_s=MAX_DEMO_TEST_S))
         if json_out:
             typer.echo(json.dumps(doc, sort_keys=True))
         return
