@@ -17,6 +17,7 @@ from wanprobe.models.bdp import window_from_buffer_bytes
 from wanprobe.models.impact_inputs import Candidate, candidate_from_report
 from wanprobe.models.impact_sites import Assessment, assess
 from wanprobe.units import (
+    MAX_RTT_S,
     format_bytes,
     format_rate,
     parse_bytes,
@@ -40,7 +41,7 @@ def _path_from_flags(rtt: str | None, bandwidth: str | None, loss: str | None, c
                      rmem: str) -> model.Path:
     if rtt is None or bandwidth is None:
         raise UsageError("give --report R.json, or --rtt and --bandwidth (e.g. --rtt 130ms --bandwidth 10gbit)")
-    rtt_s = parse_duration_s(rtt, allow_zero=False)
+    rtt_s = parse_duration_s(rtt, allow_zero=False, maximum_s=MAX_RTT_S)
     link = parse_rate_bps(bandwidth)
     p = parse_ratio(loss) if loss is not None else 0.0
     window = window_from_buffer_bytes(parse_bytes(rmem))
