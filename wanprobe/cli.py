@@ -125,7 +125,7 @@ class WanprobeGroup(TyperGroup):
         except BrokenPipeError:
             sys.exit(0)
         except OSError as exc:  # a path or device from the command line: say which
-            where = f": {exc.filename}" if exc.filename else ""
+            where = f": {shown(str(exc.filename))}" if exc.filename else ""
             fail(f"{exc.strerror or exc}{where}", 1)
         except Exception as exc:  # noqa: BLE001 - the last line of "never a traceback"
             _internal(exc)
