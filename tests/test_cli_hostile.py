@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import signal
 import socket
 import sys
 from pathlib import Path
 
 import pytest
+from clirun import PREBUILT, run_forked
 from conftest import new_lab_name
 
 from wanprobe import cli
@@ -221,66 +220,6 @@ def argv_for(path, command, param, value, tmp, closed_port) -> list[str]:
     return [*path, *opts, "--", *pos]
 
 
-NET_FAMILIES = (socket.AF_INET, socket.AF_INET6)
-NET_EVENTS = ("socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg")
-
-
-def _child(argv: list[str], w: int, workdir: str) -> None:
-    import typer.testing
-    from typer.testing import CliRunner
-
-    typer.testing._get_command = lambda _app: PREBUILT  # the tree built once, before forking
-
-    net: list[str] = []
-
-    def hook(event, args):
-        if event in NET_EVENTS and getattr(args[0], "family", None) in NET_FAMILIES:
-            net.append(f"{event} {args[1]!r}"[:120])
-
-    sys.addaudithook(hook)
-    os.chdir(workdir)  # a relative output name lands in the scratch directory
-    result = CliRunner().invoke(cli.app, argv)
-    exc = result.exception
-    doc = {"code": result.exit_code, "stdout": result.stdout[-4000:],
-           "stderr": result.stderr[-4000:], "net": net[:3],
-           "exception": None if exc is None or isinstance(exc, SystemExit) else repr(exc)[:300]}
-    os.write(w, json.dumps(doc).encode())
-
-
-def run_case(argv: list[str], workdir: Path, timeout_s: float = CASE_TIMEOUT_S) -> dict:
-    """Run one command line in a forked child; kill it after ``timeout_s``."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(r)
-        os.setsid()
-        try:
-            _child(argv, w, str(workdir))
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks, timed_out = [], False
-    try:
-        while True:
-            ready, _, _ = select.select([r], [], [], timeout_s)
-            if not ready:
-                timed_out = True
-                break
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(r)
-        if timed_out:
-            os.killpg(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    if timed_out:
-        return {"timeout": True}
-    data = b"".join(chunks)
-    return json.loads(data) if data else {"no result": True}
-
-
 def problems(doc: dict) -> str | None:
     """What is wrong with one case's outcome, or None."""
     if doc.get("timeout"):
@@ -306,7 +245,6 @@ def problems(doc: dict) -> str | None:
     return None
 
 
-PREBUILT = cli.command()
 COMMANDS = sorted(walk(PREBUILT), key=lambda pc: pc[0])
 
 
@@ -379,13 +317,13 @@ def test_every_option_refuses_hostile_values(path, files, tmp_path, closed_port)
                 continue
             argv = argv_for(path, command, param, value, tmp_path, closed_port)
             cases += 1
-            bad = problems(run_case(argv, tmp_path))
+            bad = problems(run_forked(argv, tmp_path, CASE_TIMEOUT_S))
             if bad:
                 failures.append(f"{param.name}={label}: {bad}")
     if not cases:  # only flags: an unexpected extra argument is what there is to refuse
         for label, value in TEXT.items():
             cases += 1
-            bad = problems(run_case(argv_for(path, command, None, value, tmp_path, closed_port), tmp_path))
+            bad = problems(run_forked(argv_for(path, command, None, value, tmp_path, closed_port), tmp_path))
             if bad:
                 failures.append(f"extra argument {label}: {bad}")
     assert not failures, f"{' '.join(path)}: {len(failures)} of {cases} cases:\n" + "\n".join(failures)
@@ -423,7 +361,7 @@ def test_tune_apply_cuts_a_10_mb_value(tmp_path):
                                     {"tuner": "sysctl", "key": "net.ipv4.tcp_congestion_control",
                                      "old": "cubic", "new": "x" * 10_000_000}]}))
     (tmp_path / "proc").mkdir()
-    doc = run_case(["tune", "apply", str(plan), "--yes", "--proc-root", str(tmp_path / "proc"),
+    doc = run_forked(["tune", "apply", str(plan), "--yes", "--proc-root", str(tmp_path / "proc"),
                     "--state-dir", str(tmp_path / "st")], tmp_path)
     assert problems(doc) is None, problems(doc)
     line = doc["stderr"].strip()
@@ -443,11 +381,11 @@ def test_daemon_check_and_daemon_agree_on_an_uncreatable_state_dir(tmp_path):
     blocker.write_text("")
     cfg = _daemon_config(tmp_path, str(blocker / "state"))
     for extra in (["--check"], []):
-        doc = run_case(["daemon", "--config", str(cfg), *extra], tmp_path)
+        doc = run_forked(["daemon", "--config", str(cfg), *extra], tmp_path)
         assert problems(doc) is None, (extra, problems(doc))
         assert "state_dir" in doc["stderr"] and "cannot create or write" in doc["stderr"]
     ok = _daemon_config(tmp_path, str(tmp_path / "fresh" / "state"))
-    doc = run_case(["daemon", "--config", str(ok), "--check"], tmp_path)
+    doc = run_forked(["daemon", "--config", str(ok), "--check"], tmp_path)
     assert doc["code"] == 0 and ": ok" in doc["stdout"], doc
     assert (tmp_path / "fresh" / "state" / "reports").is_dir()  # made as the daemon makes it
 
@@ -491,7 +429,7 @@ def test_generated_values_never_crash(tmp_path, closed_port):
     @given(st.sampled_from(OPTION_PARAMS), values)
     def one(case, value):
         path, command, param = case
-        doc = run_case(argv_for(path, command, param, value, tmp_path, closed_port), tmp_path)
+        doc = run_forked(argv_for(path, command, param, value, tmp_path, closed_port), tmp_path)
         if doc.get("timeout") and param.name in RUN_LENGTH:
             return
         if doc.get("timeout") or doc.get("no result"):
