@@ -145,7 +145,7 @@ def probe(
     """Measure RTT, loss per direction, jitter, reordering and DSCP treatment to HOST."""
     from wanprobe.probe.api import METHODS
     from wanprobe.probe.api import probe as run
-    from wanprobe.probe.sender import MAX_DATAGRAM_BYTES
+    from wanprobe.probe.limits import MAX_DATAGRAM_BYTES
 
     if method not in METHODS:
         raise UsageError(f"unknown --method {method!r} (use stamp, icmp or tcp)")
@@ -239,8 +239,8 @@ def mtu(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Find the path MTU to HOST by DF-bit search (works through ICMP black holes)."""
+    from wanprobe.probe.limits import MAX_TIMEOUT_S
     from wanprobe.probe.mtu import probe_path_mtu
-    from wanprobe.probe.sender import MAX_TIMEOUT_S
 
     port_n = _opt("--port", parse_port, port)
     timeout_s = (_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False,

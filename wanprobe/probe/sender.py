@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wanprobe.errors import ProbeError, UsageError
+from wanprobe.probe import limits
 from wanprobe.probe import timestamps as ts
 from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
 from wanprobe.probe.probe_summary import Reply, summarize
@@ -200,8 +201,8 @@ class StampSender:
         if size < smallest:
             raise UsageError(f"--size {size} is below the {'authenticated ' if auth else ''}"
                              f"STAMP minimum of {smallest} bytes")
-        if size > MAX_DATAGRAM_BYTES:
-            raise UsageError(f"--size {size} is above the limit of {MAX_DATAGRAM_BYTES} bytes "
+        if size > limits.MAX_DATAGRAM_BYTES:
+            raise UsageError(f"--size {size} is above the limit of {limits.MAX_DATAGRAM_BYTES} bytes "
                              "(one IP datagram)")
         self.open()
         sess = _Session(peer, port, self._alloc_ssid(), dscp, payload_len, int(timeout_s * 1e9))
@@ -508,39 +509,22 @@ def _template(sess: _Session) -> bytearray:
     return body
 
 
-MAX_PROBES = 1_000_000       # one session's per-probe state stays under ~200 MB
-MAX_PROBE_S = 24 * 3600.0     # one run; longer watching is the daemon's job
-MAX_TIMEOUT_S = 60.0          # a reply later than a minute is lost on any path
-MAX_DATAGRAM_BYTES = 65535    # an IP packet's total length field (RFC 791; IPv6 without jumbograms)
-
-
 def _probe_count(count: int | None, duration_s: float | None, interval_s: float) -> int:
-    """Probes to send; absurd runs are refused up front with the limit named."""
+    """Probes to send; absurd runs are refused up front (``probe.limits``)."""
     if count is not None and duration_s is not None:
         raise UsageError("give either --count or --duration, not both")
-    if not interval_s > 0 or interval_s > MAX_PROBE_S:
-        raise UsageError(f"--interval must be > 0 and at most {MAX_PROBE_S / 3600:g}h")
+    limits.check_run(count, duration_s, interval_s)
     if count is not None:
         if count < 1:
             raise UsageError(f"--count must be >= 1 (got {count})")
-        if count > MAX_PROBES:
-            raise UsageError(f"--count {count} is above the limit of {MAX_PROBES:,} probes")
         total = int(count)
     elif duration_s is not None:
         if not duration_s > 0:
             raise UsageError("--duration must be > 0")
-        if duration_s > MAX_PROBE_S:
-            raise UsageError(f"--duration {duration_s:g} s is above the limit of "
-                             f"{MAX_PROBE_S / 3600:g}h (use the daemon to watch a path)")
         total = max(1, int(round(duration_s / interval_s)))
     else:
         total = DEFAULT_COUNT
-    if total > MAX_PROBES:
-        raise UsageError(f"{total:,} probes (duration / interval) is above the limit of "
-                         f"{MAX_PROBES:,}; use a longer --interval")
-    if total * interval_s > MAX_PROBE_S:
-        raise UsageError(f"{total} probes {interval_s:g} s apart run longer than the limit of "
-                         f"{MAX_PROBE_S / 3600:g}h")
+    limits.check_total(total, interval_s)
     return total
 
 
@@ -602,6 +586,4 @@ def _check_common(port: int | None, dscp: int, timeout_s: float) -> None:
         raise UsageError(f"port {port} out of range 1-65535")
     if not 0 <= int(dscp) <= 63:
         raise UsageError(f"DSCP {dscp} out of range 0-63")
-    if not 0 < timeout_s <= MAX_TIMEOUT_S:
-        raise UsageError(f"timeout must be > 0 and at most the limit of {MAX_TIMEOUT_S:g} s "
-                         f"(got {timeout_s:g} s)")
+    limits.check_timeout(timeout_s)
