@@ -197,7 +197,8 @@ def test_nft_table_marks_and_rollback_removes_it(veth_pair, tmp_path: Path, clas
     assert "table inet wanprobe" in subprocess.run(["ip", "netns", "exec", a, "nft", "list", "tables"],
                                                    capture_output=True, text=True).stdout
     r = wanprobe(a, "tune", "rollback", "--print", "--state-dir", str(tmp_path / "st"))
-    assert r.stdout.splitlines()[-1] == "nft delete table inet wanprobe"
+    # issue 14: a namespace journal's rollback acts on that namespace, not on the host
+    assert r.stdout.splitlines()[-1] == f"ip netns exec {a} nft delete table inet wanprobe"
     r = wanprobe(a, "tune", "rollback", "--state-dir", str(tmp_path / "st"))
     assert r.returncode == 0, r.stderr
     assert "wanprobe" not in subprocess.run(["ip", "netns", "exec", a, "nft", "list", "tables"],

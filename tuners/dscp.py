@@ -26,7 +26,7 @@ from typing import Any
 
 from tuners import dscp_nft
 from tuners.knob import Change, Skip
-from wanprobe.errors import ConfigError, TuneError, UsageError
+from wanprobe.errors import ConfigError, TuneError, UsageError, shown
 from wanprobe.units import parse_dscp, parse_port
 
 NFT_KEY = "nft:inet wanprobe"
@@ -111,7 +111,7 @@ def canonical(value: Any) -> list[dict[str, Any]]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            raise ConfigError(f"dscp value {value[:60]!r} is not JSON") from None
+            raise ConfigError(f"dscp value {shown(value[:60])} is not JSON") from None
     out = [_classifier(item) for item in (value if isinstance(value, list) else [value])]
     if not out:
         raise ConfigError("no dscp classifiers")
@@ -265,7 +265,7 @@ class DscpTuner:
         if key == IPT_KEY:
             lines = self._ipt_lines()
             return json.dumps(lines, sort_keys=True) if lines else None
-        raise ConfigError(f"unknown dscp key {key!r} (use {NFT_KEY!r} or {IPT_KEY!r})")
+        raise ConfigError(f"unknown dscp key {shown(key)} (use {NFT_KEY!r} or {IPT_KEY!r})")
 
     def _values(self, key: str, state: str) -> tuple:
         """What a state marks, as values: a classifier list (JSON array) or a saved state."""
@@ -305,7 +305,7 @@ class DscpTuner:
         if change.key == NFT_KEY and not self.nft:
             raise ConfigError("plan marks DSCP with nftables but nft is not available here; re-plan")
         if change.key not in (NFT_KEY, IPT_KEY):
-            raise ConfigError(f"unknown dscp key {change.key!r}")
+            raise ConfigError(f"unknown dscp key {shown(change.key)}")
         canonical(change.new)
 
     # -- writing ---------------------------------------------------------------------------

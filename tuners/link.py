@@ -14,7 +14,7 @@ from typing import Any
 
 from collectors.ethtool_ioctl import EthtoolIoctl
 from tuners.knob import Change, Skip, WrittenValue, same_value
-from wanprobe.errors import ConfigError, TuneError
+from wanprobe.errors import ConfigError, TuneError, shown
 
 ATTRS = {"mtu": "IFLA_MTU", "txqueuelen": "IFLA_TXQLEN"}
 FIELDS = ("mtu", "txqueuelen", "rx_ring", "tx_ring")
@@ -24,7 +24,7 @@ RAISE_ONLY = ("txqueuelen", "rx_ring", "tx_ring")
 def split_key(key: str) -> tuple[str, str]:
     ifname, _, field = key.rpartition("/")
     if not ifname or field not in FIELDS or len(ifname) > 15:
-        raise ConfigError(f"unknown link key {key!r} (want <ifname>/{'|'.join(FIELDS)})")
+        raise ConfigError(f"unknown link key {shown(key)} (want <ifname>/{'|'.join(FIELDS)})")
     return ifname, field
 
 
@@ -76,7 +76,7 @@ class LinkTuner(WrittenValue):
         try:
             value = int(change.new)
         except ValueError:
-            raise ConfigError(f"{change.key}: value {change.new!r} is not a number") from None
+            raise ConfigError(f"{change.key}: value {shown(change.new)} is not a number") from None
         lo, hi = self._range(ifname, field)
         if not lo <= value <= hi:
             raise ConfigError(f"{change.key}: {value} is outside the device's range {lo}..{hi}")

@@ -15,18 +15,13 @@ from rich.text import Text
 
 from wanprobe.errors import UsageError
 from wanprobe.units import format_bytes, parse_duration_s
+from wanprobe.userfiles import existing_dir
 
 TCP_KEYS = ("InSegs", "OutSegs", "RetransSegs", "TCPTimeouts", "TCPLostRetransmit",
             "TCPSynRetrans", "TCPBacklogDrop", "ListenDrops", "ListenOverflows", "TCPOFOQueue")
 SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_ROWS = 40
-
-
-def _root(value: str | None, default: str, what: str) -> Path:
-    path = Path(value or default)
-    if not path.is_dir():
-        raise UsageError(f"{what} {str(path)!r} is not a directory")
-    return path
+MAX_INTERVAL_S = 3600.0  # a rate over more than an hour hides every burst it should show
 
 
 def document(snapshot, rates=None, findings=()) -> dict:
@@ -163,35 +158,36 @@ def run(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: 
     return second, r, evaluate(second, r, r.interval_s)
 
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
+app = typer.Typer()
 
-    @app.command("counters")
-    def counters(
-        sys_root: Annotated[str | None, typer.Option("--sys-root", help="sysfs root (default /sys)")] = None,
-        proc_root: Annotated[str | None, typer.Option("--proc-root", help="procfs root (default /proc)")] = None,
-        ethtool_root: Annotated[str | None, typer.Option(
-            "--ethtool-root", help="captured `ethtool -S` texts: DIR/<if>/statistics")] = None,
-        interval: Annotated[str | None, typer.Option(
-            "--interval", help="take two samples this far apart (e.g. 2s, 500ms) for rates")] = None,
-        watch: Annotated[bool, typer.Option("--watch", help="refresh in place every interval")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
-    ) -> None:
-        """RoCE, PFC, ECN, NIC and TCP counters by device, with rates and health findings."""
-        sys_path = _root(sys_root, "/sys", "--sys-root")
-        proc_path = _root(proc_root, "/proc", "--proc-root")
-        eth_path = _root(ethtool_root, "", "--ethtool-root") if ethtool_root else None
-        interval_s = parse_duration_s(interval, default_unit="s", allow_zero=False) if interval else None
-        if watch and as_json:
-            raise UsageError("--watch refreshes a screen; use --interval with --json instead")
-        if watch:
-            _watch(sys_path, proc_path, eth_path, interval_s or 2.0)
-            return
-        snap, r, findings = run(sys_path, proc_path, eth_path, interval_s)
-        if as_json:
-            typer.echo(json.dumps(document(snap, r, findings), indent=2, sort_keys=False))
-        else:
-            Console().print(render(snap, r, findings))
+
+@app.command("counters")
+def counters(
+    sys_root: Annotated[str | None, typer.Option("--sys-root", help="sysfs root (default /sys)")] = None,
+    proc_root: Annotated[str | None, typer.Option("--proc-root", help="procfs root (default /proc)")] = None,
+    ethtool_root: Annotated[str | None, typer.Option(
+        "--ethtool-root", help="captured `ethtool -S` texts: DIR/<if>/statistics")] = None,
+    interval: Annotated[str | None, typer.Option(
+        "--interval", help="take two samples this far apart (e.g. 2s, 500ms) for rates")] = None,
+    watch: Annotated[bool, typer.Option("--watch", help="refresh in place every interval")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """RoCE, PFC, ECN, NIC and TCP counters by device, with rates and health findings."""
+    sys_path = existing_dir(sys_root or "/sys", "--sys-root")
+    proc_path = existing_dir(proc_root or "/proc", "--proc-root")
+    eth_path = existing_dir(ethtool_root, "--ethtool-root") if ethtool_root else None
+    interval_s = (parse_duration_s(interval, default_unit="s", allow_zero=False,
+                                   maximum_s=MAX_INTERVAL_S) if interval else None)
+    if watch and as_json:
+        raise UsageError("--watch refreshes a screen; use --interval with --json instead")
+    if watch:
+        _watch(sys_path, proc_path, eth_path, interval_s or 2.0)
+        return
+    snap, r, findings = run(sys_path, proc_path, eth_path, interval_s)
+    if as_json:
+        typer.echo(json.dumps(document(snap, r, findings), indent=2, sort_keys=False))
+    else:
+        Console().print(render(snap, r, findings))
 
 
 def _watch(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: float) -> None:

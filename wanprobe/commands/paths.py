@@ -23,10 +23,10 @@ def _parsed(option: str, parse, *args, **kw):
         raise UsageError(f"{option}: {exc}") from None
 
 
-def register(app: typer.Typer) -> None:
-    app.command("paths")(paths)
+app = typer.Typer()
 
 
+@app.command("paths")
 def paths(
     peer: Annotated[str, typer.Argument(help="Peer running a STAMP reflector (IPv4).")],
     flows: Annotated[int, typer.Option("--flows", "-n", help="Flows (distinct source ports).")] = 16,

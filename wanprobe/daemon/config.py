@@ -31,6 +31,7 @@ from wanprobe.daemon.config_reflector import (
 from wanprobe.errors import ConfigError
 from wanprobe.probe.access import DEFAULT_COS_DSCP
 from wanprobe.throughput.limits import ServerLimits
+from wanprobe.userfiles import read_text
 
 __all__ = ["METHODS", "DaemonConfig", "ConfigInvalid", "Peer", "ProbeSettings", "ThroughputSettings",
            "TimeWindow", "load_config", "parse_config", "parse_listen", "parse_window"]
@@ -38,6 +39,10 @@ __all__ = ["METHODS", "DaemonConfig", "ConfigInvalid", "Peer", "ProbeSettings", 
 DEFAULT_CONFIG_PATH = Path("/etc/wanprobe/wanprobe.toml")
 AUTO_APPLY_TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
 MAX_FLOWS = 64
+
+
+MAX_CONFIG_BYTES = 2**20  # a config is a few kB; a mesh file tens of kB
+MAX_KEY_BYTES = 4096
 
 
 class ConfigInvalid(ConfigError):
@@ -175,14 +180,13 @@ class DaemonConfig:
 def load_config(path: Path | str) -> DaemonConfig:
     """Read and validate ``path``; raise :class:`ConfigInvalid` listing every bad key."""
     path = Path(path)
+    text = read_text(path, "config", MAX_CONFIG_BYTES)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config {path} is not UTF-8 text") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigInvalid(str(path), [f"not valid TOML: {exc}"]) from None
+    except RecursionError:  # tomllib recurses per nesting level of arrays and inline tables
+        raise ConfigInvalid(str(path), ["not valid TOML: nested too deeply"]) from None
     return parse_config(data, source=str(path), base_dir=path.parent)
 
 
@@ -366,9 +370,9 @@ def _hmac_key(v: FieldReader, d: dict) -> bytes | None:
         return None
     if key_file is not None:
         try:
-            key = key_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            v.problem("daemon.hmac_key_file", f"cannot read {key_file}: {getattr(exc, 'strerror', exc)}")
+            key = read_text(key_file, "file", MAX_KEY_BYTES).strip()
+        except ConfigError as exc:
+            v.problem("daemon.hmac_key_file", str(exc))
             return None
     if key is None:
         return None

@@ -30,6 +30,7 @@ from wanprobe.daemon.path_findings import path_finding
 from wanprobe.daemon.path_watch import PathEvent, PathWatch
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
+from wanprobe.daemon.state_dir import check_state_dir
 from wanprobe.daemon.store import ProbeRow, Store, StoreError
 from wanprobe.errors import ConfigError, WanprobeError
 
@@ -122,7 +123,7 @@ class Daemon:
         return 0
 
     async def start(self) -> None:
-        self.cfg.reports_dir.mkdir(parents=True, exist_ok=True)
+        check_state_dir(self.cfg.state_dir, self.cfg.reports_dir)  # as `daemon --check` did
         self.store = Store(self.cfg.db_path)
         self._warm_baseline()
         server = MetricsServer(self.metrics, self.health)

@@ -25,6 +25,7 @@ from wanprobe.diagnose.engine import run_rules
 from wanprobe.diagnose.host_config import read_host_config
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.errors import ProbeError, UsageError, WanprobeError
+from wanprobe.probe.peer import check_peer
 from wanprobe.report.document import SCHEMA_VERSION, Report
 
 STAMP_PORT = 862
@@ -177,6 +178,7 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
     """Measure the path to ``opts.peer`` and this host, run the rules, return the report."""
     if opts.mode not in ("quick", "full"):
         raise UsageError(f"mode must be quick or full, got {opts.mode!r}")
+    check_peer(opts.peer)
     try:
         socket.getaddrinfo(opts.peer, opts.port)
     except (socket.gaierror, UnicodeError) as exc:

@@ -12,26 +12,30 @@ from dataclasses import replace
 from typing import Any
 
 from wanprobe.errors import UsageError
+from wanprobe.probe import limits
 from wanprobe.probe.result import ProbeResult
 
 DEFAULT_COUNT = 10
 
 
 def probe_count(count: int | None, duration_s: float | None, interval_s: float) -> int:
-    """Probes to send: ``count``, or ``duration_s / interval_s``, or DEFAULT_COUNT."""
+    """Probes to send: ``count``, or ``duration_s / interval_s``, or DEFAULT_COUNT; absurd runs
+    are refused up front (``probe.limits``)."""
     if count is not None and duration_s is not None:
         raise UsageError("give either --count or --duration, not both")
-    if interval_s <= 0:
-        raise UsageError("--interval must be > 0")
+    limits.check_run(count, duration_s, interval_s)
     if count is not None:
         if count < 1:
             raise UsageError(f"--count must be >= 1 (got {count})")
-        return int(count)
-    if duration_s is not None:
-        if duration_s <= 0:
+        total = int(count)
+    elif duration_s is not None:
+        if not duration_s > 0:
             raise UsageError("--duration must be > 0")
-        return max(1, int(round(duration_s / interval_s)))
-    return DEFAULT_COUNT
+        total = max(1, int(round(duration_s / interval_s)))
+    else:
+        total = DEFAULT_COUNT
+    limits.check_total(total, interval_s)
+    return total
 
 
 def check_common(port: int | None, dscp: int, timeout_s: float) -> None:
@@ -40,8 +44,7 @@ def check_common(port: int | None, dscp: int, timeout_s: float) -> None:
         raise UsageError(f"port {port} out of range 1-65535")
     if not 0 <= int(dscp) <= 63:
         raise UsageError(f"DSCP {dscp} out of range 0-63")
-    if timeout_s <= 0:
-        raise UsageError("timeout must be > 0")
+    limits.check_timeout(timeout_s)
 
 
 def renamed(result: ProbeResult, peer: str) -> ProbeResult:

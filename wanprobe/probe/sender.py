@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wanprobe.errors import ProbeError, UsageError
+from wanprobe.probe import limits
 from wanprobe.probe import timestamps as ts
 from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
 from wanprobe.probe.probe_options import (
@@ -197,6 +198,9 @@ class StampSender:
         if size < smallest:
             raise UsageError(f"--size {size} is below the {'authenticated ' if auth else ''}"
                              f"STAMP minimum of {smallest} bytes")
+        if size > limits.MAX_DATAGRAM_BYTES:
+            raise UsageError(f"--size {size} is above the limit of {limits.MAX_DATAGRAM_BYTES} bytes "
+                             "(one IP datagram)")
         self.open()
         sess = _Session(peer, port, self._alloc_ssid(), dscp, payload_len, int(timeout_s * 1e9))
         sess.auth = auth

@@ -17,7 +17,8 @@ from typing import Any
 
 from wanprobe.atomic_file import atomic_write
 from wanprobe.diagnose.rule import SEVERITIES, Finding, Knob  # noqa: F401 - the one Finding type
-from wanprobe.errors import ConfigError
+from wanprobe.errors import ConfigError, shown
+from wanprobe.userfiles import read_json
 
 SCHEMA_VERSION = "1.0"
 TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
@@ -30,16 +31,44 @@ def schema() -> dict[str, Any]:
     return json.loads(text)
 
 
-def validate(data: Any) -> None:
-    """Raise ConfigError (one line) unless ``data`` is a valid report document."""
+def validate(data: Any, *, strict: bool = True) -> None:
+    """Raise ConfigError (one line) unless ``data`` is a valid report document.
+
+    ``strict=False`` checks only the shape (``shape_schema``): every part that is present has the
+    right container type, so a reader may rely on ``.get`` working; nothing is required."""
     import jsonschema  # a declared dependency: every report is checked against the schema
 
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = jsonschema.Draft202012Validator(schema() if strict else shape_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise ConfigError(f"not a valid wanprobe report: at {where}: {err.message}")
+        raise ConfigError(f"not a valid wanprobe report: at {shown(where)}: {err.message}")
+
+
+_SHAPE_KEYS = ("$schema", "$id", "$ref", "items", "additionalProperties")
+_SHAPE_MAPS = ("$defs", "properties")  # name -> schema
+
+
+def _shape(node: Any) -> Any:
+    """A schema reduced to container types (``shape_schema``)."""
+    if not isinstance(node, dict):
+        return node
+    out = {k: _shape(v) for k, v in node.items() if k in _SHAPE_KEYS}
+    out.update({k: {name: _shape(sub) for name, sub in node[k].items()}
+                for k in _SHAPE_MAPS if isinstance(node.get(k), dict)})
+    kinds = node.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds or []
+    if "object" in kinds or "array" in kinds:
+        out["type"] = node["type"]
+    return out
+
+
+@cache
+def shape_schema() -> dict[str, Any]:
+    """The report schema reduced to its containers: objects stay objects, arrays stay arrays;
+    no key is required and scalars may be of any type (hand-written and older reports)."""
+    return _shape(schema())
 
 
 @dataclass(frozen=True)
@@ -79,25 +108,24 @@ class Report:
         return self.findings[0] if self.findings else None
 
 
-def load(path: str | Path) -> Report:
-    """Read and validate a report file; every failure is one ConfigError line."""
+def load_json(path: str | Path, *, strict: bool = True) -> dict[str, Any]:
+    """The one report loader: read ``path`` as strict JSON (``wanprobe.userfiles``: no NaN, depth
+    and size bounded) and validate it (``strict``: the full schema; otherwise its shape only).
+    Every failure is one ConfigError line naming the file."""
     p = Path(path)
+    doc = read_json(p, "report")
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"report {p}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"report {p}: is a directory") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"report {p}: cannot read: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"report {p}: not JSON: {exc.msg} at line {exc.lineno}") from None
-    try:
-        return Report.from_json(data)
+        validate(doc, strict=strict)
     except ConfigError as exc:
         raise ConfigError(f"report {p}: {exc}") from None
+    return doc
+
+
+def load(path: str | Path) -> Report:
+    """Read and validate a report file into a :class:`Report`."""
+    p = Path(path)
+    try:
+        return Report.from_json(load_json(p))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"report {p}: not a valid wanprobe report: {exc}") from None
 
