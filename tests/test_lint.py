@@ -19,15 +19,7 @@ WHY = "Long because"
 # Functions in files other branches are rewriting at the same time (issue 12 is split across
 # branches); each entry names its owner. The lead removes an entry when that branch lands.
 OTHER_BRANCHES = {
-    "wanprobe/commands/counters.py:render": "cli: one registration style",
-    "wanprobe/commands/impact.py:register": "cli: module-level commands",
-    "wanprobe/commands/impact.py:impact": "cli: model logic out of the command",
-    "wanprobe/commands/lab.py:register": "cli: module-level commands",
-    "wanprobe/commands/throughput.py:register": "cli: module-level commands",
     "wanprobe/diagnose/rules_path.py:window_limited": "tune: typed rule inputs",
-    "wanprobe/probe/reflect_logic.py:_reflect_tlvs": "sec: per-packet hot path",
-    "wanprobe/probe/reflector.py:_handle": "sec: per-packet hot path",
-    "wanprobe/probe/sender.py:_on_readable": "paths: per-packet hot path",
 }
 
 
@@ -61,7 +53,9 @@ def test_no_function_over_60_lines_unless_it_says_why():
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            lines = node.end_lineno - node.lineno + 1
+            # from the first statement of the body: a typer command's signature declares one
+            # option per line, which is not logic to read
+            lines = node.end_lineno - node.body[0].lineno + 1
             where = f"{path.relative_to(REPO)}:{node.name}"
             if lines > MAX_FUNCTION_LINES and WHY not in (ast.get_docstring(node) or "") \
                     and where not in OTHER_BRANCHES:

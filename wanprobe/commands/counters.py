@@ -72,13 +72,8 @@ def _counter_table(title: str, key: tuple, cs, rates) -> Table | None:
     return t
 
 
-def render(snapshot, rates=None, findings=()) -> Group:
-    """A rich renderable: one section per RDMA port and netdev, TCP, findings, errors."""
+def _rdma_parts(snapshot, rates) -> list:
     parts: list = []
-    head = f"sys-root {snapshot.sys_root}  proc-root {snapshot.proc_root}"
-    if rates is not None:
-        head += f"  window {rates.interval_s:.2f} s"
-    parts.append(Text(head, style="dim"))
     for dname, dev in sorted(snapshot.rdma.items()):
         for pnum, port in sorted(dev.ports.items()):
             parts.append(Text(
@@ -91,6 +86,11 @@ def render(snapshot, rates=None, findings=()) -> Group:
                 t = _counter_table(kind, base + (kind,), getattr(port, kind), rates)
                 if t is not None:
                     parts.append(t)
+    return parts
+
+
+def _netdev_parts(snapshot, rates) -> list:
+    parts: list = []
     for name, nd in sorted(snapshot.netdevs.items()):
         line = (f"\nnetdev {name}: {nd.operstate or '?'} mtu={nd.mtu} "
                 f"speed={nd.speed_mbps or '-'}Mb/s driver={nd.driver or '-'}")
@@ -109,16 +109,22 @@ def render(snapshot, rates=None, findings=()) -> Group:
         if snapshot.qdisc.get(name):
             parts.append(Text("qdisc " + ", ".join(f"{q['kind']} {q['handle']} parent {q['parent']}"
                                                   for q in snapshot.qdisc[name])))
-    if snapshot.tcp is not None:
-        t = Table(title="\nTCP", title_justify="left", show_edge=False, pad_edge=False)
-        t.add_column("counter")
-        t.add_column("value", justify="right")
-        t.add_column("rate", justify="right")
-        for k in TCP_KEYS:
-            if k in snapshot.tcp.values:
-                t.add_row(k, str(snapshot.tcp.values[k]),
-                          _fmt_rate(rates.get(("tcp",), k) if rates is not None else None))
-        parts.append(t)
+    return parts
+
+
+def _tcp_table(snapshot, rates) -> Table:
+    t = Table(title="\nTCP", title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("counter")
+    t.add_column("value", justify="right")
+    t.add_column("rate", justify="right")
+    for k in TCP_KEYS:
+        if k in snapshot.tcp.values:
+            t.add_row(k, str(snapshot.tcp.values[k]),
+                      _fmt_rate(rates.get(("tcp",), k) if rates is not None else None))
+    return t
+
+
+def _findings_table(findings, rates) -> Table:
     ft = Table(title="\nfindings", title_justify="left", show_edge=False, pad_edge=False)
     ft.add_column("severity")
     ft.add_column("id")
@@ -134,7 +140,20 @@ def render(snapshot, rates=None, findings=()) -> Group:
     if not findings:
         ft.add_row("", "", "none" + ("" if rates is not None else
                                      " (single sample: use --interval for rate rules)"), "")
-    parts.append(ft)
+    return ft
+
+
+def render(snapshot, rates=None, findings=()) -> Group:
+    """A rich renderable: one section per RDMA port and netdev, TCP, findings, errors."""
+    head = f"sys-root {snapshot.sys_root}  proc-root {snapshot.proc_root}"
+    if rates is not None:
+        head += f"  window {rates.interval_s:.2f} s"
+    parts: list = [Text(head, style="dim")]
+    parts += _rdma_parts(snapshot, rates)
+    parts += _netdev_parts(snapshot, rates)
+    if snapshot.tcp is not None:
+        parts.append(_tcp_table(snapshot, rates))
+    parts.append(_findings_table(findings, rates))
     if snapshot.errors:
         parts.append(Text(f"\n{len(snapshot.errors)} unreadable values, e.g. "
                           + "; ".join(f"{e.path}: {e.reason}" for e in snapshot.errors[:3]),

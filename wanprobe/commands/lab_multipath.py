@@ -100,7 +100,7 @@ def path(
     json_out: JsonOpt = False,
 ) -> None:
     """Change one path's impairments live."""
-    from wanprobe.commands.lab import describe, settings_kwargs
+    from wanprobe.commands.lab_settings import describe, settings_kwargs
     from wanprobe.lab.multipath import MultipathLab
 
     kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab, loss_ba=loss_ba)

@@ -62,6 +62,8 @@ class DaemonMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, site: str = "",
                  host: str = "") -> None:
+        """Declare every exported metric. Long because: it is the metric table, one declaration
+        (name, help, labels) per series family."""
         # no ``_created`` twin per counter: it doubles the series and Prometheus does not need it
         disable_created_metrics()
         r = self.registry = registry or CollectorRegistry(auto_describe=True)

@@ -117,7 +117,9 @@ def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
                   follow_up: tuple[int, int] | None, *, auth: bool):
     """Answer each TLV (RFC 8972 §4). Returns (reply TLV byte strings, indices of Extra Padding,
     Reflected Control length or None, malformed, reply TOS, index of the HMAC TLV or None). The
-    HMAC TLV (auth only) is copied as is; the caller recomputes its value."""
+    HMAC TLV (auth only) is copied as is; the caller recomputes its value. Long because: one
+    branch per TLV type of RFC 8972 §4, on the per-packet path (a table of handlers would cost
+    a call per TLV)."""
     out: list[bytes] = []
     padding_idx: list[int] = []
     want_len: int | None = None

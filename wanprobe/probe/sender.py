@@ -322,6 +322,8 @@ class StampSender:
 
     # -- receive path --------------------------------------------------------------------------
     def _on_readable(self) -> None:
+        """Drain replies and TX stamps. Long because: the per-packet receive path is kept inline;
+        a helper call per reply costs CPU at hundreds of sessions (bench/probe_scale.py)."""
         sock = self._sock
         if sock is None:
             return
