@@ -8,10 +8,7 @@ rules that need it stay silent; the diagnosis itself never crashes on it.
 
 from __future__ import annotations
 
-import json
-import shutil
 import socket
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -71,32 +68,20 @@ def now_iso() -> str:
 
 
 def parse_route_get(text: str) -> dict[str, Any]:
-    """``ip -j route get ADDR`` -> {"iface", "route_mtu"}; route_mtu is the PMTU the kernel
-    learned from ICMP "fragmentation needed" (a cached route exception), None without one."""
-    try:
-        rows = json.loads(text or "[]")
-    except json.JSONDecodeError:
-        return {}
-    row = rows[0] if isinstance(rows, list) and rows and isinstance(rows[0], dict) else {}
-    mtu = None
-    for metric in row.get("metrics") or []:
-        if isinstance(metric, dict) and isinstance(metric.get("mtu"), int):
-            mtu = metric["mtu"]
-    if isinstance(row.get("mtu"), int):
-        mtu = row["mtu"]
-    return {"iface": row.get("dev"), "route_mtu": mtu}
+    """``ip -j route get ADDR`` -> {"iface", "route_mtu"} (collectors.route parses it);
+    route_mtu is the PMTU the kernel learned from ICMP "fragmentation needed", else None."""
+    from collectors.route import parse_route_get as parse
+
+    r = parse(text)
+    return {} if r is None else {"iface": r.iface, "route_mtu": r.route_mtu_bytes}
 
 
 def route_to(peer: str) -> dict[str, Any]:
-    ip = shutil.which("ip")
-    if ip is None:
-        return {}
-    try:
-        res = subprocess.run([ip, "-j", "route", "get", peer], capture_output=True, text=True,
-                             timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return parse_route_get(res.stdout) if res.returncode == 0 else {}
+    from collectors.route import route_get
+
+    r = route_get(peer)
+    return {} if r is None else {"iface": r.iface, "route_mtu": r.route_mtu_bytes,
+                                 "source_address": r.source_address}
 
 
 def _guard(errors: dict[str, str], part: str, fn: Callable[[], Any]) -> Any:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from wanprobe.errors import ProbeError, WanprobeError
+from wanprobe.throughput import host_facts_op
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
 from wanprobe.throughput.sampler import IntervalSampler
@@ -238,6 +239,10 @@ class ThroughputServer:
         test: _Test | None = None
         try:
             hello = proto.decode(await asyncio.wait_for(reader.readline(), _SETUP_TIMEOUT_S))
+            if hello.get("op") == host_facts_op.OP:  # read-only description of this host
+                writer.write(await host_facts_op.reply(_norm_ip(addr[0])))
+                await writer.drain()
+                return
             if hello.get("op") != "hello" or hello.get("version") != proto.VERSION:
                 writer.write(proto.encode("refused", error="unsupported protocol version"))
                 return
