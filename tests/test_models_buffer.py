@@ -17,15 +17,15 @@ from wanprobe.models.bdp import (
 
 def test_loss_in_rtt_probability_by_hand():
     assert loss_in_rtt_probability(0.0, 1000) == 0.0
-    # 1 - 0.999^1122 = 0.6747 (100 Mbit/s × 130 ms / 1448 B ≈ 1122 packets)
-    assert loss_in_rtt_probability(0.001, 1122) == pytest.approx(0.6747, abs=1e-4)
+    # 1 - 0.999^1122 = 0.6746 (100 Mbit/s × 130 ms / 1448 B ≈ 1122 packets)
+    assert loss_in_rtt_probability(0.001, 1122) == pytest.approx(0.6746, abs=1e-4)
     with pytest.raises(UsageError):
         loss_in_rtt_probability(1.0, 10)
 
 
 def test_tuned_buffer_for_the_issue_path_by_hand():
     bdp = 100e6 * 0.130 / 8  # 1 625 000 B
-    want = bdp * 2 * (1 + 0.6747) / 0.5  # BBR gain 2, recovery 1.67, ratio 1/2 ≈ 10.89 MB
+    want = bdp * 2 * (1 + 0.6746) / 0.5  # BBR gain 2, recovery 1.67, ratio 1/2 ≈ 10.89 MB
     got = tuned_buffer_bytes(100e6, 0.130, cc="bbr", loss=0.001)
     assert got == pytest.approx(want, rel=1e-3)
     assert 4 <= got / bdp <= 16  # issue: 4×BDP fills the path, 16 MiB no better
