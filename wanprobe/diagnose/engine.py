@@ -5,6 +5,7 @@ then by rule order (path before host before fabric; measured before configured).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from wanprobe.diagnose import rules_fabric, rules_host, rules_path
@@ -25,12 +26,11 @@ SUPERSEDED_BY = {
 
 
 def _merge(kept: Finding, dropped: Finding) -> Finding:
-    keys = {(k.tuner, k.key, k.iface) for k in kept.knobs}
-    extra = tuple(k for k in dropped.knobs if (k.tuner, k.key, k.iface) not in keys)
+    keys = {(k.tuner, k.key, k.iface, k.for_host) for k in kept.knobs}
+    extra = tuple(k for k in dropped.knobs if (k.tuner, k.key, k.iface, k.for_host) not in keys)
     if not extra:
         return kept
-    return Finding(kept.id, kept.severity, kept.title, kept.evidence, kept.recommendation,
-                   kept.expected_effect, kept.knobs + extra, kept.impact)
+    return replace(kept, knobs=kept.knobs + extra)
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
@@ -83,4 +83,12 @@ def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
             found.append(result)
         elif isinstance(result, list):
             found.extend(result)
-    return rank(_dedupe(found))
+    return rank(_dedupe([_with_hosts(f) for f in found]))
+
+
+def _with_hosts(f: Finding) -> Finding:
+    """Every knob names the host it is for (rules that judge this host's own config leave it
+    implicit: ``Knob.for_host``)."""
+    if all(k.host for k in f.knobs):
+        return f
+    return replace(f, knobs=tuple(k if k.host else replace(k, host=k.for_host) for k in f.knobs))
