@@ -13,6 +13,7 @@ Cost: at most ``len(ladder) × burst_s`` seconds, each burst under ``max_bytes``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -91,7 +92,7 @@ def measure_capacity(peer: str, port: int, *, start_bps: float = DEFAULT_START_B
     from wanprobe.throughput.client import run_throughput
 
     def burst(rate: float) -> Burst:
-        cap = max(min(max_bytes, int(rate * burst_s / 8)), 1)
+        cap = max(min(max_bytes, math.ceil(rate * burst_s / 8) + 1), 1)
         res = run_throughput(peer, port=port, udp=True, udp_rate_bps=rate, duration_s=burst_s,
                              interval_s=burst_s, max_bytes=cap, dscp=dscp)
         if res.udp is None:
