@@ -38,9 +38,10 @@ def test_ladder_stops_at_the_upper_bound_and_says_lower_bound():
 
 
 def test_ladder_reports_a_held_back_sender():
-    burst, _ = fake_path(1e12, sender_max_bps=120e6)
+    burst, asked = fake_path(1e12, sender_max_bps=120e6)
     c = ladder_capacity(burst, start_bps=50e6, max_bps=10e9)
     assert (c.bits_per_second, c.source) == (120e6, "udp_burst_sender_held")
+    assert asked == [50e6, 200e6, 200e6]  # the held-back burst is repeated once
 
 
 @pytest.mark.netns

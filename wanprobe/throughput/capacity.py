@@ -77,8 +77,9 @@ def ladder_capacity(burst: BurstFn, *, start_bps: float = DEFAULT_START_BPS,
             # bottleneck (the socket blocks while the local qdisc queue is full, as in the lab
             # where tbf shapes the sender's own interface) or its CPU is. Either way the far
             # end received all the path gave this sender. No burst can arrive faster than the
-            # path carries it, so the best of all bursts is the figure (a CPU hiccup in one
-            # burst only lowers it).
+            # path carries it, so the best of all bursts is the figure: one more burst at the
+            # same rate, since a CPU hiccup (sender, receiver or a software hop) only lowers it.
+            bursts.append(burst(rate))
             best = max(x.received_bits_per_second for x in bursts)
             return Capacity(best, "udp_burst_sender_held", max_bps, tuple(bursts))
         if rate >= max_bps:
