@@ -52,3 +52,15 @@ def route_get(address: str) -> Route | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return parse_route_get(res.stdout) if res.returncode == 0 else None
+
+
+def local_addresses() -> frozenset[str]:
+    """Every IPv4/IPv6 address of this host in the caller's network namespace (rtnetlink
+    RTM_GETADDR), without a zone or prefix length."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        rows = ipr.get_addr()
+    # On a point-to-point link IFA_ADDRESS is the far end; IFA_LOCAL is ours (rtnetlink(7)).
+    found = (a.get_attr("IFA_LOCAL") or a.get_attr("IFA_ADDRESS") for a in rows)
+    return frozenset(str(x).split("%")[0] for x in found if x)

@@ -76,19 +76,24 @@ def _diff_table(rows: list[dict[str, Any]], title: str) -> Table:
 def plan_cmd(
     report: Annotated[str, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose`.")],
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan here.")] = None,
-    side: Annotated[str, typer.Option("--side", help="local: the host that ran diagnose; peer: the far end.")] = "local",
+    side: Annotated[str, typer.Option("--host", "--side", help="local: the host that ran diagnose; peer: the far end (the plan is bound to its address).")] = "local",
     netns: Netns = None, state_dir: StateDir = None,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
     """Turn a report's findings into a validated plan (changes nothing, except finishing the
     rollback of an apply that crashed here, so the plan is made from the real originals)."""
-    from tuners.from_report import build_plan, load_report
+    from collectors.route import local_addresses
+    from tuners.from_report import build_plan, check_capacity, load_report
     from tuners.plan import host_id, save
 
     tuners = _setup(netns, proc_root, sys_root)
     _recover(_store(state_dir), tuners)
     data = load_report(report)
-    plan = build_plan(data, tuners, host_id=host_id(), report_path=Path(report), side=side)
+    check_capacity(data, report)
+    plan = build_plan(data, tuners, host_id=host_id(), report_path=Path(report), side=side,
+                      local_addresses=local_addresses())
+    for note in plan.unknown:
+        typer.echo(f"wanprobe: note: this plan could not know {note}", err=True)
     if output:
         save(plan, output)
     if as_json:

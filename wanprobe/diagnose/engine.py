@@ -11,7 +11,7 @@ from typing import Any
 from wanprobe.diagnose import rules_fabric, rules_host, rules_path
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.rule import RuleFn
-from wanprobe.report.document import Finding
+from wanprobe.report.document import Finding, Knob
 
 ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_fabric.RULES, *rules_host.RULES)
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
@@ -26,8 +26,10 @@ SUPERSEDED_BY = {
 
 
 def _merge(kept: Finding, dropped: Finding) -> Finding:
-    keys = {(k.tuner, k.key, k.iface, k.for_host) for k in kept.knobs}
-    extra = tuple(k for k in dropped.knobs if (k.tuner, k.key, k.iface, k.for_host) not in keys)
+    # The measured finding already says which host each of its knobs is for: a host-config
+    # knob on the same key (either host) restates it and is not carried over.
+    keys = {(k.tuner, k.key, k.iface) for k in kept.knobs}
+    extra = tuple(k for k in dropped.knobs if (k.tuner, k.key, k.iface) not in keys)
     if not extra:
         return kept
     return replace(kept, knobs=kept.knobs + extra)
@@ -87,8 +89,17 @@ def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
 
 
 def _with_hosts(f: Finding) -> Finding:
-    """Every knob names the host it is for (rules that judge this host's own config leave it
-    implicit: ``Knob.for_host``)."""
+    """Every knob names the host it is for. A rule that left it implicit meant this host, or,
+    with ``side="both"``, both ends of the path: that knob is given once per host (the far
+    end's plan re-validates it against its own live values when applied there)."""
     if all(k.host for k in f.knobs):
         return f
-    return replace(f, knobs=tuple(k if k.host else replace(k, host=k.for_host) for k in f.knobs))
+    knobs: list[Knob] = []
+    for k in f.knobs:
+        if k.host:
+            knobs.append(k)
+        elif k.side == "both":
+            knobs += [replace(k, host="local"), replace(k, host="peer")]
+        else:
+            knobs.append(replace(k, host=k.for_host))
+    return replace(f, knobs=tuple(knobs))

@@ -40,8 +40,7 @@ def buffer_knobs(host: Host, need_bytes: int, why: str, *, names=("net.ipv4.tcp_
         lo, default = (cur[0], cur[1]) if cur else (4096, 131072)
         if cur and cur[2] >= target:
             continue
-        knobs.append(Knob("sysctl", name, f"{lo} {default} {target}", why, side="both",
-                          host="local"))
+        knobs.append(Knob("sysctl", name, f"{lo} {default} {target}", why, side="both"))
     return knobs, target
 
 
@@ -59,8 +58,9 @@ def _cc_knob(host: Host, reason: str) -> tuple[Knob | None, str]:
     note = ""
     if allowed and "bbr" not in allowed:
         note = " (not in tcp_allowed_congestion_control: set it from the init namespace)"
+    # cc is the sender's choice: the measured (forward) transfer was sent by this host
     return Knob("sysctl", "net.ipv4.tcp_congestion_control", "bbr", reason + note,
-                side="both"), ""
+                side="local", host="local"), ""
 
 
 @rule("path.lossy_loss_based_cc")
