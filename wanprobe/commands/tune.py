@@ -116,6 +116,7 @@ def apply_cmd(
     yes: Annotated[bool, typer.Option("--yes", help="Really change the host; without it: a diff only.")] = False,
     persist: Annotated[bool, typer.Option("--persist", help="Also write <sysctl.d>/90-wanprobe.conf.")] = False,
     sysctl_d: Annotated[str | None, typer.Option("--sysctl-d", help="sysctl.d directory for --persist (default $WANPROBE_SYSCTL_D or /etc/sysctl.d).")] = None,
+    verify: Annotated[str | None, typer.Option("--verify", help="After applying, measure the path to this peer again (ramp-up omitted) and say what limits it now.")] = None,
     netns: Netns = None, state_dir: StateDir = None,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
@@ -153,9 +154,15 @@ def apply_cmd(
     _recover(store, tuners)
     journal, prep = transaction.apply_plan(plan, tuners, store, host_id=plan_mod.host_id(),
                                            persist_dir=persist_dir)
+    checked = _verify(verify)
     if as_json:
-        _emit({"journal": journal.to_json() if journal else None, "skipped": [s.to_json() for s in prep.skipped]})
+        _emit({"journal": journal.to_json() if journal else None, "skipped": [s.to_json() for s in prep.skipped],
+               "verify": checked.to_json() if checked else None})
         return
+    if checked:
+        console.print(escape(f"  verify: {checked.bits_per_second_after_omit or checked.bits_per_second:,.0f} bit/s "
+                             f"after {checked.omit_s:g} s ramp-up, limited by {checked.verdict}; "
+                             f"{'path full' if checked.fixed else 'still limited by the host'}: next step: {checked.next_step}"))
     for s in prep.skipped:
         console.print(escape(f"  skipped {s.tuner} {s.key}: {s.reason}"))
     if journal is None:
@@ -170,6 +177,15 @@ def apply_cmd(
             console.print(f"  note: tuned profile {escape(active)} is active; with reapply_sysctl=1 it may override these")
     console.print(f"applied {len(journal.entries)} change(s); journal {journal.id} in "
                   f"{store.dir}; undo with `wanprobe tune rollback {journal.id}`")
+
+
+def _verify(peer: str | None):
+    """The closed loop of ``apply --verify PEER`` (None without it)."""
+    if not peer:
+        return None
+    from wanprobe.diagnose.verify import verify_path
+
+    return verify_path(peer)
 
 
 @tune_app.command("rollback")
