@@ -19,7 +19,7 @@ from typing import Any
 from wanprobe.diagnose import inputs as I
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.rule import mbit, mib, ms, rule
-from wanprobe.diagnose.transfer import Hosts, Transfer, hosts, transfers
+from wanprobe.diagnose.transfer import Hosts, Transfer, hosts, pooled_loss, transfers
 from wanprobe.models.bdp import (
     DEFAULT_WINDOW_SCALING_RATIO,
     bdp_bytes,
@@ -86,9 +86,9 @@ def _sizing(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs: Hosts,
     if not rtt:
         return None
     target, target_src, assumed = I.target_rate_bps(m, host, config)
-    loss, _ = I.loss_ratio(m)
+    loss, _ = pooled_loss(m)
     per_flow = target / t.streams
-    cc = t.cc or (hs.of(t.sender).cc_current if hs.of(t.sender) else None)
+    cc = sizing_cc(t, hs)
     need = tuned_buffer_bytes(per_flow, rtt, cc=cc, loss=min(loss or 0.0, 0.5),
                               scaling_ratio=ratio, mss_bytes=I.mss_bytes(m))
     cap, cap_src = _cap(per_flow, rtt, hs, t.receiver, config)
@@ -99,12 +99,40 @@ def _sizing(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs: Hosts,
             "flows": max(1, math.ceil(need / min(cap, FLOW_BUFFER_BYTES)))}
 
 
+def sizing_cc(t: Transfer, hs: Hosts) -> str | None:
+    """The cc the buffer must serve: bbr where the sender can run it (the path rules move long
+    lossy paths to it, R-9, and it needs the most: cwnd gain 2), else what the transfer used."""
+    facts = hs.of(t.sender)
+    offered = set(facts.cc_available or facts.cc_allowed) if facts else set()
+    return "bbr" if "bbr" in offered or t.cc == "bbr" else (t.cc or (facts.cc_current
+                                                                     if facts else None))
+
+
 def _window_ratio(t: Transfer, rmem: tuple[int, int, int] | None) -> tuple[float, str]:
     r = measured_scaling_ratio(t.peer_window_max_bytes, rmem[2] if rmem else None)
     if r is not None and r >= MIN_CREDIBLE_RATIO:
         return r, "measured: the receiver's largest advertised window ÷ its tcp_rmem[2]"
     return DEFAULT_WINDOW_SCALING_RATIO, ("assumed 1/2 (TCP_DEFAULT_SCALING_RATIO, "
                                           "include/net/tcp.h): not measurable on this transfer")
+
+
+APP_LIMITED_LOSS = 1e-4  # above it the sender's cwnd, not the reader, can explain the gap
+
+
+def _receiver_lagged(t: Transfer, window: float | None, window_src: str, cap: float | None,
+                     rmem: tuple[int, int, int] | None, ratio: float, legacy: bool,
+                     m: Meas) -> bool:
+    """The window allowed ≥ 2× what came through, although the receiver's buffer had not
+    reached its configured max and no loss held the sender's cwnd down: the reading
+    application lagged (the buffer was full, not small)."""
+    measured = t.bits_per_second
+    if not (window_src.startswith("TCP_INFO") and cap and measured and cap >= 2 * measured):
+        return False
+    loss, _ = pooled_loss(m)
+    if loss is not None and loss > APP_LIMITED_LOSS:
+        return False
+    at_max = rmem is not None and window is not None and window >= 0.9 * rmem[2] * ratio
+    return legacy or not at_max
 
 
 def window_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs: Hosts,
@@ -137,7 +165,7 @@ def window_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs:
                     "tcp_rmem": rmem_src, "window_scaling_ratio": ratio_src,
                     "link_rate_bps": s["target_src"] if s else None,
                     "bits_per_second": "throughput receiver goodput"}}
-    if window_src.startswith("TCP_INFO") and cap and measured and cap >= 2 * measured:
+    if _receiver_lagged(t, window, window_src, cap, rmem, ratio, legacy, m):
         evidence["window_allows_x_measured"] = cap / measured
         return Finding(
             id="path.receiver_app_limited", severity="warning",

@@ -34,6 +34,7 @@ class Verification:
     omit_s: float
     verdict: str | None
     next_step: str
+    cc: str | None = None
 
     @property
     def fixed(self) -> bool:
@@ -43,7 +44,7 @@ class Verification:
         return {"bits_per_second": self.bits_per_second,
                 "bits_per_second_after_omit": self.bits_per_second_after_omit,
                 "omit_s": self.omit_s, "verdict": self.verdict, "fixed": self.fixed,
-                "next_step": self.next_step}
+                "next_step": self.next_step, "cc": self.cc}
 
 
 def rate_after_omit_bps(intervals: Sequence[Mapping[str, Any]], omit_s: float) -> float | None:
@@ -62,7 +63,8 @@ def judge(result: Mapping[str, Any], omit_s: float) -> Verification:
         bits_per_second=float(result.get("bits_per_second") or 0.0),
         bits_per_second_after_omit=rate_after_omit_bps(result.get("intervals") or [], omit_s),
         omit_s=omit_s, verdict=verdict,
-        next_step=NEXT_STEP.get(verdict or "", "re-run `wanprobe diagnose` to see the limit"))
+        next_step=NEXT_STEP.get(verdict or "", "re-run `wanprobe diagnose` to see the limit"),
+        cc=result.get("cc"))
 
 
 def verify_path(peer: str, *, port: int = 862, duration_s: float = 6.0, omit_s: float = 2.0,
