@@ -14,6 +14,7 @@ from wanprobe.diagnose.rule import RuleFn
 from wanprobe.report.document import Finding, Knob
 
 ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_fabric.RULES, *rules_host.RULES)
+BUFFER_KEYS = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 # A host-config finding restates what a measured finding already shows: keep the measured one
@@ -27,9 +28,14 @@ SUPERSEDED_BY = {
 
 def _merge(kept: Finding, dropped: Finding) -> Finding:
     # The measured finding already says which host each of its knobs is for: a host-config
-    # knob on the same key (either host) restates it and is not carried over.
-    keys = {(k.tuner, k.key, k.iface) for k in kept.knobs}
-    extra = tuple(k for k in dropped.knobs if (k.tuner, k.key, k.iface) not in keys)
+    # knob on the same key restates it and is not carried over — except a buffer for the other
+    # host: a measured buffer finding is about one direction, and the other end's buffers
+    # carry the other direction.
+    def ident(k: Knob) -> tuple:
+        return (k.tuner, k.key, k.iface) + ((k.for_host,) if k.key in BUFFER_KEYS else ())
+
+    keys = {ident(k) for k in kept.knobs}
+    extra = tuple(k for k in dropped.knobs if ident(k) not in keys)
     if not extra:
         return kept
     return replace(kept, knobs=kept.knobs + extra)

@@ -32,6 +32,7 @@ from wanprobe.report.document import Finding, Knob
 
 LIMITED_SHARE = 0.1          # R-7: rwnd_limited / busy_time > 0.1
 MAX_BUFFER_BYTES = 2**30     # R-3: clamp tcp_rmem[2] <= 1 GiB
+CAPACITY_ERROR = 0.15        # the capacity measurement's error band
 MAX_BDP_MULTIPLE = 16        # issue 13: 16 MiB on a 1.6 MB BDP path did no better than 4×BDP
 FLOW_BUFFER_BYTES = 512 * 2**20  # R-4: beyond that, add flows instead of buffer
 # A ratio below this means autotuning had not grown the buffer to its max yet, not the kernel's
@@ -87,16 +88,39 @@ def _sizing(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs: Hosts,
         return None
     target, target_src, assumed = I.target_rate_bps(m, host, config)
     loss, _ = pooled_loss(m)
+    # a measured capacity is good to ±15 % (tests/test_throughput_capacity.py): size for the top
+    # of that band, since a buffer short of the BDP costs rate and one above it costs nothing
+    # but memory (issue 13: 16 MiB did as well as 4×BDP)
+    measured_cap = target_src.startswith("measured")
     per_flow = target / t.streams
+    sized_for = per_flow / (1 - CAPACITY_ERROR) if measured_cap else per_flow
     cc = sizing_cc(t, hs)
-    need = tuned_buffer_bytes(per_flow, rtt, cc=cc, loss=min(loss or 0.0, 0.5),
+    need = tuned_buffer_bytes(sized_for, rtt, cc=cc, loss=min(loss or 0.0, 0.5),
                               scaling_ratio=ratio, mss_bytes=I.mss_bytes(m))
-    cap, cap_src = _cap(per_flow, rtt, hs, t.receiver, config)
+    cap, cap_src = _cap(per_flow, rtt, hs, t.receiver, config)  # 16× the measured BDP
     bdp = bdp_bytes(per_flow, rtt)
     return {"rtt": rtt, "target": target, "target_src": target_src, "assumed": assumed,
             "bdp": bdp, "need": need, "size": min(need, cap), "cap_src": cap_src,
             "cc": cc, "loss": loss or 0.0,
             "flows": max(1, math.ceil(need / min(cap, FLOW_BUFFER_BYTES)))}
+
+
+def host_model_buffer(m: Meas, host: Host, config: DiagnoseConfig) -> tuple[int, str] | None:
+    """For the host-config rule: the modelled buffer when the path capacity was measured
+    (schema 1.1), else None (the rule keeps the R-1 2×BDP floor). No transfer to read the
+    window ratio from: the kernel's starting 1/2; cc bbr when this host offers it."""
+    rtt, _ = I.rtt_s(m)
+    target, src, _ = I.target_rate_bps(m, host, config)
+    if not rtt or not src.startswith("measured"):
+        return None
+    loss, _ = pooled_loss(m)
+    cc = "bbr" if "bbr" in ((host or {}).get("available_cc") or ()) else \
+        I.sysctl(host, "net.ipv4.tcp_congestion_control")
+    need = tuned_buffer_bytes(target / (1 - CAPACITY_ERROR), rtt, cc=cc,
+                              loss=min(loss or 0.0, 0.5), mss_bytes=I.mss_bytes(m))
+    size = min(need, MAX_BUFFER_BYTES, int(MAX_BDP_MULTIPLE * bdp_bytes(target, rtt)))
+    return size, (f"{size / bdp_bytes(target, rtt):.1f}×BDP for the measured {mbit(target)} × "
+                  f"{ms(rtt)} ({cc}, loss {loss or 0.0:.2%}; model, tcp-tuning.md §3)")
 
 
 def sizing_cc(t: Transfer, hs: Hosts) -> str | None:
