@@ -139,6 +139,24 @@ def measure_throughput(opts: DiagnoseOptions, reverse: bool = False) -> dict:
     return res.to_json()
 
 
+SCAN_STREAMS = (1, 2, 4, 8)
+
+
+def measure_streams_scan(opts: DiagnoseOptions) -> list[dict]:
+    """Per-stream rates at 1, 2, 4 and 8 parallel streams (full mode): the measured per-stream
+    ceiling that nccl-env sizes NCCL's socket count from (nccl-tests#83: the slowest socket ×
+    the socket count)."""
+    from wanprobe.throughput.client import run_throughput
+
+    out = []
+    for n in SCAN_STREAMS:
+        res = run_throughput(opts.peer, port=opts.port, duration_s=opts.throughput_s / 2,
+                             streams=n, max_bytes=opts.throughput_max_bytes)
+        out.append({"streams": n, "bits_per_second": res.bits_per_second,
+                    "per_stream_bits_per_second": res.bits_per_second / n})
+    return out
+
+
 def measure_capacity(opts: DiagnoseOptions, tcp_bps: float | None,
                      nic_bps: float | None) -> dict:
     """UDP bursts from above what TCP reached up to the NIC speed (an upper bound only)."""
@@ -248,6 +266,10 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
                               lambda: measure_throughput(opts, reverse=True))
     elif opts.throughput:
         errors.setdefault("throughput", "skipped: the peer's reflector did not answer")
+    scan = None
+    if opts.throughput and path is not None and opts.mode == "full":
+        say("per-stream rates at 1, 2, 4, 8 streams")
+        scan = _guard(errors, "streams_scan", lambda: measure_streams_scan(opts))
     if path is not None:
         capacity = _capacity(opts, errors, path, [tput, tput_rev], host, route.get("iface"), say)
     counters = None
@@ -258,7 +280,7 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
         if after is not None:
             counters = _guard(errors, "counters", lambda: counters_json(before, after))
     measurements = {"path": path, "mtu": mtu, "throughput": tput,
-                    "throughput_reverse": tput_rev, "capacity": capacity,
+                    "throughput_reverse": tput_rev, "capacity": capacity, "streams_scan": scan,
                     "peer_facts": peer_facts, "counters": counters, "errors": errors}
     say("evaluating rules")
     findings = run_rules(measurements, host, DiagnoseConfig(
