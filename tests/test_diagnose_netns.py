@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from wanprobe.demo_story import start_reflector
+from wanprobe.demo_story import start_reflector, stop_reflector
 
 pytestmark = pytest.mark.netns
 
@@ -32,12 +32,7 @@ def reflected(lab_factory):
 
     yield make
     for p in procs:
-        p.terminate()
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        stop_reflector(p)
 
 
 def test_window_limited_lab(reflected):

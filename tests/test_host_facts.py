@@ -3,7 +3,6 @@ input, and served by a real ThroughputServer over the control channel (``host_fa
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import threading
@@ -11,13 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import test_throughput_cli
+from conftest import free_port
 
 from collectors.host_facts import FactsError, HostFacts, facts_from, read_host_facts
 from collectors.procfs_sysctl import read_sysctls
-from tests.conftest import free_port
 from wanprobe.errors import ProbeError
 from wanprobe.throughput import host_facts_op
-from wanprobe.throughput.server import ThroughputServer
 
 
 def write(root: Path, rel: str, text: str) -> None:
@@ -64,25 +63,7 @@ def test_hostile_documents_are_refused(doc):
         HostFacts.from_json(doc)
 
 
-@pytest.fixture
-def loopback_server():
-    server = ThroughputServer(max_duration_s=2.0, max_bytes=10**6)
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start("127.0.0.1", 0))
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(5)
-    yield server
-    asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
+loopback_server = test_throughput_cli.loopback_server  # the same fixture, not a copy
 
 
 def test_server_answers_host_facts(loopback_server):

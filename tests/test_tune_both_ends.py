@@ -5,12 +5,11 @@ measuring host and, applied on the peer, fills the path (re-measured, ramp-up om
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from wanprobe.demo_story import start_reflector
+from wanprobe.demo_story import start_reflector, stop_reflector
 from wanprobe.diagnose.verify import verify_path
 
 pytestmark = pytest.mark.netns
@@ -76,9 +75,4 @@ def test_receiver_only_small_buffers_are_the_peers_and_the_peer_plan_fixes_it(la
         wanprobe(lab.b, "tune", "rollback", "--state-dir", state)
         assert rmem(lab.b) == SMALL
     finally:
-        refl.terminate()
-        try:
-            refl.wait(5)
-        except subprocess.TimeoutExpired:
-            refl.kill()
-            refl.wait()
+        stop_reflector(refl)

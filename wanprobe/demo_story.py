@@ -73,6 +73,16 @@ def start_reflector(lab) -> subprocess.Popen:
     raise WanprobeError("demo: the reflector in the lab did not start")
 
 
+def stop_reflector(proc: subprocess.Popen) -> None:
+    """Terminate a reflector from :func:`start_reflector` (kill it if it lingers)."""
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _throughput(lab, duration_s: float) -> dict:
     doc = _wanprobe(lab.a, "throughput", lab.b.addr, "--duration", f"{duration_s:g}s")
     return {"bits_per_second": doc["bits_per_second"],
@@ -142,12 +152,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                                                        if originals[n].get(k) != v}
                                                    for n in restored}}
             finally:
-                reflector.terminate()
-                try:
-                    reflector.wait(5)
-                except subprocess.TimeoutExpired:
-                    reflector.kill()
-                    reflector.wait()
+                stop_reflector(reflector)
     finally:
         shutil.rmtree(state, ignore_errors=True)
     before, after = doc["before"]["bits_per_second"], doc["after"]["bits_per_second"]
