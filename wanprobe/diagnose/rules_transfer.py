@@ -159,6 +159,38 @@ def _receiver_lagged(t: Transfer, window: float | None, window_src: str, cap: fl
     return legacy or not at_max
 
 
+def _app_limited(t: Transfer, evidence: dict[str, Any], window: float, cap: float,
+                 target: float | None) -> Finding:
+    measured = t.bits_per_second or 0.0
+    evidence["window_allows_x_measured"] = cap / measured
+    return Finding(
+        id="path.receiver_app_limited", severity="warning",
+        title=f"Receive window full on the {t.receiver} host: its application does not "
+              "keep up", evidence=evidence,
+        recommendation=("Check the receiver's CPU and how it reads the socket; more "
+                        "parallel streams spread the work. Raising tcp_rmem will not help: "
+                        "the advertised window already allows more."),
+        expected_effect=(f"the {mib(window)} window allows ≈ {mbit(cap)}, "
+                         f"{cap / measured:.0f}× the {mbit(measured)} delivered"),
+        impact=1 - measured / target if target else None, host=t.receiver,
+        direction=t.direction)
+
+
+def _buffer_plan(t: Transfer, s: dict[str, Any], rmem, wmem, ratio: float
+                 ) -> tuple[list[Knob], list[str]]:
+    """The receiver's tcp_rmem and the sender's tcp_wmem knobs, and the prose for them."""
+    why = (f"{s['need'] / s['bdp']:.1f}×BDP for {mbit(s['target'])} × {ms(s['rtt'])} "
+           f"({s['cc'] or 'cc unknown'}, loss {s['loss']:.2%}, window ratio {ratio:.2f})")
+    knobs = [k for k in (_buffer_knob("tcp_rmem", rmem, s["size"], t.receiver, why),
+                         _buffer_knob("tcp_wmem", wmem, s["size"], t.sender, why)) if k]
+    parts = [f"set tcp_rmem max on the {t.receiver} host to {mib(s['size'])} = "
+             f"{s['size'] / s['bdp']:.1f}×BDP at {ms(s['rtt'])} (≥ 2×BDP: BDP × cc gain × "
+             f"loss recovery ÷ window ratio, {s['cap_src']} cap)"]
+    if s["flows"] > 1 and s["size"] < s["need"]:
+        parts.append(f"and use ≥ {s['flows']} streams (R-4)")
+    return knobs, parts
+
+
 def window_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs: Hosts,
                    legacy: bool) -> Finding | None:
     """One direction's transfer waited on the receiver's window (R-7): size its tcp_rmem."""
@@ -190,37 +222,17 @@ def window_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs:
                     "link_rate_bps": s["target_src"] if s else None,
                     "bits_per_second": "throughput receiver goodput"}}
     if _receiver_lagged(t, window, window_src, cap, rmem, ratio, legacy, m):
-        evidence["window_allows_x_measured"] = cap / measured
-        return Finding(
-            id="path.receiver_app_limited", severity="warning",
-            title=f"Receive window full on the {t.receiver} host: its application does not "
-                  "keep up", evidence=evidence,
-            recommendation=("Check the receiver's CPU and how it reads the socket; more "
-                            "parallel streams spread the work. Raising tcp_rmem will not help: "
-                            "the advertised window already allows more."),
-            expected_effect=(f"the {mib(window)} window allows ≈ {mbit(cap)}, "
-                             f"{cap / measured:.0f}× the {mbit(measured)} delivered"),
-            impact=1 - measured / target if target else None, host=t.receiver,
-            direction=t.direction)
-    knobs: list[Knob] = []
+        return _app_limited(t, evidence, window, cap, target)
     parts = [f"{t.direction} ({t.sender} → {t.receiver}): measured {mbit(measured)} of "
              f"{mbit(target)}"]
     if cap is not None:
         parts.append(f"a {mib(window)} window caps one stream at ≈ {mbit(cap)}")
+    knobs: list[Knob] = []
     if s:
         evidence.update(bdp_bytes=s["bdp"], buffer_needed_bytes=s["need"],
                         buffer_bytes=s["size"], buffer_cap=s["cap_src"])
-        why = (f"{s['need'] / s['bdp']:.1f}×BDP for {mbit(s['target'])} × {ms(s['rtt'])} "
-               f"({s['cc'] or 'cc unknown'}, loss {s['loss']:.2%}, window ratio {ratio:.2f})")
-        for k in (_buffer_knob("tcp_rmem", rmem, s["size"], t.receiver, why),
-                  _buffer_knob("tcp_wmem", wmem, s["size"], t.sender, why)):
-            if k:
-                knobs.append(k)
-        parts.append(f"set tcp_rmem max on the {t.receiver} host to {mib(s['size'])} = "
-                     f"{s['size'] / s['bdp']:.1f}×BDP at {ms(s['rtt'])} (≥ 2×BDP: BDP × cc gain × "
-                     f"loss recovery ÷ window ratio, {s['cap_src']} cap)")
-        if s["flows"] > 1 and s["size"] < s["need"]:
-            parts.append(f"and use ≥ {s['flows']} streams (R-4)")
+        knobs, more = _buffer_plan(t, s, rmem, wmem, ratio)
+        parts += more
     got = measured if measured is not None else cap
     return Finding(
         id="path.window_limited",

@@ -223,6 +223,31 @@ def counters_json(first: Any, second: Any) -> dict:
     return doc
 
 
+def _transfers(opts: DiagnoseOptions, errors: dict[str, str], path: dict | None,
+               say: Progress) -> tuple[Any, Any, Any, Any]:
+    """The peer's host facts and the TCP tests: forward, reverse and (--full) the 1/2/4/8
+    stream scan; each None where not measured (the reason in ``errors``)."""
+    tput = tput_rev = peer_facts = scan = None
+    if path is not None:
+        say("asking the peer for its host facts")
+        peer_facts = _guard(errors, "peer_facts", lambda: fetch_peer_facts(opts))
+    else:
+        errors.setdefault("peer_facts", "skipped: the peer's reflector did not answer")
+    if opts.throughput and path is not None:
+        say(f"throughput test ({opts.throughput_s:.0f} s, capped)")
+        tput = _guard(errors, "throughput", lambda: measure_throughput(opts))
+        if opts.reverse:
+            say(f"reverse throughput test ({opts.throughput_s:.0f} s, capped)")
+            tput_rev = _guard(errors, "throughput_reverse",
+                              lambda: measure_throughput(opts, reverse=True))
+    elif opts.throughput:
+        errors.setdefault("throughput", "skipped: the peer's reflector did not answer")
+    if opts.throughput and path is not None and opts.mode == "full":
+        say("per-stream rates at 1, 2, 4, 8 streams")
+        scan = _guard(errors, "streams_scan", lambda: measure_streams_scan(opts))
+    return peer_facts, tput, tput_rev, scan
+
+
 def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
              sys_root: Path = Path("/sys"), progress: Progress | None = None) -> Report:
     """Measure the path to ``opts.peer`` and this host, run the rules, return the report."""
@@ -251,25 +276,8 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
     mtu = _guard(errors, "mtu", lambda: measure_mtu(opts)) if path is not None else None
     if path is None:
         errors.setdefault("mtu", "skipped: the peer's reflector did not answer")
-    tput = tput_rev = peer_facts = capacity = None
-    if path is not None:
-        say("asking the peer for its host facts")
-        peer_facts = _guard(errors, "peer_facts", lambda: fetch_peer_facts(opts))
-    else:
-        errors.setdefault("peer_facts", "skipped: the peer's reflector did not answer")
-    if opts.throughput and path is not None:
-        say(f"throughput test ({opts.throughput_s:.0f} s, capped)")
-        tput = _guard(errors, "throughput", lambda: measure_throughput(opts))
-        if opts.reverse:
-            say(f"reverse throughput test ({opts.throughput_s:.0f} s, capped)")
-            tput_rev = _guard(errors, "throughput_reverse",
-                              lambda: measure_throughput(opts, reverse=True))
-    elif opts.throughput:
-        errors.setdefault("throughput", "skipped: the peer's reflector did not answer")
-    scan = None
-    if opts.throughput and path is not None and opts.mode == "full":
-        say("per-stream rates at 1, 2, 4, 8 streams")
-        scan = _guard(errors, "streams_scan", lambda: measure_streams_scan(opts))
+    peer_facts, tput, tput_rev, scan = _transfers(opts, errors, path, say)
+    capacity = None
     if path is not None:
         capacity = _capacity(opts, errors, path, [tput, tput_rev], host, route.get("iface"), say)
     counters = None
