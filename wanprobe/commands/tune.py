@@ -184,8 +184,13 @@ def _verify(peer: str | None):
     if not peer:
         return None
     from wanprobe.diagnose.verify import verify_path
+    from wanprobe.errors import WanprobeError
 
-    return verify_path(peer)
+    try:
+        return verify_path(peer)
+    except WanprobeError as exc:  # the plan is applied (journalled); only the re-measure failed
+        typer.echo(f"wanprobe: applied, but --verify could not measure {peer}: {exc}", err=True)
+        return None
 
 
 @tune_app.command("rollback")
