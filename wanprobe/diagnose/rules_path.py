@@ -50,7 +50,8 @@ def flows_needed(need_bytes: int) -> int:
     return max(1, math.ceil(need_bytes / FLOW_BUFFER_BYTES))
 
 
-def _cc_knob(host: Host, reason: str) -> tuple[Knob | None, str]:
+def _cc_knob(host: Host, reason: str, *, sender_measured: bool = True
+             ) -> tuple[Knob | None, str]:
     """bbr as default cc if this host can take it (R-11 available, R-12 allowed in a netns)."""
     avail = set((host or {}).get("available_cc") or [])
     allowed = set((host or {}).get("allowed_cc") or [])
@@ -59,7 +60,11 @@ def _cc_knob(host: Host, reason: str) -> tuple[Knob | None, str]:
     note = ""
     if allowed and "bbr" not in allowed:
         note = " (not in tcp_allowed_congestion_control: set it from the init namespace)"
-    # cc is the sender's choice: the measured (forward) transfer was sent by this host
+    # cc is the sender's choice: the measured (forward) transfer was sent by this host; without
+    # a transfer the judgement is of the host default, meant for both ends (engine: per host)
+    if not sender_measured:
+        return Knob("sysctl", "net.ipv4.tcp_congestion_control", "bbr", reason + note,
+                    side="both"), ""
     return Knob("sysctl", "net.ipv4.tcp_congestion_control", "bbr", reason + note,
                 side="local", host="local"), ""
 
@@ -85,7 +90,8 @@ def lossy_loss_based_cc(m: Meas, host: Host, config: DiagnoseConfig) -> Finding 
         return None
     bbr = bbr_rate_bps(target, loss)
     measured = num(section(m, "throughput") or {}, "bits_per_second")
-    knob, why_not = _cc_knob(host, f"loss {loss:.2%} at {rtt * 1e3:.0f} ms RTT (R-9)")
+    knob, why_not = _cc_knob(host, f"loss {loss:.2%} at {rtt * 1e3:.0f} ms RTT (R-9)",
+                             sender_measured=cc_src == "throughput cc")
     severe = cc_rate < 0.5 * target  # R-9: the cc ceiling is below half the target rate
     effect = (f"Mathis bound (MSS/RTT)·1.22/√p with {mss} B, {rtt * 1e3:.0f} ms, p={loss:.2g} "
               f"≈ {mbit(mathis)} per stream ({cc} model ≈ {mbit(cc_rate)}); BBR holds ≈ "
