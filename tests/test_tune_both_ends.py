@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from wanprobe.demo_story import start_reflector
-from wanprobe.lab import netns
 from wanprobe.diagnose.verify import verify_path
+from wanprobe.lab import netns
 
 pytestmark = pytest.mark.netns
 SMALL = "4096 131072 262144"

@@ -79,6 +79,33 @@ def _pick(d: Any, *keys: str) -> float | None:
     return None
 
 
+def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list]:
+    """From the report's findings: the training DSCP a dscp knob asks for, whether a finding
+    asked for more QPs (ECMP), and the NCCL knobs with their reasons."""
+    dscp, ecmp, knobs = None, False, []
+    for f in report.get("findings") or []:
+        for k in (f or {}).get("knobs") or []:
+            if not isinstance(k, dict):
+                continue
+            reason = k.get("reason") or f.get("title", "")
+            if k.get("tuner") == "dscp" and dscp is None:
+                v = k.get("value")
+                if isinstance(v, str) and v.lstrip().startswith(("[", "{")):
+                    try:
+                        v = json.loads(v)
+                    except json.JSONDecodeError:
+                        v = None
+                first = (v[0] if isinstance(v, list) and v else v) or {}
+                if isinstance(first, dict) and isinstance(first.get("dscp"), int | str):
+                    from wanprobe.units import parse_dscp
+                    dscp = parse_dscp(first["dscp"])
+            if k.get("tuner") == "nccl":
+                knobs.append((str(k.get("key")), str(k.get("value")), f"[{f.get('id', '?')}] {reason}"))
+                if k.get("key") == "NCCL_IB_QPS_PER_CONNECTION":
+                    ecmp = True
+    return dscp, ecmp, knobs
+
+
 def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
     """Lenient read of a diagnose report: every part is optional."""
     if not report:
@@ -111,27 +138,8 @@ def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
         except (KeyError, ValueError, IndexError):
             return None
 
-    dscp, ecmp, knobs = None, bool(path.get("ecmp") or (_num(path.get("ecmp_paths")) or 0) > 1), []
-    for f in report.get("findings") or []:
-        for k in (f or {}).get("knobs") or []:
-            if not isinstance(k, dict):
-                continue
-            reason = k.get("reason") or f.get("title", "")
-            if k.get("tuner") == "dscp" and dscp is None:
-                v = k.get("value")
-                if isinstance(v, str) and v.lstrip().startswith(("[", "{")):
-                    try:
-                        v = json.loads(v)
-                    except json.JSONDecodeError:
-                        v = None
-                first = (v[0] if isinstance(v, list) and v else v) or {}
-                if isinstance(first, dict) and isinstance(first.get("dscp"), int | str):
-                    from wanprobe.units import parse_dscp
-                    dscp = parse_dscp(first["dscp"])
-            if k.get("tuner") == "nccl":
-                knobs.append((str(k.get("key")), str(k.get("value")), f"[{f.get('id', '?')}] {reason}"))
-                if k.get("key") == "NCCL_IB_QPS_PER_CONNECTION":
-                    ecmp = True
+    dscp, ecmp_knob, knobs = _report_knobs(report)
+    ecmp = ecmp_knob or bool(path.get("ecmp") or (_num(path.get("ecmp_paths")) or 0) > 1)
     cap = _num(path.get("capacity_bits_per_second"))
     if cap and str(path.get("capacity_source", "")).startswith(("udp_burst", "operator")):
         link = cap  # measured (or the operator's) path capacity beats the NIC speed

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from wanprobe.lab import measure
+from wanprobe.lab import measure, netns
 
 ORACLE_BUFFER = "4096 131072 67108864"
 
@@ -81,7 +81,7 @@ def _tune_both(lab, state: Path) -> dict:
 def run_point(lab_name: str, *, rtt_ms: float, loss: float, rate_bps: float = 100e6,
               seconds: float = 4.0, omit_s: float = 2.0) -> TunePoint:
     """Oracle, then tuned, on one lab link (see module doc)."""
-    from wanprobe.demo_story import _set_untuned, _wanprobe, start_reflector, stop_reflector
+    from wanprobe.demo_story import _set_untuned, _wanprobe, start_reflector
     from wanprobe.lab import Lab
 
     state = Path(tempfile.mkdtemp(prefix="wanprobe-tunecheck-"))
@@ -98,7 +98,7 @@ def run_point(lab_name: str, *, rtt_ms: float, loss: float, rate_bps: float = 10
             try:
                 report = _tune_both(lab, state)
             finally:
-                stop_reflector(reflector)
+                netns.stop(reflector)
             tuned = _iperf(lab, seconds, omit_s)
             cc = lab.a.run(["sysctl", "-n", "net.ipv4.tcp_congestion_control"],
                            capture_output=True, text=True).stdout.strip() or None
