@@ -55,7 +55,10 @@ FREE_NAMES = {("lab", "up", "name"), ("lab", "down", "name"), ("lab", "update", 
 VALID = {(("reflect",), "max_test_duration", "datagram"), (("reflect",), "max_test_bytes", "datagram"),
          (("reflect",), "max_test_bytes", "10^12"), (("reflect",), "rate_pps", "datagram"),
          (("throughput",), "window", "datagram"), (("throughput",), "max_duration", "datagram"),
-         (("throughput",), "max_bytes", "10^12"), (("throughput",), "max_bytes", "datagram")}
+         (("throughput",), "max_bytes", "10^12"), (("throughput",), "max_bytes", "datagram"),
+         # 65536 s (18 h) is a sensible baseline look-back; "nan" is a legal Prometheus job name
+         (("fleet", "rules"), "floor_baseline", "datagram"),
+         (("fleet", "rules"), "throughput_baseline", "datagram"), (("fleet", "rules"), "job", "nan")}
 OUTPUT_NAMES = ("output", "o")
 DIR_WORDS = ("dir", "root", "sysctl_d", "state")
 FILE_WORDS = ("file", "report", "config", "key", "plan", "path")

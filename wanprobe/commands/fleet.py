@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from wanprobe import units
-from wanprobe.errors import UsageError
+from wanprobe.errors import UsageError, shown
 
 app = typer.Typer(name="fleet", help="Run a fleet on Prometheus: scrape targets from the mesh file, "
                        "recording and alerting rules, the site x site matrix.",
@@ -20,9 +21,20 @@ app = typer.Typer(name="fleet", help="Run a fleet on Prometheus: scrape targets 
 WINDOW_HELP = "rate() window for loss and liveness, e.g. 5m."
 
 
-def _duration(option: str, text: str, *, allow_zero: bool = True) -> float:
+# Bounds an operator would not exceed: a rate() window or `for:` over 6 h hides every incident
+# it should page on; baselines look back at most 30 days (Prometheus's usual local retention).
+MAX_WINDOW_S = 6 * 3600.0
+MAX_EVAL_S = 600.0
+MAX_BASELINE_S = 30 * 86400.0
+_JOB = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,63}")
+_RUNBOOK = re.compile(r"(https?://[!-~]{1,200}|[A-Za-z0-9_./#-]{1,200}\.md(#[A-Za-z0-9_-]*)?)")
+
+
+def _duration(option: str, text: str, *, allow_zero: bool = True,
+              maximum_s: float = MAX_WINDOW_S) -> float:
     try:
-        return units.parse_duration_s(text, default_unit="s", allow_zero=allow_zero)
+        return units.parse_duration_s(text, default_unit="s", allow_zero=allow_zero,
+                                      maximum_s=maximum_s)
     except UsageError as exc:
         raise UsageError(f"{option}: {exc}") from None
 
@@ -35,6 +47,12 @@ def _ratio(option: str, text: str) -> float:
     if not 0 < value < 1:
         raise UsageError(f"{option}: must lie strictly between 0 and 100%, not {text!r}")
     return value
+
+
+def _matching(option: str, pattern: re.Pattern, text: str, what: str) -> str:
+    if not pattern.fullmatch(text):
+        raise UsageError(f"{option}: {shown(text)} is not {what}")
+    return text
 
 
 @app.command("targets")
@@ -82,15 +100,18 @@ def rules(
     s = RuleSettings(window_s=_duration("--window", window, allow_zero=False),
                      for_s=_duration("--for", for_),
                      eval_interval_s=None if eval_interval is None else
-                     _duration("--eval-interval", eval_interval, allow_zero=False),
+                     _duration("--eval-interval", eval_interval, allow_zero=False,
+                               maximum_s=MAX_EVAL_S),
                      loss_slo_ratio=_ratio("--loss-slo", loss_slo),
                      floor_step_ratio=_ratio("--floor-step", floor_step),
                      throughput_drop_ratio=_ratio("--throughput-drop", throughput_drop),
                      floor_baseline_s=_duration("--floor-baseline", floor_baseline,
-                                                allow_zero=False),
+                                                allow_zero=False, maximum_s=MAX_BASELINE_S),
                      throughput_baseline_s=_duration("--throughput-baseline", throughput_baseline,
-                                                     allow_zero=False),
-                     job=job, runbook_url=runbook_url)
+                                                     allow_zero=False, maximum_s=MAX_BASELINE_S),
+                     job=_matching("--job", _JOB, job, "a Prometheus job name"),
+                     runbook_url=_matching("--runbook-url", _RUNBOOK, runbook_url,
+                                           "an http(s) URL or a .md path"))
     typer.echo(dumps(rule_groups(s)), nl=False)
 
 

@@ -39,7 +39,7 @@ app = typer.Typer()
 @app.command("multipath")
 def multipath(
     name: NameArg,
-    paths: Annotated[int, typer.Option("--paths", help="ECMP paths between the routers.")] = 2,
+    paths: Annotated[int, typer.Option("--paths", min=1, max=16, help="ECMP paths between the routers (1-16).")] = 2,
     rtt: Annotated[str, typer.Option(help="Round-trip delay of each ECMP path.")] = "40ms",
     standby_rtt: Annotated[str | None, typer.Option(
         "--standby-rtt", help="Add a longer standby path (not in the ECMP set), e.g. 95ms; "

@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from wanprobe.errors import UsageError
+from wanprobe.errors import UsageError, shown
+from wanprobe.probe.paths import MAX_FLOWS
 from wanprobe.units import parse_duration_s, parse_port
 
 
@@ -42,14 +43,21 @@ def paths(
 ) -> None:
     """Trace and probe N flows (Paris-style, constant source ports): which ECMP paths exist,
     each path's RTT and loss per direction, and whether the paths differ significantly."""
-    from wanprobe.probe.paths import measure_paths
+    from wanprobe.probe import limits
+    from wanprobe.probe.paths import check_args, measure_paths
+    from wanprobe.probe.probe_options import check_common, probe_count
 
+    port_n = _parsed("--port", parse_port, port)
+    interval_s = _parsed("--interval", parse_duration_s, interval, default_unit="s",
+                         allow_zero=False, maximum_s=limits.MAX_PROBE_S)
+    timeout_s = _parsed("--timeout", parse_duration_s, timeout, default_unit="s",
+                        allow_zero=False, maximum_s=limits.MAX_TIMEOUT_S)
+    check_args(flows, count, interval_s, max_ttl)
+    check_common(port_n, 0, timeout_s)  # refused up front, before any socket (issue 14)
+    probe_count(count, None, interval_s)
+    limits.check_total(count * flows, interval_s / flows)
     result = asyncio.run(measure_paths(
-        peer, flows=flows, count=count, port=_parsed("--port", parse_port, port),
-        interval_s=_parsed("--interval", parse_duration_s, interval, default_unit="s",
-                           allow_zero=False),
-        timeout_s=_parsed("--timeout", parse_duration_s, timeout, default_unit="s",
-                          allow_zero=False),
+        peer, flows=flows, count=count, port=port_n, interval_s=interval_s, timeout_s=timeout_s,
         max_ttl=max_ttl, src_ports=_ports(src_ports) if src_ports is not None else None))
     doc = result.to_json()
     doc["findings"] = _findings(doc)
@@ -101,13 +109,13 @@ def _ports(text: str) -> list[int]:
     try:
         if "-" in text:
             lo, hi = (int(x) for x in text.split("-", 1))
-            ports = list(range(lo, hi + 1))
+            ports = list(range(lo, hi + 1)) if 0 <= hi - lo < MAX_FLOWS else []
         else:
             ports = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise UsageError(f"--src-ports: use a range like 40000-40015 or a list, got {text!r}") from None
-    if not 1 <= len(ports) <= 256 or not all(1 <= p <= 65535 for p in ports):
-        raise UsageError(f"--src-ports: 1-256 ports within 1-65535, got {text!r}")
+        raise UsageError(f"--src-ports: use a range like 40000-40015 or a list, got {shown(text)}") from None
+    if not 1 <= len(ports) <= MAX_FLOWS or not all(1 <= p <= 65535 for p in ports):
+        raise UsageError(f"--src-ports: 1-{MAX_FLOWS} ports within 1-65535, got {shown(text)}")
     return ports
 
 
