@@ -248,3 +248,25 @@ def test_counter_rates_keep_children_and_drop_vanished_counters():
     text = m.exposition().decode()
     assert 'wanprobe_counter_rate_per_second{counter="rx_bytes",source="netdevs.eth0.stats"} 3.0' in text
     assert "eth1" not in text
+
+
+def test_host_counters_are_exported_raw_as_read():
+    """Raw counters as ``_total`` (node_exporter's way; Prometheus takes rates): the value for
+    lo's rx_packets lies between two direct sysfs reads around the daemon's sample."""
+    from pathlib import Path
+
+    from wanprobe.daemon.adapters import Counters
+    from wanprobe.daemon.metrics import DaemonMetrics
+
+    sysfs = Path("/sys/class/net/lo/statistics/rx_packets")
+    counters = Counters(Path("/sys"), Path("/proc"))
+    m = DaemonMetrics()
+    m.watch_host_counters(lambda: counters.raw)
+    assert "wanprobe_host_counter_total{" not in m.exposition().decode()  # nothing read yet
+    before = int(sysfs.read_text())
+    counters.sample()
+    after = int(sysfs.read_text())
+    line = next(ln for ln in m.exposition().decode().splitlines()
+                if ln.startswith('wanprobe_host_counter_total{counter="rx_packets",'
+                                 'source="netdevs.lo.'))
+    assert before <= float(line.rsplit(" ", 1)[1]) <= after

@@ -149,6 +149,7 @@ class Counters:
     def __init__(self, sys_root: Path, proc_root: Path) -> None:
         self.sys_root, self.proc_root = sys_root, proc_root
         self._prev: Any = None
+        self.raw: dict[tuple[str, str], int] = {}  # the last snapshot's counters, as read
 
     def sample(self) -> tuple[dict[str, Any] | None, dict[tuple[str, str], float], list[dict]]:
         """Take a snapshot; return (rates JSON, {(source, counter): per-second rate}, findings
@@ -159,6 +160,8 @@ class Counters:
 
         cur = collect(sys_root=self.sys_root, proc_root=self.proc_root)
         prev, self._prev = self._prev, cur
+        self.raw = {(".".join(key), name): value for key, cs in cur.counter_sets().items()
+                    for name, value in cs.values.items() if name not in cs.gauges}
         if prev is None:
             return None, {}, []
         rates = counter_rates(prev, cur)

@@ -90,6 +90,8 @@ class Daemon:
                                      host=cfg.hostname or socket.gethostname().split(".")[0])
         if hasattr(self.reflector, "refusals"):
             self.metrics.watch_refusals(self.reflector.refusals)
+        if hasattr(self.counters, "raw"):
+            self.metrics.watch_host_counters(lambda: self.counters.raw)
         self.store: Store | None = None
         self.baseline = BaselineTracker(cfg.baseline)
         self.path_watch = PathWatch()

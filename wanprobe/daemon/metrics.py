@@ -307,34 +307,44 @@ class DaemonMetrics:
         self._forget_fingerprints(peer, self._fingerprints.pop(peer, set()))
 
     def watch_refusals(self, source: Callable[[], dict[str, int]]) -> None:
-        """Export ``source()`` (the reflector's refusal counts by reason) at every scrape."""
-        self.registry.register(_RefusalCollector(source))
+        """``wanprobe_reflector_refusals_total{reason}``: ``source()`` (the reflector's refusal
+        counts: not_allowed, unauthenticated, bad_key, over_limit, ...) at every scrape."""
+        self.registry.register(_ScrapedCounters(
+            "wanprobe_reflector_refusals", "Datagrams and connections the reflector refused, "
+            "by reason.", ["reason"], lambda: {(k,): n for k, n in source().items()}))
+
+    def watch_host_counters(self, source: Callable[[], dict[tuple[str, str], int]]) -> None:
+        """``wanprobe_host_counter_total{source,counter}``: the host's NIC, RDMA and TCP counters
+        as last read (raw; ``rate()`` in Prometheus handles resets), at every scrape."""
+        self.registry.register(_ScrapedCounters(
+            "wanprobe_host_counter", "A host counter (NIC, RDMA, TCP) as last read by the "
+            "daemon; source is the counter group, e.g. netdevs.eth0.stats.", ["source", "counter"],
+            source))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
 
 
-class _RefusalCollector:
-    """``wanprobe_reflector_refusals_total{reason}``: datagrams and connections the reflector
-    and its throughput server refused (not_allowed, unauthenticated, bad_key, over_limit, ...),
-    read from their own counters when scraped, so the data path never touches the registry."""
+class _ScrapedCounters:
+    """A counter family read from ``source()`` when scraped, so the data path never touches the
+    registry: ``{label values: count}``. Used for the reflector's refusals and the host's raw
+    NIC/RDMA/TCP counters (exported as read, as node_exporter does; Prometheus takes rates)."""
 
-    _HELP = "Datagrams and connections the reflector refused, by reason."
-
-    def __init__(self, source: Callable[[], dict[str, int]]) -> None:
-        self.source = source
+    def __init__(self, name: str, help_text: str, labels: list[str],
+                 source: Callable[[], dict[tuple[str, ...], int]]) -> None:
+        self.name, self.help, self.labels, self.source = name, help_text, labels, source
 
     def describe(self):
-        yield CounterMetricFamily("wanprobe_reflector_refusals", self._HELP, labels=["reason"])
+        yield CounterMetricFamily(self.name, self.help, labels=self.labels)
 
     def collect(self):
-        family = CounterMetricFamily("wanprobe_reflector_refusals", self._HELP, labels=["reason"])
+        family = CounterMetricFamily(self.name, self.help, labels=self.labels)
         try:
             counts = self.source()
         except Exception:  # a scrape must never fail because of one source
             counts = {}
-        for reason, n in sorted(counts.items()):
-            family.add_metric([reason], n)
+        for labels, n in sorted(counts.items()):
+            family.add_metric(list(labels), n)
         yield family
 
 
