@@ -131,6 +131,8 @@ class _Session:
     auth: HmacKey | None = None                   # authenticated mode (RFC 8762 §4.4)
     auth_rejected: int = 0                        # replies dropped: too short or bad HMAC
     tlv_rejected: int = 0                         # replies whose TLVs failed RFC 8972 §4.8
+    size_bytes: int = 0
+    started_ns: int = 0                           # wall clock when the session was opened
 
     def pending(self) -> int:
         return len(self.tx_user_ns) - len(self.answered)
@@ -190,6 +192,31 @@ class StampSender:
         """Run one session against ``peer`` (an address of this sender's family); with
         ``hmac_key`` in authenticated mode (RFC 8762 §4.2.2)."""
         total = _probe_count(count, duration_s, interval_s)
+        sess = self.open_session(peer, port, total=total, interval_s=interval_s, size=size,
+                                 dscp=dscp, timeout_s=timeout_s, hmac_key=hmac_key)
+        sess.on_progress = on_progress
+        loop = self._loop
+        t0 = sess.t0
+        sess.all_sent = loop.create_future()
+        try:
+            self._push(sess, t0)
+            await sess.all_sent
+            if sess.pending() > 0:
+                sess.done.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sess.done.wait(), timeout_s)
+        finally:
+            self.end_session(sess)
+        if on_progress is not None:
+            on_progress(total, len(sess.answered), total)
+        return session_result(sess, loop.time() - t0)
+
+    def open_session(self, peer: str, port: int, *, total: int, interval_s: float,
+                     size: int | None, dscp: int, timeout_s: float,
+                     hmac_key: bytes | str | HmacKey | None) -> _Session:
+        """Register a session on this socket (own SSID, probe template), its clock started; the
+        caller sends its probes (``_push`` or :meth:`send_probe`) and ends it with
+        :meth:`end_session`."""
         try:
             auth = HmacKey.of(hmac_key)
         except ValueError as exc:
@@ -211,33 +238,23 @@ class StampSender:
         sess.dest = (peer, port)
         sess.total = total
         sess.interval_s = interval_s
-        sess.on_progress = on_progress
-        loop = self._loop
-        started_ns = time.time_ns()
-        t0 = sess.t0 = loop.time()
-        sess.all_sent = loop.create_future()
-        try:
-            self._push(sess, t0)
-            await sess.all_sent
-            if sess.pending() > 0:
-                sess.done.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(sess.done.wait(), timeout_s)
-        finally:
-            sess.sending = False
-            sess.cancelled = True
-            if self._by_ssid.pop(sess.ssid, None) is not None and auth is not None:
-                self._n_auth -= 1
-            self._tx_stamps.forget(sess)
-        if on_progress is not None:
-            on_progress(total, len(sess.answered), total)
-        return summarize(
-            method="stamp", peer=peer, port=port, started_ns=started_ns,
-            duration_s=loop.time() - t0, interval_s=interval_s, size_bytes=size, dscp=dscp,
-            sent=len(sess.tx_user_ns), tx_user_ns=sess.tx_user_ns,
-            tx_kernel_ns=sess.tx_kernel_ns, replies=sess.replies, timeout_ns=sess.timeout_ns,
-            follow_up_ns=sess.follow_up_ns,
-        )
+        sess.size_bytes = size
+        sess.started_ns = time.time_ns()
+        sess.t0 = self._loop.time()
+        return sess
+
+    def send_probe(self, sess: _Session) -> None:
+        """Send ``sess``'s next probe now (ProbeError when the socket refuses it for good)."""
+        self._send(sess, sess.next_seq, sess.template)
+        sess.next_seq += 1
+
+    def end_session(self, sess: _Session) -> None:
+        """Stop sending for ``sess`` and release its SSID; replies after this are ignored."""
+        sess.sending = False
+        sess.cancelled = True
+        if self._by_ssid.pop(sess.ssid, None) is not None and sess.auth is not None:
+            self._n_auth -= 1
+        self._tx_stamps.forget(sess)
 
     # -- one timer for all sessions: sends every probe that is due, then re-arms ------------------
     def _push(self, sess: _Session, due: float) -> None:
@@ -447,6 +464,17 @@ class StampSender:
                 else:
                     cos, dm = _slow_tlvs(sess, rest)
         return sess, rseq, t3, t2, sseq, cos, dm
+
+
+def session_result(sess: _Session, duration_s: float) -> ProbeResult:
+    """The summary of an ended session (probe_summary.summarize over its records)."""
+    return summarize(
+        method="stamp", peer=sess.peer, port=sess.port, started_ns=sess.started_ns,
+        duration_s=duration_s, interval_s=sess.interval_s, size_bytes=sess.size_bytes,
+        dscp=sess.dscp, sent=len(sess.tx_user_ns), tx_user_ns=sess.tx_user_ns,
+        tx_kernel_ns=sess.tx_kernel_ns, replies=sess.replies, timeout_ns=sess.timeout_ns,
+        follow_up_ns=sess.follow_up_ns,
+    )
 
 
 def _slow_tlvs(sess: _Session, area: bytes):
