@@ -62,11 +62,12 @@ def test_sessions_match_probe_stamp_and_keep_the_schedule():
     assert open_sessions <= len(peers)  # at most the one in flight per peer
     for p in peers:
         docs = [(ts, d) for name, ts, d in res.done if name == p.name]
-        # first session inside the first interval, then one every 0.4 ± 0.04 s
+        # first session inside the first interval, then one every 0.4 ± 0.04 s: the timer
+        # keeps the schedule (a start the loop ran late does not push the next ones back)
         assert 3 <= len(docs) <= 5, (p.name, len(docs))
         starts = [ts for ts, _ in docs]
-        gaps = [b - a for a, b in zip(starts, starts[1:])]
-        assert all(0.3 < g < 0.5 for g in gaps), gaps
+        assert 0.3 < (starts[-1] - starts[0]) / (len(starts) - 1) < 0.5, starts
+        assert all(0 < b - a < 0.7 for a, b in zip(starts, starts[1:], strict=False)), starts
         for _ts, d in docs:
             assert d.keys() == single.keys()
             assert d["loss"]["sent"] == 4 and d["loss"]["received"] == 4

@@ -233,7 +233,7 @@ class StampSender:
         self._by_ssid[sess.ssid] = sess
         if auth is not None:
             self._n_auth += 1
-        sess.template = _template(sess)
+        sess.template = _template_for(sess)
         sess.cmsgs = [ts.tos_cmsg(self.family, dscp << 2)] if dscp else []
         sess.dest = (peer, port)
         sess.total = total
@@ -512,6 +512,19 @@ def _own_tlvs(sess: _Session, data, offset: int) -> tuple[ClassOfService | None,
     if not ff & FLAG_U and fl == 16 and fts:
         sess.follow_up_ns[fseq] = ns_from_ntp(fts)
     return cos, dm
+
+
+_TEMPLATES: dict[tuple, bytes] = {}
+
+
+def _template_for(sess: _Session) -> bytearray:
+    """A fresh copy of :func:`_template` (built once per DSCP, length and mode: the daemon opens
+    a session per peer every interval)."""
+    key = (sess.dscp, sess.payload_len, sess.auth is not None)
+    made = _TEMPLATES.get(key)
+    if made is None:
+        made = _TEMPLATES[key] = bytes(_template(sess))
+    return bytearray(made)
 
 
 def _template(sess: _Session) -> bytearray:
