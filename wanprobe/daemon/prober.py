@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import itertools
-import math
 import random
 import socket
 import time
@@ -31,6 +29,7 @@ from wanprobe.daemon.config import Peer, ProbeSettings
 from wanprobe.errors import WanprobeError
 from wanprobe.probe.sender import COALESCE_S, COALESCE_SESSIONS, SEND_AHEAD_S, StampSender
 from wanprobe.probe.sender import session_result as _result
+from wanprobe.probe.timer_heap import TimerHeap
 
 DoneFn = Callable[[Peer, float, dict[str, Any]], None]
 FailedFn = Callable[[Peer, float, str], None]
@@ -74,10 +73,7 @@ class MeshProber:
         self.settings = ProbeSettings()
         self.runs: dict[str, _PeerRun] = {}
         self._senders: dict[int, StampSender] = {}
-        self._heap: list = []
-        self._tiebreak = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_due: float | None = None
+        self._timers = TimerHeap(self._tick)   # every peer's next action, one loop timer
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- plan -----------------------------------------------------------------------------------
@@ -107,10 +103,7 @@ class MeshProber:
         for run in self.runs.values():
             self._stop_run(run)
         self.runs.clear()
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._timer_due = None
-        self._heap.clear()
+        self._timers.clear()
         for sender in self._senders.values():
             sender.close()
         self._senders.clear()
@@ -123,34 +116,22 @@ class MeshProber:
 
     # -- the timer --------------------------------------------------------------------------------
     def _push(self, due: float, action: int, run: _PeerRun, sess: Any) -> None:
-        heapq.heappush(self._heap, (due, next(self._tiebreak), action, run, sess))
-        if self._timer_due is None or due < self._timer_due:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._loop.call_at(due, self._tick)
-            self._timer_due = due
+        self._timers.push(self._loop, due, action, run, sess)
 
     def _tick(self) -> None:
-        self._timer = None
-        self._timer_due = -math.inf   # actions pushed from here: the finally below arms the timer
-        heap, pop = self._heap, heapq.heappop
+        heap, pop = self._timers.heap, heapq.heappop
         horizon = self._loop.time() + (COALESCE_S if len(self.runs) > COALESCE_SESSIONS
                                        else SEND_AHEAD_S)
-        try:
-            while heap and heap[0][0] <= horizon:
-                due, _t, action, run, sess = pop(heap)
-                if run.stopped:
-                    continue
-                if action == _SEND:
-                    self._send(due, run, sess)
-                elif action == _START:
-                    self._start(due, run)
-                else:
-                    self._finish(run, sess)
-        finally:
-            self._timer_due = heap[0][0] if heap else None
-            if heap:
-                self._timer = self._loop.call_at(self._timer_due, self._tick)
+        while heap and heap[0][0] <= horizon:
+            due, _t, action, run, sess = pop(heap)
+            if run.stopped:
+                continue
+            if action == _SEND:
+                self._send(due, run, sess)
+            elif action == _START:
+                self._start(due, run)
+            else:
+                self._finish(run, sess)
 
     def _start(self, due: float, run: _PeerRun) -> None:
         """Open the peer's next session, send its first probe, schedule the one after it."""

@@ -27,7 +27,6 @@ import contextlib
 import errno
 import heapq
 import hmac
-import itertools
 import random
 import socket
 import struct
@@ -60,6 +59,7 @@ from wanprobe.probe.stamp_packet import (
     ns_from_ntp,
     parse_tlvs,
 )
+from wanprobe.probe.timer_heap import TimerHeap
 
 STAMP_PORT = 862
 UDP_HEADER = 8
@@ -150,10 +150,7 @@ class StampSender:
         self._next_ssid = random.randint(1, 0xFFFF)
         self._tx_stamps = ts.TxStampTracker()  # OPT_ID -> (session, seq)
         self._buf = bytearray(65536)
-        self._heap: list = []
-        self._tiebreak = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_due: float | None = None
+        self._timers = TimerHeap(self._tick)   # every session's next probe, one loop timer
         self._paused = False
         self._n_auth = 0   # authenticated sessions on this socket: replies get the auth demux
 
@@ -258,19 +255,14 @@ class StampSender:
 
     # -- one timer for all sessions: sends every probe that is due, then re-arms ------------------
     def _push(self, sess: _Session, due: float) -> None:
-        heapq.heappush(self._heap, (due, next(self._tiebreak), sess))
-        if self._timer_due is None or due < self._timer_due:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._loop.call_at(due, self._tick)
-            self._timer_due = due
+        self._timers.push(self._loop, due, sess)
 
     def _tick(self) -> None:
-        self._timer = self._timer_due = None
-        heap = self._heap
+        heap = self._timers.heap
         many = len(self._by_ssid) > COALESCE_SESSIONS
-        horizon = self._loop.time() + (COALESCE_S if many else SEND_AHEAD_S)
-        send, pop, push, tiebreak = self._send, heapq.heappop, heapq.heappush, self._tiebreak
+        loop = self._loop
+        horizon = loop.time() + (COALESCE_S if many else SEND_AHEAD_S)
+        send, pop, push = self._send, heapq.heappop, self._timers.push
         while heap and heap[0][0] <= horizon:
             sess = pop(heap)[2]
             if sess.cancelled:
@@ -288,15 +280,11 @@ class StampSender:
             if sess.on_progress is not None:
                 sess.on_progress(seq, len(sess.answered), sess.total)
             if seq < sess.total:
-                push(heap, (sess.t0 + seq * sess.interval_s, next(tiebreak), sess))
+                push(loop, sess.t0 + seq * sess.interval_s, sess)
             else:
                 sess.sending = False
                 if not sess.all_sent.done():
                     sess.all_sent.set_result(None)
-        if heap:
-            due = heap[0][0]
-            self._timer = self._loop.call_at(due, self._tick)
-            self._timer_due = due
 
     def _alloc_ssid(self) -> int:
         for _ in range(0x10000):
