@@ -120,3 +120,20 @@ def test_a_send_the_kernel_refuses_is_one_failure_line_and_probing_goes_on():
 def test_numeric_family_only_for_literal_addresses():
     assert numeric_family("198.18.0.1") is not None and numeric_family("[2001:db8::1]") is not None
     assert numeric_family("peer.example") is None
+
+
+def test_ipv6_peers_share_a_v6_socket_and_keep_the_configured_address():
+    async def run():
+        r = Reflector()
+        await r.start("::1", 0)
+        try:
+            peers = [Peer("v6", "::1", port=r.address[1]), Peer("v6b", "[::1]", port=r.address[1])]
+            return await _probe_for(peers, 1.0)
+        finally:
+            await r.close()
+
+    res, _ = asyncio.run(run())
+    assert not res.failed
+    by_name = {n: d for n, _t, d in res.done}
+    assert by_name["v6"]["peer"] == "::1" and by_name["v6b"]["peer"] == "[::1]"
+    assert all(d["loss"]["received"] == 4 for _n, _t, d in res.done)

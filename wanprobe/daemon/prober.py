@@ -119,6 +119,13 @@ class MeshProber:
         self._timers.push(self._loop, due, action, run, sess)
 
     def _tick(self) -> None:
+        # The sockets have no reader of their own: every tick reads them first, so one wake-up
+        # sends, reads and summarises. Replies wait at most until the next action (a send, at
+        # most a packet interval away while a session is open, or its end), which costs no
+        # accuracy (kernel RX stamps), and a session that ends in this tick has every reply
+        # that arrived before it; what waits is bounded by what one tick sent.
+        for sender in self._senders.values():
+            sender.poll()
         heap, pop = self._timers.heap, heapq.heappop
         horizon = self._loop.time() + (COALESCE_S if len(self.runs) > COALESCE_SESSIONS
                                        else SEND_AHEAD_S)
@@ -165,7 +172,8 @@ class MeshProber:
             self._push(sess.t0 + sess.next_seq * sess.interval_s, _SEND, run, sess)
         else:
             sess.sending = False
-            self._push(due + self.settings.timeout_s, _FINISH, run, sess)
+            # a tick may run actions up to COALESCE_S early: never end before the timeout
+            self._push(due + self.settings.timeout_s + COALESCE_S, _FINISH, run, sess)
 
     def _finish(self, run: _PeerRun, sess: Any) -> None:
         """The last probe's timeout has passed: end the session and hand over its summary."""
@@ -178,12 +186,13 @@ class MeshProber:
         except Exception as exc:  # noqa: BLE001 - a summary bug must not stop every peer
             self.on_failed(run.peer, ts, f"summary failed: {exc}")
             return
+        doc["peer"] = run.peer.address   # as configured, like probe_stamp's result ("[::1]")
         self.on_done(run.peer, ts, doc)
 
     def _sender(self, family: int) -> StampSender:
         sender = self._senders.get(family)
         if sender is None:
-            sender = self._senders[family] = StampSender(family)
+            sender = self._senders[family] = StampSender(family, polled=True)
             sender.open()
         return sender
 

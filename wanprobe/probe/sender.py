@@ -141,9 +141,11 @@ class _Session:
 class StampSender:
     """One UDP socket serving any number of concurrent STAMP sessions in the running loop."""
 
-    def __init__(self, family: int = socket.AF_INET, *, tx_timestamps: bool = True) -> None:
+    def __init__(self, family: int = socket.AF_INET, *, tx_timestamps: bool = True,
+                 polled: bool = False) -> None:
         self.family = family
         self.tx_timestamps = tx_timestamps
+        self.polled = polled   # True: no reader on the loop, the owner calls poll() instead
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._by_ssid: dict[int, _Session] = {}
@@ -171,7 +173,8 @@ class StampSender:
             sock.close()
             raise ProbeError(f"cannot open a UDP socket for STAMP: {exc}") from None
         self._sock = sock
-        self._loop.add_reader(sock.fileno(), self._on_readable)
+        if not self.polled:
+            self._loop.add_reader(sock.fileno(), self._on_readable)
 
     def close(self) -> None:
         if self._sock is not None:
@@ -393,10 +396,14 @@ class StampSender:
             answered.add(sseq)
             if not sess.sending and len(sess.tx_user_ns) <= len(answered):
                 sess.done.set()
-        if len(self._by_ssid) > COALESCE_SESSIONS and not self._paused:
+        if len(self._by_ssid) > COALESCE_SESSIONS and not self._paused and not self.polled:
             self._paused = True
             self._loop.remove_reader(sock.fileno())
             self._loop.call_later(COALESCE_S, self._resume)
+
+    def poll(self) -> None:
+        """Read every reply and TX stamp waiting now (a ``polled`` sender's owner calls this)."""
+        self._on_readable()
 
     def _resume(self) -> None:
         self._paused = False
