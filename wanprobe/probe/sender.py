@@ -328,7 +328,7 @@ class StampSender:
             self._tx_stamps.sent((sess, seq))
 
     # -- receive path --------------------------------------------------------------------------
-    def _on_readable(self) -> None:
+    def _on_readable(self, limit: int = 256) -> None:
         sock = self._sock
         if sock is None:
             return
@@ -340,7 +340,7 @@ class StampSender:
         anc_size = ts.ANC_BUFSIZE
         scm_ts, ip_tos, ipv6_tclass = ts.SCM_TIMESTAMPING, ts.IP_TOS, ts.IPV6_TCLASS
         buf = self._buf
-        for _ in range(256):
+        for _ in range(limit):
             try:
                 n, ancdata, _flags, addr = recv([buf], anc_size)
             except (BlockingIOError, InterruptedError):
@@ -402,8 +402,9 @@ class StampSender:
             self._loop.call_later(COALESCE_S, self._resume)
 
     def poll(self) -> None:
-        """Read every reply and TX stamp waiting now (a ``polled`` sender's owner calls this)."""
-        self._on_readable()
+        """Read every reply and TX stamp waiting now (a ``polled`` sender's owner calls this,
+        once per wake-up: no batch limit, so nothing that arrived is left for later)."""
+        self._on_readable(1 << 16)
 
     def _resume(self) -> None:
         self._paused = False
