@@ -27,6 +27,7 @@ from dataclasses import dataclass
 SIOCETHTOOL = 0x8946
 ETHTOOL_GDRVINFO = 0x03
 ETHTOOL_GRINGPARAM = 0x10
+ETHTOOL_SRINGPARAM = 0x11  # needs CAP_NET_ADMIN (tuners/link.py sets rings through this)
 ETHTOOL_GSTRINGS = 0x1B
 ETHTOOL_GSTATS = 0x1D
 ETHTOOL_GSSET_INFO = 0x37
@@ -91,9 +92,11 @@ RING_FIELDS = ("rx_max_pending", "rx_mini_max_pending", "rx_jumbo_max_pending",
                "tx_max_pending", "rx_pending", "rx_mini_pending", "rx_jumbo_pending", "tx_pending")
 
 
-def pack_ringparam() -> bytes:
-    """``struct ethtool_ringparam``: cmd + 8 u32 fields."""
-    return struct.pack("=9I", ETHTOOL_GRINGPARAM, *([0] * 8))
+def pack_ringparam(values: dict[str, int] | None = None, cmd: int = ETHTOOL_GRINGPARAM) -> bytes:
+    """``struct ethtool_ringparam``: cmd + 8 u32 fields (zero for a GET, the wanted sizes with
+    the maxima as read for ETHTOOL_SRINGPARAM)."""
+    v = values or {}
+    return struct.pack("=9I", cmd, *(v.get(f, 0) for f in RING_FIELDS))
 
 
 def unpack_ringparam(buf: bytes) -> dict[str, int]:
@@ -179,6 +182,20 @@ class EthtoolIoctl:
         r = unpack_ringparam(self._call(ifname, pack_ringparam()))
         return RingParams(r["rx_pending"], r["tx_pending"], r["rx_max_pending"],
                           r["tx_max_pending"])
+
+    def ring_fields(self, ifname: str) -> dict[str, int]:
+        """All eight ``struct ethtool_ringparam`` fields, as the driver reports them."""
+        return unpack_ringparam(self._call(ifname, pack_ringparam()))
+
+    def set_rings(self, ifname: str, *, rx: int | None = None, tx: int | None = None) -> None:
+        """``ethtool -G IF rx N tx M``: read the ring parameters, change the given sizes, write
+        them back (the kernel validates against the maxima, ``ethtool_set_ringparam``)."""
+        fields = self.ring_fields(ifname)
+        if rx is not None:
+            fields["rx_pending"] = rx
+        if tx is not None:
+            fields["tx_pending"] = tx
+        self._call(ifname, pack_ringparam(fields, ETHTOOL_SRINGPARAM))
 
     def driver_info(self, ifname: str) -> dict[str, object]:
         """``ethtool -i``: driver, version, firmware, bus info, n_stats."""

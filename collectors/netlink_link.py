@@ -32,25 +32,18 @@ class NetlinkLink:
 
 
 def links_from_messages(msgs) -> dict[str, NetlinkLink]:
-    """Pure conversion of pyroute2 ``ifinfmsg`` objects (anything with ``get_attr``)."""
-    out: dict[str, NetlinkLink] = {}
+    """Pure conversion of pyroute2 ``ifinfmsg`` objects (anything with ``get_attr``), through
+    the same rows :func:`links_from_raw` takes."""
+    rows = []
     for msg in msgs:
-        name = msg.get_attr("IFLA_IFNAME")
-        if not name:
-            continue
         raw = msg.get_attr("IFLA_STATS64") or {}
-        stats = None
-        if raw:
-            values = {k: int(v) for k, v in dict(raw).items() if isinstance(v, int)}
-            stats = CounterSet(f"rtnetlink:{name}/IFLA_STATS64", values,
-                               widths={k: 64 for k in values},
-                               units={k: "bytes" for k in values if k.endswith("_bytes")})
-        out[name] = NetlinkLink(
-            name=name, ifindex=int(msg["index"]), mtu=msg.get_attr("IFLA_MTU"),
-            operstate=(msg.get_attr("IFLA_OPERSTATE") or None),
-            qdisc=msg.get_attr("IFLA_QDISC"), carrier_changes=msg.get_attr("IFLA_CARRIER_CHANGES"),
-            stats=stats)
-    return out
+        rows.append({"name": msg.get_attr("IFLA_IFNAME"), "ifindex": int(msg["index"]),
+                     "mtu": msg.get_attr("IFLA_MTU"),
+                     "operstate": msg.get_attr("IFLA_OPERSTATE") or None,
+                     "qdisc": msg.get_attr("IFLA_QDISC"),
+                     "carrier_changes": msg.get_attr("IFLA_CARRIER_CHANGES"),
+                     "stats64": {k: int(v) for k, v in dict(raw).items() if isinstance(v, int)}})
+    return links_from_raw(rows)
 
 
 def read_links(ipr=None) -> tuple[dict[str, NetlinkLink], list[CollectError]]:

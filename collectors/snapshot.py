@@ -20,14 +20,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from collectors import sysfs_ecn, sysfs_infiniband, sysfs_net
-from collectors.dcb import DcbConfig, read_dcb
-from collectors.ethtool_ioctl import EthtoolError, EthtoolIoctl, RingParams
-from collectors.ethtool_text import counterset_from_pairs, read_ethtool_capture
-from collectors.netlink_link import NetlinkLink, read_links, read_links_raw
-from collectors.procfs_netstat import collect_netstat
-from collectors.procfs_sysctl import read_sysctls
-from collectors.qdisc import read_qdiscs, read_qdiscs_raw
+from collectors.contract import Reading, Roots, run_all
+from collectors.dcb import DcbConfig
+from collectors.ethtool_ioctl import RingParams
+from collectors.netlink_link import NetlinkLink
 from collectors.sample import CollectError, CounterSet, SourceStatus, units_json
 from collectors.sysfs_ecn import EcnConfig
 from collectors.sysfs_infiniband import RdmaDevice, iboe_mtu_bytes
@@ -143,46 +139,26 @@ def _is_live(sys_root: Path) -> bool:
         return False
 
 
-def _ethtool_live(reader: EthtoolIoctl, names, errors, sources) -> tuple[dict, dict]:
-    stats, rings = {}, {}
-    for name in names:
-        try:
-            stats[name] = counterset_from_pairs(reader.statistics(name),
-                                                f"SIOCETHTOOL:{name}/ETH_SS_STATS")
-            sources.append(SourceStatus("ethtool_ioctl", "ok", f"SIOCETHTOOL:{name}"))
-        except EthtoolError as exc:
-            if exc.absent:
-                sources.append(SourceStatus("ethtool_ioctl", "no_data", f"SIOCETHTOOL:{name}",
-                                            "no statistics"))
-            else:
-                errors.append(CollectError("ethtool_ioctl", f"SIOCETHTOOL:{name}", str(exc)))
-                sources.append(SourceStatus("ethtool_ioctl", "error", f"SIOCETHTOOL:{name}",
-                                            str(exc)))
-        try:
-            rings[name] = reader.rings(name)
-        except EthtoolError:
-            pass  # no ring parameters (virtual devices): absent
-    return stats, rings
-
-
 class Collector:
     """Repeated sampling with the live handles (ethtool socket, rtnetlink socket) kept open,
     as the daemon and ``counters --watch`` do. Use as a context manager or call :meth:`close`.
 
-    On the live host (``sys_root`` is this namespace's /sys) netdev ``stats`` come from the
-    rtnetlink dump (``IFLA_STATS64``, the same u64 fields sysfs prints; one syscall instead of
-    ~24 file reads per device; read with ``collectors.rtnl_raw``, pyroute2 as fallback); on a
-    fixture tree they come from ``statistics/*`` files.
+    Each sample runs every collector of :mod:`collectors.contract` once and assembles their
+    readings into a :class:`Snapshot`. On the live host (``sys_root`` is this namespace's /sys)
+    netdev ``stats`` come from the rtnetlink dump (``IFLA_STATS64``, the same u64 fields sysfs
+    prints; one syscall instead of ~24 file reads per device); on a fixture tree they come from
+    ``statistics/*`` files.
     """
 
     def __init__(self, sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
                  ethtool_root: Path | None = None, dcb: bool | None = None) -> None:
-        self.sys_root, self.proc_root = Path(sys_root), Path(proc_root)
-        self.ethtool_root = Path(ethtool_root) if ethtool_root is not None else None
-        self.dcb = dcb
-        self.live = _is_live(self.sys_root)
-        self._ethtool: EthtoolIoctl | None = None
-        self._ipr = None
+        sys_root = Path(sys_root)
+        self.roots = Roots(sys_root, Path(proc_root),
+                           Path(ethtool_root) if ethtool_root is not None else None,
+                           _is_live(sys_root), dcb)
+        self.sys_root, self.proc_root = self.roots.sys_root, self.roots.proc_root
+        self.live = self.roots.live
+        self.readings: dict[str, Reading] = {}
 
     def __enter__(self) -> Collector:
         return self
@@ -191,125 +167,60 @@ class Collector:
         self.close()
 
     def close(self) -> None:
-        if self._ethtool is not None:
-            self._ethtool.close()
-            self._ethtool = None
-        if self._ipr is not None:
-            try:
-                self._ipr.close()
-            except Exception:
-                pass
-            self._ipr = None
-
-    def _netlink(self, errors, sources):
-        """Links and qdiscs: the raw rtnetlink reader first, pyroute2 if that fails."""
-        links, errs = read_links_raw()
-        if not errs:
-            qdisc, qerrs = read_qdiscs_raw({lk.ifindex: n for n, lk in links.items()})
-            errors += qerrs
-            sources.append(SourceStatus("netlink_link", "error" if qerrs else "ok",
-                                        "rtnetlink (raw)"))
-            return links, qdisc
-        try:
-            if self._ipr is None:
-                from pyroute2 import IPRoute
-
-                self._ipr = IPRoute()
-            links, errs = read_links(self._ipr)
-            errors += errs
-            qdisc, errs = read_qdiscs({lk.ifindex: n for n, lk in links.items()}, self._ipr)
-            errors += errs
-            sources.append(SourceStatus("netlink_link", "error" if errs else "ok",
-                                        "rtnetlink (pyroute2)"))
-            return links, qdisc
-        except Exception as exc:  # pyroute2 missing or netlink refused: report, carry on
-            errors.append(CollectError("netlink_link", "rtnetlink", f"failed: {exc}"))
-            sources.append(SourceStatus("netlink_link", "error", "rtnetlink", str(exc)))
-            return {}, {}
+        self.roots.handles.close()
 
     def sample(self) -> Snapshot:
-        """Take one :class:`Snapshot`."""
+        """Take one :class:`Snapshot`; ``readings`` keeps each collector's outcome."""
         t0 = time.perf_counter()
         taken_at, mono = time.time(), time.monotonic()
-        errors: list[CollectError] = []
-        sources: list[SourceStatus] = []
-        sys_root, proc_root, live = self.sys_root, self.proc_root, self.live
-
-        rdma, errs, stats = sysfs_infiniband.collect_infiniband(sys_root)
-        errors += errs
-        sources += stats
-        links, qdisc = self._netlink(errors, sources) if live else ({}, {})
-        sysnet, errs, stats = sysfs_net.collect_netdevs(sys_root, with_stats=not links)
-        errors += errs
-        sources += stats
-
-        rdma_ports: dict[str, list[str]] = {}
-        for dname, dev in rdma.items():
-            for pnum, port in dev.ports.items():
-                if port.netdev:
-                    rdma_ports.setdefault(port.netdev, []).append(f"{dname}/{pnum}")
-
-        ethtool_stats: dict[str, CounterSet] = {}
-        rings: dict[str, RingParams] = {}
-        ethtool_source = None
-        if self.ethtool_root is not None:
-            ethtool_source = "text"
-            for name in sysnet:
-                cs, errs = read_ethtool_capture(self.ethtool_root, name)
-                errors += errs
-                if cs is not None:
-                    ethtool_stats[name] = cs
-                where = str(self.ethtool_root / name / "statistics")
-                status = "error" if errs else "ok" if cs is not None else "no_data"
-                sources.append(SourceStatus("ethtool_text", status, where,
-                                            errs[0].reason if errs else ""))
-        elif live:
-            ethtool_source = "ioctl"
-            try:
-                if self._ethtool is None:
-                    self._ethtool = EthtoolIoctl()
-                ethtool_stats, rings = _ethtool_live(self._ethtool, sorted(sysnet), errors, sources)
-            except OSError as exc:
-                errors.append(CollectError("ethtool_ioctl", "socket(AF_INET, SOCK_DGRAM)", str(exc)))
-
-        netdevs: dict[str, Netdev] = {}
-        for name, sd in sysnet.items():
-            ecn, errs = sysfs_ecn.read_ecn(sys_root, name)
-            errors += errs
-            dcb_cfg = None
-            if live and (self.dcb or (self.dcb is None and name in rdma_ports)):
-                dcb_cfg, errs = read_dcb(name)
-                errors += errs
-            link = links.get(name)
-            netdevs[name] = Netdev(
-                **{**vars(sd), "name": name,
-                   "stats": sd.stats if sd.stats else (link.stats if link else None)},
-                ethtool=ethtool_stats.get(name),
-                ethtool_source=ethtool_source if name in ethtool_stats else None,
-                rings=rings.get(name), ecn=ecn, dcb=dcb_cfg, link=link,
-                rdma_ports=tuple(rdma_ports.get(name, ())))
-
-        for dev in rdma.values():  # RoCE active MTU as the kernel derives it from the netdev
-            for pnum, port in list(dev.ports.items()):
-                if port.active_mtu_bytes is None and port.is_roce and port.netdev in netdevs:
-                    mtu = iboe_mtu_bytes(netdevs[port.netdev].mtu)
-                    if mtu is not None:
-                        dev.ports[pnum] = replace(
-                            port, active_mtu_bytes=mtu,
-                            active_mtu_source=f"iboe_get_mtu({port.netdev} mtu)")
-
-        groups, errs, stats = collect_netstat(proc_root)
-        errors += errs
-        sources += stats
-        sysctls, errs = read_sysctls(proc_root)
-        errors += errs
-
+        got = self.readings = run_all(self.roots)
+        rdma = got["rdma"].value
+        links, qdisc = got["netlink_link"].value
+        source, ethtool_stats, rings = got["ethtool"].value
+        netdevs = _netdevs(got["sysfs_net"].value, rdma, links, source, ethtool_stats, rings,
+                           got["sysfs_ecn"].value, got["dcb"].value)
+        _derive_roce_mtu(rdma, netdevs)
+        groups = got["procfs_netstat"].value
         return Snapshot(
-            taken_at_s=taken_at, monotonic_s=mono, sys_root=str(sys_root),
-            proc_root=str(proc_root), netns=None, rdma=rdma, netdevs=netdevs,
-            tcp=groups.get("tcp"), udp=groups.get("udp"), ip=groups.get("ip"), sysctls=sysctls,
-            qdisc=qdisc, sources=tuple(sources), errors=tuple(errors),
+            taken_at_s=taken_at, monotonic_s=mono, sys_root=str(self.sys_root),
+            proc_root=str(self.proc_root), netns=None, rdma=rdma, netdevs=netdevs,
+            tcp=groups.get("tcp"), udp=groups.get("udp"), ip=groups.get("ip"),
+            sysctls=got["procfs_sysctl"].value, qdisc=qdisc,
+            sources=tuple(s for r in got.values() for s in r.statuses),
+            errors=tuple(e for r in got.values() for e in r.errors),
             collect_ms=(time.perf_counter() - t0) * 1e3)
+
+
+def _netdevs(sysnet, rdma, links, source, ethtool_stats, rings, ecn, dcb) -> dict[str, Netdev]:
+    """One :class:`Netdev` per sysfs netdev from the readings of every netdev collector."""
+    rdma_ports: dict[str, list[str]] = {}
+    for dname, dev in rdma.items():
+        for pnum, port in dev.ports.items():
+            if port.netdev:
+                rdma_ports.setdefault(port.netdev, []).append(f"{dname}/{pnum}")
+    out: dict[str, Netdev] = {}
+    for name, sd in sysnet.items():
+        link = links.get(name)
+        out[name] = Netdev(
+            **{**vars(sd), "name": name,
+               "stats": sd.stats if sd.stats else (link.stats if link else None)},
+            ethtool=ethtool_stats.get(name),
+            ethtool_source=source if name in ethtool_stats else None,
+            rings=rings.get(name), ecn=ecn.get(name), dcb=dcb.get(name), link=link,
+            rdma_ports=tuple(rdma_ports.get(name, ())))
+    return out
+
+
+def _derive_roce_mtu(rdma, netdevs) -> None:
+    """RoCE active MTU as the kernel derives it from the netdev MTU (``iboe_get_mtu``)."""
+    for dev in rdma.values():
+        for pnum, port in list(dev.ports.items()):
+            if port.active_mtu_bytes is None and port.is_roce and port.netdev in netdevs:
+                mtu = iboe_mtu_bytes(netdevs[port.netdev].mtu)
+                if mtu is not None:
+                    dev.ports[pnum] = replace(
+                        port, active_mtu_bytes=mtu,
+                        active_mtu_source=f"iboe_get_mtu({port.netdev} mtu)")
 
 
 def collect(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_FIXTURES = (REPO.parent / "shared" / "fixtures").resolve()
+# ../shared beside the checkout; a git worktree elsewhere names it in WANPROBE_SHARED.
+SHARED_FIXTURES = (Path(os.environ.get("WANPROBE_SHARED", REPO.parent / "shared")) / "fixtures").resolve()
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # Every lab a test creates carries this prefix, so the end-of-session check finds strays.
 TEST_LAB_PREFIX = f"t{os.getpid() % 100000}"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clirun import invoke
 from conftest import SHARED_FIXTURES
 
 HERE = Path(__file__).parent / "fixtures" / "collectors"
@@ -19,9 +20,9 @@ PROC = SHARED_FIXTURES / "procfs" / "proc"
 ETHTOOL = HERE / "ethtool"
 
 
-def run(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "wanprobe", "counters", *args],
-                          capture_output=True, text=True, timeout=timeout)
+def run(*args):
+    """`wanprobe counters ARGS` in process (CliRunner)."""
+    return invoke("counters", *args)
 
 
 def normalise(text: str) -> dict:

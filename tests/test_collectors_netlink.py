@@ -12,10 +12,10 @@ import pytest
 from conftest import TEST_LAB_PREFIX, require_tool
 
 from collectors.dcb import parse_pfc_json, read_dcb
-from collectors.health import pfc_priorities
 from collectors.netlink_link import links_from_messages
 from collectors.qdisc import format_handle, qdiscs_from_messages
 from collectors.snapshot import Netdev, collect
+from wanprobe.diagnose.fabric_counters import pfc_priorities
 
 
 class Msg(dict):

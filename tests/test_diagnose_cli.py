@@ -4,30 +4,17 @@ against loopback with no reflector still produces a valid report marking what wa
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
+from clirun import invoke
 
 from wanprobe.diagnose.run import DiagnoseOptions, diagnose, parse_route_get
 from wanprobe.report.document import Report
 
 
 def run(*args):
-    """The CLI in-process (same entry point as the console script; starting a fresh
-    interpreter per case costs seconds): a CompletedProcess-like result."""
-    import contextlib
-    import io
-
-    from wanprobe.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(["diagnose", *args])
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+    """`wanprobe diagnose ARGS` in process (CliRunner: the console script's code path)."""
+    return invoke("diagnose", *args)
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from wanprobe.demo_story import start_reflector
+from wanprobe.lab import netns
 
 pytestmark = pytest.mark.netns
 
@@ -32,12 +33,7 @@ def reflected(lab_factory):
 
     yield make
     for p in procs:
-        p.terminate()
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        netns.stop(p)
 
 
 def test_window_limited_lab(reflected):

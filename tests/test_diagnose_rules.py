@@ -2,22 +2,15 @@
 ranks the intended fault first on crafted measurement sets (issue 6 "the top finding names it").
 
 Inputs are plain dicts in the JSON shapes of issues 3 (probe), 4 (throughput) and 5 (counters),
-and the report's host dict; fabric inputs start from the synthetic mlx5 fixture tree."""
+and the report's host dict. Fabric rules and their ranking: test_diagnose_fabric.py."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import functools
-import json
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
+import test_diagnose_fabric as fabric
 from conftest import SHARED_FIXTURES
 
-from wanprobe.diagnose import rules_fabric, rules_host, rules_path
+from wanprobe.diagnose import rules_host, rules_path
 from wanprobe.diagnose.engine import ALL_RULES, rank, run_rules
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.models.bdp import window_limited_rate_bps
@@ -80,56 +73,6 @@ def meas(**parts) -> dict:
 
 def ids(findings: list[Finding]) -> list[str]:
     return [f.id for f in findings]
-
-
-def _snapshot(tmp: Path, capture: str):
-    """collectors.snapshot.collect on the synthetic mlx5 tree with one `ethtool -S` capture."""
-    from collectors.snapshot import collect
-
-    eth = tmp / capture / NETDEV
-    eth.mkdir(parents=True)
-    shutil.copy(SYN / "ethtool" / NETDEV / capture, eth / "statistics")
-    return collect(sys_root=SYN / "sys", proc_root=tmp / "noproc", ethtool_root=tmp / capture,
-                   dcb=False)
-
-
-@functools.cache
-def _fixture_counters() -> str:
-    """The counters document diagnose builds (run.counters_json: snapshot + collectors.rates +
-    collectors.health) from two captures; the second is dated 10 s after the first, as the
-    fixture's file name says."""
-    from wanprobe.diagnose.run import counters_json
-
-    with tempfile.TemporaryDirectory() as td:
-        t0 = _snapshot(Path(td), "statistics.t0")
-        t1 = dataclasses.replace(_snapshot(Path(td), "statistics.t1_plus10s"),
-                                 monotonic_s=t0.monotonic_s + 10.0)
-    return json.dumps(counters_json(t0, t1))
-
-
-def fixture_counters() -> dict:
-    """Counters JSON (issue 5 shape) from the real collectors on the synthetic mlx5 tree."""
-    return json.loads(_fixture_counters())
-
-
-def pfc_off(c: dict, prio=3) -> dict:
-    """What mlx5 shows with PFC off on ``prio``: its pause counters are not emitted."""
-    c = copy.deepcopy(c)
-    for part in (c["netdevs"][NETDEV]["ethtool"], c["rates"]["netdevs"][NETDEV]["ethtool"]):
-        for k in [k for k in part if k.startswith((f"rx_prio{prio}_pause", f"tx_prio{prio}_pause"))]:
-            del part[k]
-    return c
-
-
-# ---------------------------------------------------------------- fixtures are what we think
-
-def test_fixture_counters_are_clean_and_pfc_on_prio3():
-    c = fixture_counters()
-    assert rules_fabric.pfc_enabled(c["netdevs"][NETDEV], 3) is True
-    assert rules_fabric.pfc_enabled(c["netdevs"][NETDEV], 0) is False
-    assert rules_fabric.ecn_enabled(c["netdevs"][NETDEV], 3) == {"roce_np": True, "roce_rp": True}
-    out = run_rules(meas(counters=c), None)   # clean: at most collectors.health's info notes
-    assert ids(out) == ["health.pfc_pause_active"] and out[0].severity == "info"
 
 
 # ---------------------------------------------------------------- path rules: fire / silent
@@ -319,58 +262,6 @@ def test_no_fq_when_module_missing_is_info_without_knobs():
     assert f.severity == "info" and f.knobs == () and "sch_fq" in f.title
 
 
-# ---------------------------------------------------------------- fabric rules: fire / silent
-
-def test_roce_drops_pfc_off_fires_and_stays_silent():
-    c = pfc_off(fixture_counters())
-    assert rules_fabric.roce_drops_pfc_off(meas(counters=c), None, DiagnoseConfig()) is None
-    c["rates"]["rdma"]["mlx5_0"]["ports"]["1"]["hw_counters"]["out_of_sequence"] = 120.0
-    f = rules_fabric.roce_drops_pfc_off(meas(counters=c), None, DiagnoseConfig())
-    assert f.severity == "critical" and "mlx5_0/1:out_of_sequence" in f.evidence["growing_per_s"]
-    assert {(k.tuner, k.key, k.value) for k in f.knobs} == {("roce", f"{NETDEV}/pfc", "3"),
-                                                            ("roce", f"{NETDEV}/trust", "dscp")}
-    assert rules_fabric.roce_drops(meas(counters=c), None, DiagnoseConfig()) is None
-
-
-def test_roce_drops_with_pfc_on():
-    c = fixture_counters()
-    c["rates"]["netdevs"][NETDEV]["ethtool"]["rx_prio3_discards"] = 50.0
-    assert rules_fabric.roce_drops(meas(counters=c), None, DiagnoseConfig()).id == "fabric.roce_drops"
-    assert rules_fabric.roce_drops_pfc_off(meas(counters=c), None, DiagnoseConfig()) is None
-
-
-def test_ecn_disabled_fires_and_stays_silent():
-    c = fixture_counters()
-    assert rules_fabric.ecn_disabled(meas(counters=c), None, DiagnoseConfig()) is None
-    c["netdevs"][NETDEV]["ecn"]["roce_np"]["enable"]["3"] = 0
-    f = rules_fabric.ecn_disabled(meas(counters=c), None, DiagnoseConfig())
-    assert f.evidence["disabled"] == {NETDEV: ["roce_np"]}
-    assert [(k.tuner, k.key, k.value) for k in f.knobs] == [("roce", f"{NETDEV}/ecn_np/3", "1")]
-
-
-def test_pfc_storm_fires_and_stays_silent():
-    c = fixture_counters()
-    base = c["rates"]["netdevs"][NETDEV]["ethtool"]["rx_prio3_pause_duration"]
-    assert base / 1e6 < rules_fabric.STORM_SHARE   # the fixture pauses, but briefly
-    assert rules_fabric.pfc_storm(meas(counters=c), None, DiagnoseConfig()) is None
-    c["rates"]["netdevs"][NETDEV]["ethtool"]["rx_prio3_pause_duration"] = 650_000.0  # µs per s
-    f = rules_fabric.pfc_storm(meas(counters=c), None, DiagnoseConfig())
-    assert f.impact == pytest.approx(0.65) and "65%" in f.title
-
-
-def test_health_findings_are_mapped_and_deduplicated():
-    c = fixture_counters()
-    c["netdevs"][NETDEV]["ecn"]["roce_rp"]["enable"]["3"] = 0
-    c["findings"] = [{"id": "roce.ecn_disabled", "severity": "warning", "title": "ECN off",
-                      "evidence": {"netdev": NETDEV}},
-                     {"id": "nic.rx_out_of_buffer", "severity": "warning", "title": "ring small",
-                      "evidence": {"counter": "rx_out_of_buffer", "rate": 5}}]
-    out = run_rules(meas(counters=c), None)
-    assert ids(out) == ["fabric.ecn_disabled", "health.nic_rx_out_of_buffer"]
-    only_health = rules_fabric.health_findings(meas(counters=c), None, DiagnoseConfig())
-    assert only_health[0].knobs and only_health[0].knobs[0].tuner == "roce"
-
-
 # ---------------------------------------------------------------- engine: top finding names it
 
 def untuned_host() -> dict:
@@ -407,35 +298,6 @@ def test_engine_merges_host_buffer_knobs_into_window_finding():
     assert {"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"} <= {k.key for k in out[0].knobs}
 
 
-def _drops_pfc_off():
-    c = pfc_off(fixture_counters())
-    c["rates"]["rdma"]["mlx5_0"]["ports"]["1"]["hw_counters"]["packet_seq_err"] = 40.0
-    c["rates"]["netdevs"][NETDEV]["ethtool"]["rx_discards_phy"] = 900.0
-    return c, "fabric.roce_drops_pfc_off"
-
-
-def _ecn_off():
-    c = fixture_counters()
-    for role in ("roce_np", "roce_rp"):
-        c["netdevs"][NETDEV]["ecn"][role]["enable"]["3"] = 0
-    return c, "fabric.ecn_disabled"
-
-
-def _storm():
-    c, _ = _ecn_off()  # a storm usually comes with ECN not reacting first
-    eth = c["rates"]["netdevs"][NETDEV]["ethtool"]
-    eth["tx_prio3_pause_duration"] = 400_000.0
-    eth["tx_pause_storm_warning_events"] = 0.3
-    return c, "fabric.pfc_storm"
-
-
-@pytest.mark.parametrize("make", [_drops_pfc_off, _ecn_off, _storm])
-def test_engine_ranks_fabric_fault_first(make):
-    c, want = make()
-    out = run_rules(meas(path=probe(0.5), counters=c), tuned_host())
-    assert out[0].id == want, ids(out)
-
-
 def test_rule_error_is_reported_not_raised():
     def broken(m, h, c):
         raise KeyError("boom")
@@ -459,7 +321,7 @@ def test_every_rule_has_a_unique_id():
     assert len(rule_ids) == len(set(rule_ids))
 
 
-def test_knobs_use_the_tuners_key_formats():
+def test_knobs_use_the_tuners_key_formats(tmp_path):
     """Contract with tuners/: every knob the rules emit names a key its tuner accepts."""
     from tuners.link import split_key
     from tuners.roce import parse_key, pfc_value
@@ -469,8 +331,9 @@ def test_knobs_use_the_tuners_key_formats():
     for m, _ in SCENARIOS.values():
         knobs += [k for f in run_rules(m, untuned_host(), DiagnoseConfig(link_rate_bps=10e9))
                   for k in f.knobs]
-    for make in (_drops_pfc_off, _ecn_off, _storm):
-        knobs += [k for f in run_rules(meas(counters=make()[0]), None) for k in f.knobs]
+    for make in (fabric.drops_pfc_off, fabric.ecn_off, fabric.storm):
+        knobs += [k for f in run_rules(meas(counters=make(tmp_path / make.__name__)[0]), None)
+                  for k in f.knobs]
     h = untuned_host()
     h["ifaces"]["wan0"]["qdisc"] = "pfifo_fast"
     knobs += list(rules_host.no_fq_pacing(meas(), h, DiagnoseConfig()).knobs)
@@ -484,32 +347,3 @@ def test_knobs_use_the_tuners_key_formats():
             assert parse_key(k.key)[0] == k.iface
             if k.key.endswith("/pfc"):
                 assert pfc_value(k.value) == "0,0,0,1,0,0,0,0"
-
-
-def test_ecn_off_in_a_copied_fixture_tree_through_real_collectors(tmp_path):
-    """ECN switched off in (a copy of) the synthetic sysfs tree: the real collectors and health
-    rules see it, the engine reports one fabric.ecn_disabled with roce-tuner knobs and drops the
-    health finding it covers."""
-    from wanprobe.diagnose.run import counters_json
-
-    sys_copy = tmp_path / "sys"
-    shutil.copytree(SYN / "sys", sys_copy, symlinks=True)
-    for role in ("roce_np", "roce_rp"):
-        hits = list(sys_copy.glob(f"devices/**/net/{NETDEV}/ecn/{role}/enable/3"))
-        assert len(hits) == 1
-        hits[0].chmod(0o644)
-        hits[0].write_text("0\n")
-    eth = tmp_path / "eth" / NETDEV
-    eth.mkdir(parents=True)
-    shutil.copy(SYN / "ethtool" / NETDEV / "statistics.t0", eth / "statistics")
-    from collectors.snapshot import collect
-
-    t0 = collect(sys_root=sys_copy, proc_root=tmp_path / "noproc", ethtool_root=eth.parent,
-                 dcb=False)
-    t1 = dataclasses.replace(t0, monotonic_s=t0.monotonic_s + 5.0)
-    c = counters_json(t0, t1)
-    assert "roce.ecn_disabled" in [f["id"] for f in c["findings"]]
-    out = run_rules(meas(counters=c), None)
-    assert out[0].id == "fabric.ecn_disabled", ids(out)
-    assert "health.roce_ecn_disabled" not in ids(out)
-    assert {k.key for k in out[0].knobs} == {f"{NETDEV}/ecn_np/3", f"{NETDEV}/ecn_rp/3"}

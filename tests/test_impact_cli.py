@@ -1,42 +1,21 @@
 """`wanprobe impact` end to end: JSON contract, human output, candidate ranking, bad input."""
 
 import json
-import subprocess
-import sys
-from dataclasses import dataclass
 
 import pytest
+from clirun import invoke
 
 BASE = ["impact", "--params", "70e9", "--gpus-per-site", "8", "--sites", "2"]
 PATH = ["--rtt", "130ms", "--bandwidth", "10gbit", "--loss", "0.1%"]
 
 
 def run_subprocess(*args):
-    return subprocess.run([sys.executable, "-m", "wanprobe", *args], capture_output=True, text=True)
-
-
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
+    return invoke(*args)
 
 
 @pytest.fixture
-def run(capsys):
-    """Run the CLI in this process (fast); same entry point and error handling as the binary."""
-    from wanprobe.cli import main
-
-    def invoke(*args):
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        out = capsys.readouterr()
-        return Result(code, out.out, out.err)
-
+def run():
+    """Run the CLI in this process (CliRunner): same entry point and error handling as the binary."""
     return invoke
 
 

@@ -123,3 +123,25 @@ def test_slowest_peer_governs_a_joint_job():
     p = slowest([a, b])
     assert p.rtt_s == pytest.approx(0.15)
     assert p.flow_rate(1) == 20e6
+
+
+def test_assess_ranks_sites_and_models_the_job_on_the_slowest_path():
+    """The ranking moved out of the CLI (issue 12): the nearer site ranks first; the job spanning
+    both waits for the worst p99 RTT and the slower peer's rate."""
+    from wanprobe.models.impact_sites import assess
+
+    def doc(name, rtt_p99, bps):
+        return {"peer": {"address": name},
+                "measurements": {"path": {"rtt_ms": {"p99": rtt_p99}, "loss": {"ratio": 0.0}},
+                                 "throughput": {"bits_per_second": bps}},
+                "host": {"sysctls": {"net.ipv4.tcp_rmem": "4096 131072 6291456",
+                                     "net.ipv4.tcp_congestion_control": "cubic"}}}
+    far = candidate_from_report(doc("uswest", 140.0, 50e6), "far", 10e9)
+    near = candidate_from_report(doc("tokyo", 36.0, 900e6), "near", 10e9)
+    job = m.Job(params=7e9, compute_s=0.9)
+    result = assess(job, m.Options(), candidates=[far, near])
+    assert [s.candidate.name for s in result.sites] == ["tokyo", "uswest"]
+    assert [s.rank for s in result.sites] == [1, 2]
+    assert result.path.rtt_s == pytest.approx(0.14)
+    assert result.path.flow_rate(1) == pytest.approx(50e6)
+    assert result.to_json()["candidates"][0]["site"] == "tokyo"

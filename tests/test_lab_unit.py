@@ -63,13 +63,13 @@ def test_required_profiles_exist_and_are_documented():
     {"rate": "fast"}, {"loss": "150%"}, {"loss": "-1%"}, {"loss_ab": "2"}, {"reorder": "x"},
 ])
 def test_cli_unit_strings_are_parsed_by_wanprobe_units(flags):
-    from wanprobe.commands.lab import settings_kwargs
+    from wanprobe.commands.lab_settings import settings_kwargs
     with pytest.raises(UsageError):
         settings_kwargs(**flags)
 
 
 def test_cli_unit_strings_to_lab_arguments():
-    from wanprobe.commands.lab import settings_kwargs
+    from wanprobe.commands.lab_settings import settings_kwargs
     assert settings_kwargs(rtt="60ms", loss="0.5%", rate="100mbit", jitter="1") == {
         "rtt_ms": 60.0, "loss": 0.005, "rate_bps": 100e6, "jitter_ms": 1.0}
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import invoke
 from conftest import SHARED_FIXTURES
 
 from tuners.nccl_env import PathFacts, compute, ib_timeout, render, sockets_needed, split_sockets
@@ -157,15 +156,13 @@ def test_cli_with_report(tmp_path: Path) -> None:
            "findings": [{"id": "nccl", "severity": "low", "title": "t", "knobs": [
                {"tuner": "nccl", "key": "NCCL_BUFFSIZE", "value": 8388608, "reason": "BDP per channel > 4 MiB"}]}]}
     (tmp_path / "r.json").write_text(json.dumps(rep))
-    r = subprocess.run([sys.executable, "-m", "wanprobe", "nccl-env", "--report", str(tmp_path / "r.json"),
-                        "--sys-root", str(tmp_path), "--json"], capture_output=True, text=True,
-                       env={**os.environ}, timeout=60)
+    r = invoke("nccl-env", "--report", str(tmp_path / "r.json"), "--sys-root", str(tmp_path),
+               "--json")
     assert r.returncode == 0, r.stderr
     env = {v["name"]: v["value"] for v in json.loads(r.stdout)["variables"]}
     assert env == {"NCCL_SOCKET_IFNAME": "=eth9", "NCCL_SOCKET_NTHREADS": "13", "NCCL_NSOCKS_PERTHREAD": "4",
                    "NCCL_BUFFSIZE": "8388608"}
-    r = subprocess.run([sys.executable, "-m", "wanprobe", "nccl-env", "--format", "yaml"],
-                       capture_output=True, text=True, timeout=60)
+    r = invoke("nccl-env", "--format", "yaml")
     assert r.returncode == 2 and "unknown format" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 

@@ -8,17 +8,13 @@ import subprocess
 import sys
 
 import pytest
+from clirun import invoke, one_line_error
 from conftest import free_port
 
 from wanprobe.errors import UsageError
 from wanprobe.probe.api import run_probe
 from wanprobe.probe.icmp import probe_icmp
 from wanprobe.probe.tcp_connect import probe_tcp
-
-
-def run(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "wanprobe", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -34,11 +30,43 @@ def run(*args, timeout=60):
     (["reflect", "--bind", "203.0.113.77", "--port", "8620"], "cannot listen"),
 ])
 def test_bad_input_is_one_line(args, words):
-    r = run(*args)
-    assert r.returncode != 0
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, r.stderr
-    assert "Traceback" not in r.stderr and words.lower() in lines[0].lower()
+    assert words.lower() in one_line_error(invoke(*args)).lower()
+
+
+def test_nothing_answered_exits_1_and_says_port_unreachable():
+    """As ping(8): exit 1 when no probe was answered. A closed UDP port draws ICMP port
+    unreachable, and the line says so (the JSON result is still printed)."""
+    closed = free_port()
+    r = invoke("probe", "127.0.0.1", "--port", closed, "--count", "3", "--interval", "10ms",
+               "--timeout", "300ms", "--json")
+    line = one_line_error(r)
+    assert r.returncode == 1 and "port unreachable (ICMP error)" in line, line
+    assert json.loads(r.stdout)["loss"]["received"] == 0
+
+
+def test_nothing_answered_from_a_silent_port_says_no_reply():
+    """A bound UDP socket that never answers: no ICMP error comes back, so "no reply"."""
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    try:
+        r = invoke("probe", "127.0.0.1", "--port", silent.getsockname()[1], "--count", "2",
+                   "--interval", "10ms", "--timeout", "300ms")
+    finally:
+        silent.close()
+    line = one_line_error(r)
+    assert r.returncode == 1 and line.endswith("no reply") and "ICMP" not in line, line
+    assert "sent / received" in r.stdout  # the table is still printed, as ping prints its summary
+
+
+@pytest.mark.parametrize("args, limit", [
+    (["--count", str(10**12)], "1,000,000 probes"),
+    (["--duration", "1000h"], "24h"),
+    (["--size", "65536"], "65535"),
+    (["--size", "70000"], "65535"),
+])
+def test_absurd_runs_are_refused_up_front_with_the_limit(args, limit):
+    line = one_line_error(invoke("probe", "127.0.0.1", "--port", free_port(), *args))
+    assert "limit" in line and limit in line, line
 
 
 
@@ -49,8 +77,8 @@ def test_reflect_and_probe_json_on_loopback():
                              "--port", str(port)], stderr=subprocess.PIPE, text=True)
     try:
         assert "STAMP on udp" in refl.stderr.readline()
-        r = run("probe", "127.0.0.1", "--port", str(port), "--count", "20", "--interval", "5ms",
-                "--dscp", "AF31", "--json")
+        r = invoke("probe", "127.0.0.1", "--port", str(port), "--count", "20", "--interval", "5ms",
+                   "--dscp", "AF31", "--json")
         assert r.returncode == 0, r.stderr
         doc = json.loads(r.stdout)
         assert set(doc["rtt_ms"]) == {"min", "p50", "p90", "p99", "max", "mean", "stdev"}
@@ -60,7 +88,7 @@ def test_reflect_and_probe_json_on_loopback():
         assert doc["dscp"]["returned"] == 26 and doc["dscp"]["bleached"] == "none"
         assert doc["method"] == "stamp" and doc["peer"] == "127.0.0.1"
         assert doc["started_at"].endswith("Z") and "T" in doc["started_at"]
-        human = run("probe", "127.0.0.1", "--port", str(port), "--count", "3", "--interval", "5ms")
+        human = invoke("probe", "127.0.0.1", "--port", str(port), "--count", "3", "--interval", "5ms")
         assert human.returncode == 0 and "p99" in human.stdout
     finally:
         refl.terminate()

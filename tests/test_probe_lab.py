@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 
+from wanprobe.lab import netns
 from wanprobe.probe.sender import probe_stamp
 from wanprobe.probe.tcp_connect import probe_tcp
 
@@ -33,12 +34,7 @@ def reflector(lab):
         assert "STAMP on udp" in line, f"reflector did not start: {line!r}"
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+        netns.stop(proc, 10)
 
 
 def ping_rtts_ms(out: str) -> tuple[np.ndarray, float]:

@@ -9,29 +9,18 @@ import sys
 
 import jsonschema
 import pytest
+from clirun import invoke
 from test_report_document import make_report
 
 from wanprobe.report.document import save
 
 
 def run(*args, subprocess_: bool = False):
-    """The CLI in-process (fast), or as a real process when the exit code path matters."""
+    """The CLI in process (CliRunner), or as a real process when the exit code path matters."""
     if subprocess_:
         return subprocess.run([sys.executable, "-m", "wanprobe", *args], capture_output=True,
                               text=True, timeout=60)
-    import contextlib
-    import io
-
-    from wanprobe.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+    return invoke(*args)
 
 
 def one_line_error(r) -> str:

@@ -473,12 +473,15 @@ def test_cli_reflect_and_probe_with_key_file(tmp_path):
         assert json.loads(r.stdout)["loss"]["ratio"] == 0.0
         r = run_cli("probe", "127.0.0.1", "--port", str(port), "--count", "5", "--interval",
                     "5ms", "--timeout", "300ms", "--json")
-        assert r.returncode == 0, r.stderr
+        # nothing answered: exit 1 as ping does (issue 12); the keyed reflector drops silently
+        assert r.returncode == 1 and r.stderr.strip().endswith("no reply"), r.stderr
         assert json.loads(r.stdout)["loss"]["ratio"] == 1.0
     finally:
         refl.terminate()
         _, err = refl.communicate(timeout=10)
-    assert "5 failed authentication" in err, err
+    # 5 unkeyed probes, and the one datagram `probe` sends to tell "no reply" from "port
+    # unreachable" after nothing answered (wanprobe.probe.peer.udp_silence_reason)
+    assert "6 failed authentication" in err, err
 
 
 # -- daemon ------------------------------------------------------------------------------------

@@ -5,21 +5,16 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
+from clirun import invoke
 from conftest import free_port
 
 from wanprobe.errors import ProbeError, UsageError
 from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.server import ThroughputServer
-
-
-def wanprobe(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "wanprobe", "throughput", *args],
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def one_line_error(r: subprocess.CompletedProcess) -> str:
@@ -34,13 +29,8 @@ def one_line_error(r: subprocess.CompletedProcess) -> str:
 
 
 def in_process(capsys, *args: str) -> subprocess.CompletedProcess:
-    """Run the CLI in this process (fast) and capture it like a subprocess."""
-    from wanprobe.cli import main
-
-    with pytest.raises(SystemExit) as exc:
-        main(["throughput", *args])
-    out = capsys.readouterr()
-    return subprocess.CompletedProcess(args, exc.value.code, out.out, out.err)
+    """`wanprobe throughput ARGS` in process (CliRunner: the console script's code path)."""
+    return invoke("throughput", *args)
 
 
 def test_unknown_cc_lists_the_available_ones(capsys):
@@ -52,7 +42,10 @@ def test_unknown_cc_lists_the_available_ones(capsys):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--window", "65536"], "needs a unit"),
+    (["--window", "64KiBs"], "unknown size unit"),
+    (["--window", "2GiB"], "above the limit of 1.0 GiB"),
+    (["--interval", "20s", "--duration", "5s"], "at most the duration"),
+    (["--max-duration", "1000h"], "above the limit of 24h"),
     (["--pacing-rate", "100"], "needs a unit"),
     (["--udp", "--rate", "50"], "needs a unit"),
     (["--duration", "90s"], "exceeds the cap"),
@@ -69,7 +62,7 @@ def test_bad_options_give_one_line(capsys, args, needle):
 
 
 def test_peer_not_listening_is_one_line_probe_error():
-    r = wanprobe("127.0.0.1", "--port", str(free_port()), "--duration", "1s")
+    r = invoke("throughput", "127.0.0.1", "--port", str(free_port()), "--duration", "1s")
     line = one_line_error(r)
     assert "connection refused" in line and r.returncode == ProbeError.exit_code
 
@@ -150,3 +143,15 @@ def test_window_capped_by_rmem_max_is_reported(loopback_server):
     small = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=0.5,
                            max_bytes=10**6, window_bytes=64 * 1024)
     assert small.notes == ()
+
+
+def test_bare_window_is_bytes_as_in_iperf3(capsys, loopback_server):
+    """Issue 12: `--window 131072` is 131072 bytes (iperf3's -w), not refused for lack of a unit;
+    the JSON result carries the window the test asked for."""
+    import json
+
+    r = in_process(capsys, "127.0.0.1", "--port", str(loopback_server.port), "--duration", "0.5s",
+                   "--max-bytes", "1MB", "--window", "131072", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["window_bytes"] == 131072, {k: v for k, v in doc.items() if "window" in k}

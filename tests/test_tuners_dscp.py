@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import new_lab_name
 
-from tuners.dscp import canonical, ipt_rules, nft_script
+from tuners import dscp_nft
+from tuners.dscp import DscpTuner, canonical, ipt_rules, ipt_values, nft_ruleset
 from wanprobe.errors import ConfigError, UsageError
 
 A_ADDR, B_ADDR, PORT = "198.18.77.1", "198.18.77.2", 47001
@@ -21,29 +22,91 @@ A_ADDR, B_ADDR, PORT = "198.18.77.1", "198.18.77.2", 47001
 def test_canonical_and_rules() -> None:
     spec = canonical({"dscp": "AF41", "daddr": ["198.18.0.2", "fd00::/8"], "proto": "udp", "dport": "5000-5100"})
     assert spec[0]["dscp"] == 34 and spec[0]["daddr"] == ["198.18.0.2/32", "fd00::/8"]
-    text = nft_script(spec, replace=False)
-    assert "ip daddr { 198.18.0.2/32 } meta l4proto udp udp dport 5000-5100 ip dscp set 34" in text
-    assert "ip6 daddr { fd00::/8 }" in text and "ip6 dscp set 34" in text
-    assert "priority mangle" in text
+    cmds = nft_ruleset(spec, replace=False)["nftables"]
+    assert cmds[1] == {"add": {"chain": {"family": "inet", "table": "wanprobe", "name": "out",
+                                         "type": "filter", "hook": "output", "prio": -150,
+                                         "policy": "accept"}}}
+    rules = [c["add"]["rule"] for c in cmds if "rule" in c["add"]]
+    assert [dscp_nft.rule_values(r["expr"]) for r in rules] == [
+        ("ip", ("198.18.0.2/32",), ("udp",), "5000-5100", None, None, 34),
+        ("ip6", ("fd00::/8",), ("udp",), "5000-5100", None, None, 34)]
+    assert rules[0]["expr"][-1] == {"mangle": {"key": {"payload": {"protocol": "ip", "field": "dscp"}},
+                                               "value": 34}}
+    assert nft_ruleset(spec, replace=True)["nftables"][1] == {"delete": {"table": dscp_nft.TABLE}}
     uid = canonical([{"dscp": 26, "uid": 1000}, {"dscp": "CS1", "cgroup": "/training.slice/job"}])
     rules = ipt_rules(uid)
     assert ("ip", ["-A", "WANPROBE", "-m", "owner", "--uid-owner", "1000", "-m", "comment", "--comment",
                    rules[0][1][9], "-j", "DSCP", "--set-dscp", "0x1a"]) == rules[0]
     assert rules[0][1][9].startswith("wanprobe:")
-    assert 'socket cgroupv2 level 2 "training.slice/job"' in nft_script(uid, replace=True)
+    cg = [c["add"]["rule"]["expr"] for c in nft_ruleset(uid, replace=False)["nftables"]
+          if "rule" in c["add"]][-1]
+    assert {"match": {"op": "==", "left": {"socket": {"key": "cgroupv2", "level": 2}},
+                      "right": "training.slice/job"}} in cg
+
+
+def test_listing_normalisation_decodes_to_the_same_values() -> None:
+    """What nft 1.0.6 lists for a rule it was given (implied nfproto/l4proto gone, /32 as an
+    address, one-element set unwrapped, DSCP by name) decodes to the values it was given."""
+    listed = [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
+                         "right": {"set": [{"prefix": {"addr": "10.0.0.0", "len": 8}}, "198.18.0.2"]}}},
+              {"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}},
+                         "right": 47001}},
+              {"mangle": {"key": {"payload": {"protocol": "ip", "field": "dscp"}}, "value": "af41"}}]
+    spec = canonical({"dscp": 34, "daddr": ["198.18.0.2", "10.0.0.0/8"], "proto": "udp", "dport": 47001})
+    given = [c["add"]["rule"]["expr"] for c in nft_ruleset(spec, replace=False)["nftables"]
+             if "rule" in c["add"]]
+    assert [dscp_nft.rule_values(e) for e in given] == [dscp_nft.rule_values(listed)]
+    listed[-1]["mangle"]["value"] = "af42"
+    assert [dscp_nft.rule_values(e) for e in given] != [dscp_nft.rule_values(listed)]
+
+
+def test_iptables_lines_compare_by_value() -> None:
+    spec = canonical({"dscp": "AF41", "daddr": "198.18.77.2", "proto": "udp", "dport": "47001-47011"})
+    mine = {"ip": ["-N WANPROBE"] + [" ".join(a) for f, a in ipt_rules(spec) if f == "ip"]}
+    live = {"ip": ["-N WANPROBE", "-A WANPROBE -d 198.18.77.2/32 -p udp -m udp --dport 47001:47011 "
+                   "-m comment --comment wanprobe:x -j DSCP --set-dscp 0x22"]}
+    assert ipt_values(mine) == ipt_values(live)
+    live["ip"][1] = live["ip"][1].replace("0x22", "0x24")
+    assert ipt_values(mine) != ipt_values(live)
 
 
 @pytest.mark.parametrize("bad,why", [
     ({"dscp": 64, "uid": 1}, "DSCP"),
+    ({"dscp": True, "uid": 1}, "dscp must be"),
     ({"dscp": 26}, "never mark everything"),
     ({"dscp": 26, "daddr": "300.1.1.1"}, "daddr"),
+    ({"dscp": 26, "daddr": [5]}, "daddr"),
     ({"dscp": 26, "dport": "6000-5000"}, "reversed"),
+    ({"dscp": 26, "dport": "5000;6000"}, "dport"),
+    ({"dscp": 26, "uid": True}, "uid"),
+    ({"dscp": 26, "uid": 2**32}, "uid"),
     ({"dscp": 26, "uid": 1, "color": "red"}, "unknown dscp classifier"),
+    ({"dscp": 26, "cgroup": "training.slice/job\nrm -rf"}, "cgroup"),
+    ({"dscp": 26, "cgroup": 'a"b'}, "cgroup"),
+    ({"dscp": 26, "cgroup": "a/../b"}, "cgroup"),
+    ({"dscp": 26, "cgroup": "a b"}, "cgroup"),
+    ({"dscp": 26, "cgroup": "/"}, "cgroup"),
 ])
 def test_canonical_refuses(bad, why) -> None:
     with pytest.raises((ConfigError, UsageError)) as err:
         canonical(bad)
     assert why.lower() in str(err.value).lower()
+
+
+def test_cgroup_classifiers_fall_back_to_iptables_when_nft_json_lacks_cgroupv2(tmp_path) -> None:
+    """nftables 1.0.6's JSON parser has no ``socket cgroupv2`` ("Invalid socket key value"):
+    a plan with a cgroup classifier then uses the iptables backend (xt_cgroup) instead of
+    failing at apply; other classifiers stay on nftables. Fake binaries, nothing is changed."""
+    nft = tmp_path / "nft"
+    nft.write_text("#!/bin/sh\nif grep -q cgroupv2; then echo 'Error: Invalid socket key value.' >&2; "
+                   "exit 1; fi\nexit 1\n")
+    nft.chmod(0o755)
+    absent = tmp_path / "iptables"
+    absent.write_text("#!/bin/sh\nexit 1\n")
+    absent.chmod(0o755)
+    tuner = DscpTuner(nft=str(nft), iptables=str(absent), ip6tables=str(absent))
+    assert tuner.plan("t", {"dscp": 26, "cgroup": "training.slice"}, "r").key == "iptables:mangle WANPROBE"
+    assert tuner.plan("t", {"dscp": 26, "uid": 1000}, "r").key == "nft:inet wanprobe"
 
 
 # -- live ---------------------------------------------------------------------------------------
@@ -134,7 +197,8 @@ def test_nft_table_marks_and_rollback_removes_it(veth_pair, tmp_path: Path, clas
     assert "table inet wanprobe" in subprocess.run(["ip", "netns", "exec", a, "nft", "list", "tables"],
                                                    capture_output=True, text=True).stdout
     r = wanprobe(a, "tune", "rollback", "--print", "--state-dir", str(tmp_path / "st"))
-    assert r.stdout.splitlines()[-1] == "nft delete table inet wanprobe"
+    # issue 14: a namespace journal's rollback acts on that namespace, not on the host
+    assert r.stdout.splitlines()[-1] == f"ip netns exec {a} nft delete table inet wanprobe"
     r = wanprobe(a, "tune", "rollback", "--state-dir", str(tmp_path / "st"))
     assert r.returncode == 0, r.stderr
     assert "wanprobe" not in subprocess.run(["ip", "netns", "exec", a, "nft", "list", "tables"],
@@ -157,3 +221,52 @@ def test_iptables_fallback_when_nft_is_missing(veth_pair, tmp_path: Path) -> Non
     rules = subprocess.run(["ip", "netns", "exec", a, "iptables", "-t", "mangle", "-S"], capture_output=True, text=True).stdout
     assert "WANPROBE" not in rules
     assert received_tos(a, b, ecn=0) == 0
+
+
+@pytest.mark.netns
+def test_verify_compares_values_not_comments(veth_pair, tmp_path: Path) -> None:
+    """A rule edited behind wanprobe's back (same comment tag, another DSCP) fails verify, so
+    rollback leaves it alone unless forced; the previous state saved as nft JSON comes back
+    exactly on rollback."""
+    a, b = veth_pair
+    subprocess.run(["ip", "netns", "exec", a, "nft", "add table inet wanprobe"], check=True)
+    subprocess.run(["ip", "netns", "exec", a, "nft",
+                    "add chain inet wanprobe out { type filter hook output priority mangle; }"], check=True)
+    subprocess.run(["ip", "netns", "exec", a, "nft", "add rule inet wanprobe out meta skuid 4242 "
+                    "ip dscp set cs1"], check=True)
+    plan = plan_and_apply(a, tmp_path, {})
+    change = plan["changes"][0]
+    assert json.loads(change["old"])[2]["rule"]["expr"][-1]["mangle"]["value"] == "cs1"
+    assert received_tos(a, b, ecn=0) == 34 << 2
+    probe = VERIFY % (change["new"], "")
+    assert run_in(a, probe) == "True"
+    # the same tag, AF42 instead of AF41: a comment count would still say "applied"
+    listing = subprocess.run(["ip", "netns", "exec", a, "nft", "-a", "list", "table", "inet", "wanprobe"],
+                             capture_output=True, text=True, check=True).stdout
+    handle = [ln.split("# handle ")[1] for ln in listing.splitlines() if "dscp set af41" in ln][0]
+    tag = listing.split('comment "')[1].split('"')[0]
+    subprocess.run(["ip", "netns", "exec", a, "nft", "replace rule inet wanprobe out handle " + handle
+                    + f' ip daddr {B_ADDR} udp dport {PORT}-{PORT + 10} ip dscp set af42 comment "{tag}"'],
+                   check=True)
+    assert run_in(a, probe) == "False"
+    r = wanprobe(a, "tune", "rollback", "--state-dir", str(tmp_path / "st"))
+    assert r.returncode != 0 and "changed by someone else" in r.stderr  # by value, not by tag
+    r = wanprobe(a, "tune", "rollback", "--force", "--state-dir", str(tmp_path / "st"))
+    assert r.returncode == 0, r.stderr
+    assert run_in(a, VERIFY % (change["old"], "")) == "True"
+    out = subprocess.run(["ip", "netns", "exec", a, "nft", "list", "table", "inet", "wanprobe"],
+                         capture_output=True, text=True).stdout
+    assert "meta skuid 4242 ip dscp set cs1" in out and "af4" not in out
+
+
+VERIFY = """
+from tuners.dscp import DscpTuner, NFT_KEY
+print(DscpTuner().verify(NFT_KEY, %r)%s)
+"""
+
+
+def run_in(ns: str, code: str) -> str:
+    r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()

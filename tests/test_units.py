@@ -83,3 +83,38 @@ def test_port():
 def test_format():
     assert units.format_rate(123_456_789) == "123.5 Mbit/s"
     assert units.format_bytes(6 * 2**20) == "6.0 MiB"
+
+
+def test_limits_are_named_and_bad_text_is_cut():
+    """Issue 14: NaN/inf and values beyond a limit are refused naming the limit; a long bad
+    value is quoted cut to ~80 characters."""
+    with pytest.raises(UsageError, match="above the limit of 24h"):
+        units.parse_duration_s("1000h", maximum_s=86400)
+    with pytest.raises(UsageError, match="not a finite number"):
+        units.parse_duration_s("1e999s")
+    with pytest.raises(UsageError, match="above the limit of 65535 bytes"):
+        units.parse_bytes("70000", maximum=65535)
+    with pytest.raises(UsageError, match="above the limit"):
+        units.parse_rate_bps("1e30gbit")
+    with pytest.raises(UsageError) as err:
+        units.parse_rate_bps("9" * 10_000)
+    assert len(str(err.value)) < 160 and "10000 characters" in str(err.value)
+    assert units.parse_bytes("131072") == 131072  # a bare size is bytes, as iperf3 -w
+
+
+def test_interface_names():
+    assert units.parse_ifname("eth0") == "eth0"
+    for bad in ("", "a" * 16, "a/b", "a:b", "a b", "a\nb", "ü"):
+        with pytest.raises(UsageError):
+            units.parse_ifname(bad)
+
+
+def test_cli_value_gate():
+    """cli.check_value: every parsed option passes it before a command runs."""
+    from wanprobe.cli import check_value
+
+    for bad in (float("nan"), float("inf"), 2**63, -(2**63) - 1, "peer-\udcff", ["ok", "\udcfe"]):
+        with pytest.raises(UsageError):
+            check_value("--x", bad)
+    for good in (1.5, 2**63 - 1, "peer", True, None, ["a", "b"]):
+        check_value("--x", good)

@@ -2,11 +2,15 @@
 
 Classifiers match destination prefix, port range, cgroup v2 path or uid (R-22; NCCL data
 sockets use ephemeral ports, so prefix/uid/cgroup are the robust matches). ``ip dscp set``
-leaves the ECN bits alone (R-23). Apply replaces the table in one ``nft -f`` transaction;
-rollback deletes it (or restores the previous listing). Without nft, the same classifiers go to
-an own ``WANPROBE`` chain in the iptables/ip6tables mangle table (xt_DSCP, mangle only,
-tcp-tuning.md §4.5). Keys: ``nft:inet wanprobe`` or ``iptables:mangle WANPROBE``; the value is
-the canonical JSON list of classifiers.
+leaves the ECN bits alone (R-23). nftables is spoken in its JSON form (``nft -j``,
+libnftables-json(5), tuners/dscp_nft.py) both ways: apply replaces the table in one ``nft -j -f``
+transaction, the live state is ``nft -j list table``, verify decodes both into values (what
+each rule matches, the DSCP it sets) and compares them, rollback deletes the table or adds the
+listed objects back. Without nft, the same classifiers go to an own ``WANPROBE`` chain in the
+iptables/ip6tables mangle table (xt_DSCP, mangle only, tcp-tuning.md §4.5); its state is a JSON
+object of ``iptables -S`` lines per family, compared by value too. Keys: ``nft:inet wanprobe``
+or ``iptables:mangle WANPROBE``; the value is the canonical JSON list of classifiers. Every
+free-form field is validated strictly (a cgroup path with a newline or a quote is refused).
 """
 
 from __future__ import annotations
@@ -14,18 +18,91 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import re
 import shlex
 import shutil
 import subprocess
 from typing import Any
 
-from tuners.knob import Change, Skip, normalise
-from wanprobe.errors import ConfigError, TuneError, UsageError
+from tuners import dscp_nft
+from tuners.knob import Change, Skip
+from wanprobe.errors import ConfigError, TuneError, UsageError, shown
 from wanprobe.units import parse_dscp, parse_port
 
 NFT_KEY = "nft:inet wanprobe"
 IPT_KEY = "iptables:mangle WANPROBE"
 CHAIN = "WANPROBE"
+FIELDS = ("dscp", "daddr", "proto", "dport", "uid", "cgroup")
+CGROUP_PART = re.compile(r"[A-Za-z0-9_.@:+-]{1,255}")  # one cgroup v2 directory name, no quotes
+DPORT = re.compile(r"\d{1,5}(-\d{1,5})?")
+MAX_UID = 2**32 - 2  # (uid_t)-1 is "no uid"
+
+
+def _daddr(value: Any) -> list[str]:
+    items = [value] if isinstance(value, str) else value or []
+    if not isinstance(items, list) or not all(isinstance(d, str) for d in items):
+        raise ConfigError("dscp daddr must be an address/prefix or a list of them")
+    try:
+        return sorted(str(ipaddress.ip_network(d.strip(), strict=False)) for d in items)
+    except ValueError as exc:
+        raise ConfigError(f"dscp daddr: {exc}") from None
+
+
+def _dport(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)) \
+            or not DPORT.fullmatch(str(value)):
+        raise ConfigError(f"dscp dport must be a port or a range lo-hi, got {value!r}")
+    lo, _, hi = str(value).partition("-")
+    try:
+        lo_p, hi_p = parse_port(lo), parse_port(hi or lo)
+    except UsageError as exc:
+        raise ConfigError(str(exc)) from None
+    if lo_p > hi_p:
+        raise ConfigError(f"dscp dport range {value!r} is reversed")
+    return f"{lo_p}-{hi_p}"
+
+
+def _cgroup(value: Any) -> str | None:
+    """A cgroup v2 path relative to the root: directory names of safe characters only."""
+    if value is None:
+        return None
+    parts = value.strip("/").split("/") if isinstance(value, str) else []
+    if not parts or len(value) > 4096 or any(
+            not CGROUP_PART.fullmatch(p) or p in (".", "..") for p in parts):
+        raise ConfigError(f"dscp cgroup must be a cgroup v2 path (letters, digits, _.@:+- "
+                          f"between slashes), got {value!r}")
+    return "/".join(parts)
+
+
+def _classifier(item: Any) -> dict[str, Any]:
+    if not isinstance(item, dict) or "dscp" not in item:
+        raise ConfigError("each dscp classifier needs an object with 'dscp'")
+    unknown = set(item) - set(FIELDS)
+    if unknown:
+        raise ConfigError(f"unknown dscp classifier field(s): {', '.join(sorted(map(str, unknown)))}")
+    if isinstance(item["dscp"], bool) or not isinstance(item["dscp"], (int, str)):
+        raise ConfigError(f"dscp must be 0-63 or a name, got {item['dscp']!r}")
+    try:
+        c: dict[str, Any] = {"dscp": parse_dscp(item["dscp"])}
+    except UsageError as exc:
+        raise ConfigError(str(exc)) from None
+    c["daddr"] = _daddr(item.get("daddr"))
+    proto = item.get("proto")
+    if proto not in (None, "tcp", "udp"):
+        raise ConfigError(f"dscp proto must be tcp or udp, got {proto!r}")
+    c["proto"] = proto
+    c["dport"] = _dport(item.get("dport"))
+    uid = item.get("uid")
+    if uid is not None and (isinstance(uid, bool) or not isinstance(uid, int)
+                            or not 0 <= uid <= MAX_UID):
+        raise ConfigError(f"dscp uid must be an integer 0-{MAX_UID}, got {uid!r}")
+    c["uid"] = uid
+    c["cgroup"] = _cgroup(item.get("cgroup"))
+    if not (c["daddr"] or c["dport"] or uid is not None or c["cgroup"]):
+        raise ConfigError("a dscp classifier needs daddr, dport, uid or cgroup (never mark everything)")
+    return c
 
 
 def canonical(value: Any) -> list[dict[str, Any]]:
@@ -34,51 +111,8 @@ def canonical(value: Any) -> list[dict[str, Any]]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            raise ConfigError(f"dscp value {value[:60]!r} is not JSON") from None
-    items = value if isinstance(value, list) else [value]
-    out = []
-    for item in items:
-        if not isinstance(item, dict) or "dscp" not in item:
-            raise ConfigError("each dscp classifier needs an object with 'dscp'")
-        unknown = set(item) - {"dscp", "daddr", "proto", "dport", "uid", "cgroup"}
-        if unknown:
-            raise ConfigError(f"unknown dscp classifier field(s): {', '.join(sorted(unknown))}")
-        try:
-            c: dict[str, Any] = {"dscp": parse_dscp(item["dscp"])}
-        except UsageError as exc:
-            raise ConfigError(str(exc)) from None
-        daddr = item.get("daddr") or []
-        daddr = [daddr] if isinstance(daddr, str) else daddr
-        try:
-            c["daddr"] = sorted(str(ipaddress.ip_network(d, strict=False)) for d in daddr)
-        except ValueError as exc:
-            raise ConfigError(f"dscp daddr: {exc}") from None
-        proto = item.get("proto")
-        if proto not in (None, "tcp", "udp"):
-            raise ConfigError(f"dscp proto must be tcp or udp, got {proto!r}")
-        c["proto"] = proto
-        dport = item.get("dport")
-        if dport is not None:
-            lo, _, hi = str(dport).partition("-")
-            try:
-                lo_p, hi_p = parse_port(lo), parse_port(hi or lo)
-            except UsageError as exc:
-                raise ConfigError(str(exc)) from None
-            if lo_p > hi_p:
-                raise ConfigError(f"dscp dport range {dport!r} is reversed")
-            dport = f"{lo_p}-{hi_p}"
-        c["dport"] = dport
-        uid = item.get("uid")
-        if uid is not None and (not isinstance(uid, int) or uid < 0):
-            raise ConfigError(f"dscp uid must be a non-negative integer, got {uid!r}")
-        c["uid"] = uid
-        cg = item.get("cgroup")
-        if cg is not None and (not isinstance(cg, str) or '"' in cg or not cg.strip("/")):
-            raise ConfigError(f"dscp cgroup must be a cgroup v2 path, got {cg!r}")
-        c["cgroup"] = cg.strip("/") if cg else None
-        if not (c["daddr"] or dport or uid is not None or c["cgroup"]):
-            raise ConfigError("a dscp classifier needs daddr, dport, uid or cgroup (never mark everything)")
-        out.append(c)
+            raise ConfigError(f"dscp value {shown(value[:60])} is not JSON") from None
+    out = [_classifier(item) for item in (value if isinstance(value, list) else [value])]
     if not out:
         raise ConfigError("no dscp classifiers")
     return out
@@ -96,30 +130,16 @@ def _families(c: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return ([("ip", v4)] if v4 else []) + ([("ip6", v6)] if v6 else [])
 
 
-def nft_script(spec: list[dict[str, Any]], *, replace: bool) -> str:
-    """The ``nft -f`` text creating the table (deleting an existing one first, atomically)."""
-    tag = f"wanprobe:{spec_hash(spec)}"
-    rules = []
-    for c in spec:
-        for fam, nets in _families(c):
-            m = [f"meta nfproto {'ipv4' if fam == 'ip' else 'ipv6'}"]
-            if nets:
-                m.append(f"{fam} daddr {{ {', '.join(nets)} }}")
-            if c["proto"]:
-                m.append(f"meta l4proto {c['proto']}")
-                if c["dport"]:
-                    m.append(f"{c['proto']} dport {c['dport']}")
-            elif c["dport"]:
-                m.append(f"meta l4proto {{ tcp, udp }} th dport {c['dport']}")
-            if c["uid"] is not None:
-                m.append(f"meta skuid {c['uid']}")
-            if c["cgroup"]:
-                m.append(f'socket cgroupv2 level {c["cgroup"].count("/") + 1} "{c["cgroup"]}"')
-            rules.append(f"    {' '.join(m)} {fam} dscp set {c['dscp']} comment \"{tag}\"")
-    head = "table inet wanprobe\ndelete table inet wanprobe\n" if replace else ""
-    body = "\n".join(rules)
-    return (f"{head}table inet wanprobe {{\n  chain out {{\n    type filter hook output priority mangle; "
-            f"policy accept;\n{body}\n  }}\n}}\n")
+def is_spec(data: Any) -> bool:
+    """A classifier list (what plans carry), as opposed to a saved live state."""
+    return isinstance(data, list) and bool(data) and all(
+        isinstance(x, dict) and "dscp" in x for x in data)
+
+
+def nft_ruleset(spec: list[dict[str, Any]], *, replace: bool) -> dict:
+    """The ``nft -j -f`` transaction creating the table (deleting an existing one first)."""
+    rules = [(c, fam, nets) for c in spec for fam, nets in _families(c)]
+    return dscp_nft.ruleset(rules, f"wanprobe:{spec_hash(spec)}", replace=replace)
 
 
 def ipt_rules(spec: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
@@ -142,6 +162,37 @@ def ipt_rules(spec: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _ipt_rule_values(args: list[str]) -> tuple:
+    """What one ``-A WANPROBE ...`` rule matches and sets (``-m udp``, comments ignored)."""
+    v: dict[str, Any] = {"-d": None, "-p": None, "--dport": None, "--uid-owner": None,
+                         "--path": None, "--set-dscp": None}
+    for flag, value in zip(args, args[1:], strict=False):
+        if flag in v:
+            v[flag] = value
+    if v["-d"] is not None:
+        v["-d"] = str(ipaddress.ip_network(v["-d"], strict=False))
+    if v["--dport"] is not None:
+        lo, _, hi = v["--dport"].partition(":")
+        v["--dport"] = f"{int(lo)}-{int(hi or lo)}"
+    if v["--uid-owner"] is not None:
+        v["--uid-owner"] = int(v["--uid-owner"])
+    if v["--path"] is not None:
+        v["--path"] = v["--path"].strip("/")
+    if v["--set-dscp"] is not None:
+        v["--set-dscp"] = int(v["--set-dscp"], 0)
+    return tuple(v.values())
+
+
+def ipt_values(lines: dict[str, list[str]]) -> tuple:
+    """Per family, the sorted values of the WANPROBE chain's rules."""
+    out = []
+    for fam in sorted(lines):
+        rules = [shlex.split(line) for line in lines[fam]]
+        out.append((fam, tuple(sorted((_ipt_rule_values(a) for a in rules if a[:1] == ["-A"]),
+                                      key=repr))))
+    return tuple(out)
+
+
 class DscpTuner:
     """nftables when ``nft`` works, else iptables/ip6tables (``nft=None`` forces the fallback)."""
 
@@ -161,40 +212,90 @@ class DscpTuner:
     def _ipt(self, fam: str) -> str:
         return self.iptables if fam == "ip" else self.ip6tables
 
-    def backend_key(self) -> str:
-        return NFT_KEY if self.nft else IPT_KEY
+    def backend_key(self, spec: list[dict[str, Any]] | None = None) -> str:
+        """nftables when ``nft`` is there and its JSON parser can say every match in ``spec``;
+        else the iptables fallback."""
+        if not self.nft:
+            return IPT_KEY
+        if spec and any(c["cgroup"] for c in spec) and not self._nft_json_has_cgroupv2():
+            return IPT_KEY
+        return NFT_KEY
+
+    def _nft_json_has_cgroupv2(self) -> bool:
+        """Whether this nft parses ``socket cgroupv2`` in JSON (nftables 1.0.6 does not: "Invalid
+        socket key value"). Asked with ``nft -c`` (check only, nothing changes)."""
+        rule = {"family": "inet", "table": "wanprobe_probe", "chain": "c", "expr": [
+            {"match": {"op": "==", "left": {"socket": {"key": "cgroupv2", "level": 1}},
+                       "right": "wanprobe-probe"}}]}
+        doc = {"nftables": [{"add": {"table": {"family": "inet", "name": "wanprobe_probe"}}},
+                            {"add": {"chain": {"family": "inet", "table": "wanprobe_probe",
+                                               "name": "c"}}},
+                            {"add": {"rule": rule}}]}
+        r = self._run([self.nft, "-c", "-j", "-f", "-"], stdin=json.dumps(doc))
+        return "socket key" not in r.stderr
 
     # -- reading ---------------------------------------------------------------------------
+    def _nft_objects(self) -> list[dict] | None:
+        """Table, chain and rules as ``nft -j list table inet wanprobe`` gives them, or None
+        when there is no such table."""
+        if not self.nft:
+            raise TuneError("nft is not available to read the wanprobe table")
+        r = self._run([self.nft, "-j", "list", "table", "inet", "wanprobe"])
+        if r.returncode != 0:
+            return None
+        try:
+            return dscp_nft.listed_objects(json.loads(r.stdout))
+        except (json.JSONDecodeError, AttributeError, TypeError) as exc:
+            raise TuneError(f"nft -j list answered something that is not its JSON: {exc}") from None
+
+    def _ipt_lines(self) -> dict[str, list[str]]:
+        """``iptables -S WANPROBE`` lines per family that has the chain."""
+        out = {}
+        for fam in ("ip", "ip6"):
+            r = self._run([self._ipt(fam), "-t", "mangle", "-S", CHAIN])
+            if r.returncode == 0:
+                out[fam] = r.stdout.strip().splitlines()
+        return out
+
     def current(self, key: str) -> str | None:
+        """The live state as JSON: the listed nft objects, or iptables lines per family."""
         if key == NFT_KEY:
-            if not self.nft:
-                raise TuneError("nft is not available to read the wanprobe table")
-            r = self._run([self.nft, "list", "table", "inet", "wanprobe"])
-            return normalise(r.stdout) if r.returncode == 0 else None
+            objects = self._nft_objects()
+            return None if objects is None else json.dumps(objects, sort_keys=True)
         if key == IPT_KEY:
-            parts = []
-            for fam in ("ip", "ip6"):
-                r = self._run([self._ipt(fam), "-t", "mangle", "-S", CHAIN])
-                if r.returncode == 0:
-                    parts.append(f"{fam}: " + " ; ".join(r.stdout.strip().splitlines()))
-            return " | ".join(parts) if parts else None
-        raise ConfigError(f"unknown dscp key {key!r} (use {NFT_KEY!r} or {IPT_KEY!r})")
+            lines = self._ipt_lines()
+            return json.dumps(lines, sort_keys=True) if lines else None
+        raise ConfigError(f"unknown dscp key {shown(key)} (use {NFT_KEY!r} or {IPT_KEY!r})")
+
+    def _values(self, key: str, state: str) -> tuple:
+        """What a state marks, as values: a classifier list (JSON array) or a saved state."""
+        data = json.loads(state)
+        if is_spec(data):
+            spec = canonical(data)
+            if key == NFT_KEY:
+                cmds = nft_ruleset(spec, replace=False)["nftables"]
+                return dscp_nft.table_values([c["add"] for c in cmds])
+            return ipt_values({fam: ["-N " + CHAIN] + [shlex.join(a) for f, a in ipt_rules(spec)
+                                                        if f == fam] for fam in ("ip", "ip6")})
+        if key == NFT_KEY:
+            return dscp_nft.table_values(data)
+        return ipt_values(data)
 
     def verify(self, key: str, wanted: str | None) -> bool:
+        """The live rules mark the same packets with the same DSCP as ``wanted`` (tuned's
+        would-be vs live value comparison; no text or comment counting)."""
         live = self.current(key)
         if wanted is None or live is None:
             return wanted is None and live is None
-        if wanted.lstrip().startswith(("[", "{")):
-            spec = canonical(wanted)
-            tag = f"wanprobe:{spec_hash(spec)}"
-            n = len(ipt_rules(spec)) if key == IPT_KEY else nft_script(spec, replace=False).count(tag)
-            return live.count(tag) == n
-        return normalise(live) == normalise(wanted)
+        try:
+            return self._values(key, live) == self._values(key, wanted)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            return False
 
     # -- planning / validation -------------------------------------------------------------
     def plan(self, key: str, value: Any, reason: str) -> Change | Skip:
         spec = canonical(value)
-        key = self.backend_key()
+        key = self.backend_key(spec)
         new = json.dumps(spec, sort_keys=True)
         if self.verify(key, new):
             return Skip(self.name, key, "already marking with these classifiers")
@@ -204,40 +305,43 @@ class DscpTuner:
         if change.key == NFT_KEY and not self.nft:
             raise ConfigError("plan marks DSCP with nftables but nft is not available here; re-plan")
         if change.key not in (NFT_KEY, IPT_KEY):
-            raise ConfigError(f"unknown dscp key {change.key!r}")
+            raise ConfigError(f"unknown dscp key {shown(change.key)}")
         canonical(change.new)
 
     # -- writing ---------------------------------------------------------------------------
+    def _nft_apply(self, doc: dict) -> None:
+        r = self._run([self.nft, "-j", "-f", "-"], stdin=json.dumps(doc))
+        if r.returncode != 0:
+            err = " ".join(r.stderr.split())
+            hint = (" (this nft's JSON parser has no socket cgroupv2: use a newer nftables, or "
+                    "WANPROBE_NFT= for the iptables backend)" if "socket key" in err else "")
+            raise TuneError(f"nft -j failed: {err[:200]}{hint}")
+
     def _set_nft(self, text: str | None) -> None:
-        exists = self.current(NFT_KEY) is not None
+        exists = self._nft_objects() is not None
         if text is None:
-            script = "delete table inet wanprobe\n" if exists else ""
-        elif text.lstrip().startswith(("[", "{")):
-            script = nft_script(canonical(text), replace=exists)
-        else:  # a previous listing, restored verbatim
-            script = ("table inet wanprobe\ndelete table inet wanprobe\n" if exists else "") + text + "\n"
-        if script:
-            r = self._run([self.nft, "-f", "-"], stdin=script)
-            if r.returncode != 0:
-                raise TuneError(f"nft failed: {' '.join(r.stderr.split())[:200]}")
+            if exists:
+                self._nft_apply({"nftables": [{"delete": {"table": dscp_nft.TABLE}}]})
+            return
+        data = json.loads(text)
+        if is_spec(data):
+            self._nft_apply(nft_ruleset(canonical(data), replace=exists))
+        else:  # a previous listing, added back object by object
+            self._nft_apply(dscp_nft.restore(data, replace=exists))
 
     def _set_ipt(self, text: str | None) -> None:
-        for fam in ("ip", "ip6"):
+        for fam in self._ipt_lines():
             ipt = self._ipt(fam)
-            if self._run([ipt, "-t", "mangle", "-S", CHAIN]).returncode == 0:
-                self._run([ipt, "-t", "mangle", "-D", "OUTPUT", "-j", CHAIN])
-                self._run([ipt, "-t", "mangle", "-F", CHAIN])
-                self._run([ipt, "-t", "mangle", "-X", CHAIN])
+            self._run([ipt, "-t", "mangle", "-D", "OUTPUT", "-j", CHAIN])
+            self._run([ipt, "-t", "mangle", "-F", CHAIN])
+            self._run([ipt, "-t", "mangle", "-X", CHAIN])
         if text is None:
             return
-        if text.lstrip().startswith(("[", "{")):
-            cmds = [(fam, ["-N", CHAIN]) for fam in ("ip", "ip6")]
-            cmds += ipt_rules(canonical(text))
-        else:  # "ip: -N WANPROBE ; -A ... | ip6: ..." as read by current()
-            cmds = []
-            for part in text.split(" | "):
-                fam, _, lines = part.partition(": ")
-                cmds += [(fam, shlex.split(line)) for line in lines.split(" ; ") if line.strip()]
+        data = json.loads(text)
+        if is_spec(data):
+            cmds = [(fam, ["-N", CHAIN]) for fam in ("ip", "ip6")] + ipt_rules(canonical(data))
+        else:  # {"ip": ["-N WANPROBE", "-A WANPROBE ..."], ...} as read by current()
+            cmds = [(fam, shlex.split(line)) for fam, lines in data.items() for line in lines]
         cmds += [(fam, ["-A", "OUTPUT", "-j", CHAIN]) for fam in ("ip", "ip6")]
         for fam, args in cmds:
             r = self._run([self._ipt(fam), "-t", "mangle", *args])
@@ -251,7 +355,8 @@ class DscpTuner:
         if change.key == NFT_KEY:
             if change.old is None:
                 return "nft delete table inet wanprobe"
-            return f"nft -f - <<'EOF'\ntable inet wanprobe\ndelete table inet wanprobe\n{change.old}\nEOF"
+            doc = dscp_nft.restore(json.loads(change.old), replace=True)
+            return f"nft -j -f - <<'EOF'\n{json.dumps(doc)}\nEOF"
         return ("for t in iptables ip6tables; do $t -t mangle -D OUTPUT -j WANPROBE; "
                 "$t -t mangle -F WANPROBE; $t -t mangle -X WANPROBE; done"
                 + ("" if change.old is None else f"  # then re-add: {change.old}"))

@@ -7,7 +7,6 @@ NCCL knobs are not host settings: they become a manual step pointing at ``wanpro
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,21 +15,15 @@ from tuners.knob import Change, Skip, Tuner
 from tuners.netns import current_inode
 from tuners.plan import Manual, Plan, now_iso, report_ref
 from wanprobe.errors import ConfigError, WanprobeError
+from wanprobe.report.document import load_json
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
-    """A report as plain JSON; only the parts the planner needs are checked."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read report {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"report {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    if not isinstance(data, dict) or "schema_version" not in data:
+    """A report for planning: the one report loader (``wanprobe.report.document.load_json``)
+    checks its shape; a planner needs only ``schema_version`` and the findings' knobs."""
+    data = load_json(path, strict=False)
+    if "schema_version" not in data:
         raise ConfigError(f"{path} is not a wanprobe report (no schema_version)")
-    if not isinstance(data.get("findings", []), list):
-        raise ConfigError(f"report {path}: 'findings' must be a list")
     return data
 
 

@@ -13,7 +13,6 @@ import fcntl
 import json
 import os
 import secrets
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from tuners.knob import Change
+from wanprobe.atomic_file import atomic_write  # noqa: F401 - re-exported for the tuners
 from wanprobe.errors import ConfigError, PermissionRequired, TuneError
+from wanprobe.userfiles import check_path_text, read_json
 
 JOURNAL_VERSION = 1
 DEFAULT_STATE_DIR = Path("/var/lib/wanprobe")
@@ -34,35 +35,9 @@ TOUCHED = ("writing", "written")
 def state_dir_from(option: str | Path | None) -> Path:
     """``--state-dir`` wins, then ``$WANPROBE_STATE_DIR``, then /var/lib/wanprobe."""
     if option:
-        return Path(option)
+        return check_path_text(option, "--state-dir")
     env = os.environ.get("WANPROBE_STATE_DIR")
-    return Path(env) if env else DEFAULT_STATE_DIR
-
-
-def atomic_write(path: Path, text: str, mode: int = 0o644) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same directory, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return path
+    return check_path_text(env, "$WANPROBE_STATE_DIR") if env else DEFAULT_STATE_DIR
 
 
 @dataclass(frozen=True)
@@ -169,11 +144,12 @@ class JournalStore:
         return journal
 
     def load(self, jid: str) -> Journal:
+        path = self.path(jid)
+        if not path.is_file():
+            raise ConfigError(f"no journal {jid!r} in {self.dir}")
         try:
-            return Journal.from_json(json.loads(self.path(jid).read_text()))
-        except FileNotFoundError:
-            raise ConfigError(f"no journal {jid!r} in {self.dir}") from None
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return Journal.from_json(read_json(path, f"journal {jid!r}"))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"journal {jid!r} is corrupt: {exc}") from None
 
     def all(self) -> list[Journal]:

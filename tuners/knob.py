@@ -56,6 +56,18 @@ class Skip:
         return asdict(self)
 
 
+class WrittenValue:
+    """``apply`` and ``verify`` for tuners whose knob is one value that ``_write`` sets and
+    ``current`` reads back (sysctl, link, roce): verify compares the live value with the wanted
+    one, as tuned's ``verify`` does."""
+
+    def apply(self, change: Change) -> None:
+        self._write(change.key, change.new)  # type: ignore[attr-defined]
+
+    def verify(self, key: str, wanted: str | None) -> bool:
+        return same_value(self.current(key), wanted)  # type: ignore[attr-defined]
+
+
 class Tuner(Protocol):
     """current / plan / apply / verify / rollback for one area (sysctl, link, dscp, roce)."""
 

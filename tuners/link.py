@@ -10,17 +10,12 @@ device's IFLA_MIN_MTU..IFLA_MAX_MTU; raising it is only recommended after a DF p
 from __future__ import annotations
 
 import errno
-import fcntl
-import socket
-import struct
 from typing import Any
 
-from tuners.knob import Change, Skip, same_value
-from wanprobe.errors import ConfigError, TuneError
+from collectors.ethtool_ioctl import EthtoolIoctl
+from tuners.knob import Change, Skip, WrittenValue, same_value
+from wanprobe.errors import ConfigError, TuneError, shown
 
-SIOCETHTOOL = 0x8946
-ETHTOOL_GRINGPARAM, ETHTOOL_SRINGPARAM = 0x10, 0x11
-_RING = struct.Struct("=9I")  # cmd, rx_max, rx_mini_max, rx_jumbo_max, tx_max, rx, rx_mini, rx_jumbo, tx
 ATTRS = {"mtu": "IFLA_MTU", "txqueuelen": "IFLA_TXQLEN"}
 FIELDS = ("mtu", "txqueuelen", "rx_ring", "tx_ring")
 RAISE_ONLY = ("txqueuelen", "rx_ring", "tx_ring")
@@ -29,32 +24,24 @@ RAISE_ONLY = ("txqueuelen", "rx_ring", "tx_ring")
 def split_key(key: str) -> tuple[str, str]:
     ifname, _, field = key.rpartition("/")
     if not ifname or field not in FIELDS or len(ifname) > 15:
-        raise ConfigError(f"unknown link key {key!r} (want <ifname>/{'|'.join(FIELDS)})")
+        raise ConfigError(f"unknown link key {shown(key)} (want <ifname>/{'|'.join(FIELDS)})")
     return ifname, field
-
-
-def _ring_ioctl(ifname: str, cmd: int, values: tuple[int, ...] = (0,) * 8) -> tuple[int, ...]:
-    import ctypes
-    buf = bytearray(_RING.pack(cmd, *values))
-    cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-    ifreq = struct.pack("16sP", ifname.encode(), ctypes.addressof(cbuf))
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifreq)
-    return _RING.unpack(bytes(buf))[1:]
 
 
 def read_rings(ifname: str) -> dict[str, int] | None:
     """Ring sizes and maxima, or None when the driver does not support ETHTOOL_GRINGPARAM."""
     try:
-        rx_max, _, _, tx_max, rx, _, _, tx = _ring_ioctl(ifname, ETHTOOL_GRINGPARAM)
+        with EthtoolIoctl() as eth:
+            r = eth.rings(ifname)
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENODEV, errno.EINVAL):
             return None
         raise
-    return {"rx_ring": rx, "tx_ring": tx, "rx_ring_max": rx_max, "tx_ring_max": tx_max}
+    return {"rx_ring": r.rx_pending, "tx_ring": r.tx_pending, "rx_ring_max": r.rx_max_pending,
+            "tx_ring_max": r.tx_max_pending}
 
 
-class LinkTuner:
+class LinkTuner(WrittenValue):
     """Acts on interfaces of the network namespace this process is in."""
 
     name = "link"
@@ -89,7 +76,7 @@ class LinkTuner:
         try:
             value = int(change.new)
         except ValueError:
-            raise ConfigError(f"{change.key}: value {change.new!r} is not a number") from None
+            raise ConfigError(f"{change.key}: value {shown(change.new)} is not a number") from None
         lo, hi = self._range(ifname, field)
         if not lo <= value <= hi:
             raise ConfigError(f"{change.key}: {value} is outside the device's range {lo}..{hi}")
@@ -125,19 +112,12 @@ class LinkTuner:
                     idx = ipr.link_lookup(ifname=ifname)[0]
                     ipr.link("set", index=idx, **{"mtu" if field == "mtu" else "txqlen": int(value)})
                 return
-            rx_max, mini_max, jumbo_max, tx_max, rx, mini, jumbo, tx = _ring_ioctl(ifname, ETHTOOL_GRINGPARAM)
-            rx, tx = (int(value), tx) if field == "rx_ring" else (rx, int(value))
-            _ring_ioctl(ifname, ETHTOOL_SRINGPARAM, (rx_max, mini_max, jumbo_max, tx_max, rx, mini, jumbo, tx))
+            with EthtoolIoctl() as eth:
+                eth.set_rings(ifname, **{"rx" if field == "rx_ring" else "tx": int(value)})
         except (OSError, IndexError) as exc:
             raise TuneError(f"setting {key}={value} failed: {exc}") from None
         except Exception as exc:  # pyroute2 NetlinkError carries the errno in args
             raise TuneError(f"setting {key}={value} failed: {exc}") from None
-
-    def apply(self, change: Change) -> None:
-        self._write(change.key, change.new)
-
-    def verify(self, key: str, wanted: str | None) -> bool:
-        return same_value(self.current(key), wanted)
 
     def restore_command(self, change: Change) -> str:
         ifname, field = split_key(change.key)

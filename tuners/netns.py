@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from pathlib import Path
 
-from wanprobe.errors import PermissionRequired, UsageError
+from wanprobe.errors import ConfigError, PermissionRequired, UsageError
 from wanprobe.netns import NETNS_DIR as NETNS_RUN_DIR
 from wanprobe.netns import current_inode, setns
 
@@ -54,3 +55,36 @@ def enter(name: str) -> int:
     finally:
         os.close(fd)
     return current_inode()
+
+
+def init_inode() -> int | None:
+    """Inode of PID 1's network namespace (the host's), or None when /proc/1 is unreadable."""
+    try:
+        return os.stat("/proc/1/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def enter_command(inode: int, name: str | None = None) -> list[str]:
+    """The argv prefix that runs a command in the network namespace ``inode``: [] for the host's
+    (PID 1's), ``ip netns exec NAME`` for a named one (``name``, or found under /run/netns),
+    ``nsenter --net=/proc/PID/ns/net`` for one only a process holds. ConfigError when there is
+    none: a command printed without it would act on the wrong namespace."""
+    if inode == init_inode():
+        return []
+    if name:
+        return ["ip", "netns", "exec", name]
+    for path in sorted(NETNS_RUN_DIR.glob("*")) if NETNS_RUN_DIR.is_dir() else ():
+        try:
+            if path.stat().st_ino == inode:
+                return ["ip", "netns", "exec", path.name]
+        except OSError:
+            continue
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if (proc / "ns" / "net").stat().st_ino == inode:
+                return ["nsenter", f"--net={proc / 'ns' / 'net'}"]
+        except OSError:
+            continue
+    raise ConfigError(f"network namespace inode {inode} is not the host's and has no name under "
+                      f"{NETNS_RUN_DIR} or process in it; run `wanprobe tune rollback` inside it")

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tuners.knob import Change, Skip
-from wanprobe.errors import ConfigError
+from wanprobe.errors import ConfigError, shown
+from wanprobe.userfiles import read_json
 
 PLAN_VERSION = 1
 APPLIABLE = ("sysctl", "link", "dscp", "roce")
@@ -86,20 +87,20 @@ class Plan:
         if not isinstance(d, dict):
             raise ConfigError("plan must be a JSON object")
         if d.get("plan_version") != PLAN_VERSION:
-            raise ConfigError(f"unsupported plan_version {d.get('plan_version')!r} (this wanprobe reads {PLAN_VERSION})")
+            raise ConfigError(f"unsupported plan_version {shown(d.get('plan_version'))} (this wanprobe reads {PLAN_VERSION})")
         for key in ("host_id", "changes"):
             if key not in d:
-                raise ConfigError(f"plan has no {key!r}")
+                raise ConfigError(f"plan has no {shown(key)}")
         if not isinstance(d["changes"], list):
             raise ConfigError("plan 'changes' must be a list")
         changes = tuple(Change.from_json(c) for c in d["changes"])
         for c in changes:
             if c.tuner not in APPLIABLE:
-                raise ConfigError(f"unknown tuner {c.tuner!r} for key {c.key!r} (one of {', '.join(APPLIABLE)})")
+                raise ConfigError(f"unknown tuner {shown(c.tuner)} for key {shown(c.key)} (one of {', '.join(APPLIABLE)})")
         seen: set[tuple[str, str]] = set()
         for c in changes:
             if (c.tuner, c.key) in seen:
-                raise ConfigError(f"{c.tuner} key {c.key!r} appears twice in the plan")
+                raise ConfigError(f"{c.tuner} key {shown(c.key)} appears twice in the plan")
             seen.add((c.tuner, c.key))
         manual = tuple(Manual(str(m.get("tuner")), str(m.get("key")), str(m.get("value")),
                               str(m.get("reason", "")), tuple(m.get("commands") or ()))
@@ -114,15 +115,7 @@ class Plan:
 
 def load(path: str | Path) -> Plan:
     """Read a plan file; every problem is one ConfigError line."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read plan {path}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"plan {path} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    return Plan.from_json(data)
+    return Plan.from_json(read_json(path, "plan"))
 
 
 def save(plan: Plan, path: str | Path) -> Path:
@@ -137,7 +130,7 @@ def now_iso() -> str:
 
 def check_host(plan: Plan, expected_host_id: str) -> None:
     if plan.host_id != expected_host_id:
-        raise ConfigError(f"plan was made for host {plan.host_id!r}, this is {expected_host_id!r}; "
+        raise ConfigError(f"plan was made for host {shown(plan.host_id)}, this is {shown(expected_host_id)}; "
                           "make a new plan here")
 
 

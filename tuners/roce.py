@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tuners import sysfs_path
-from tuners.knob import Change, Skip, same_value
+from tuners.knob import Change, Skip, WrittenValue, same_value
 from tuners.plan import Manual
-from wanprobe.errors import ConfigError, TuneError
+from wanprobe.errors import ConfigError, TuneError, shown
 
 _KEY = re.compile(r"^(?P<if>[^/\s]{1,15})/(?P<what>trust|pfc|ecn_np/[0-7]|ecn_rp/[0-7])$")
 
@@ -26,7 +26,7 @@ _KEY = re.compile(r"^(?P<if>[^/\s]{1,15})/(?P<what>trust|pfc|ecn_np/[0-7]|ecn_rp
 def parse_key(key: str) -> tuple[str, str]:
     m = _KEY.match(key)
     if not m:
-        raise ConfigError(f"unknown roce key {key!r} (want <if>/trust, <if>/pfc, <if>/ecn_np/<prio>, <if>/ecn_rp/<prio>)")
+        raise ConfigError(f"unknown roce key {shown(key)} (want <if>/trust, <if>/pfc, <if>/ecn_np/<prio>, <if>/ecn_rp/<prio>)")
     return m["if"], m["what"]
 
 
@@ -36,15 +36,15 @@ def pfc_value(value: Any) -> str:
         value = [int(value)]
     if isinstance(value, list):
         if not all(isinstance(p, int) and 0 <= p <= 7 for p in value):
-            raise ConfigError(f"pfc priorities must be 0..7, got {value!r}")
+            raise ConfigError(f"pfc priorities must be 0..7, got {shown(value)}")
         return ",".join("1" if p in value else "0" for p in range(8))
     flags = str(value).replace(" ", "").split(",")
     if len(flags) != 8 or any(f not in ("0", "1") for f in flags):
-        raise ConfigError(f"pfc value must be 8 comma-separated 0/1 flags, got {value!r}")
+        raise ConfigError(f"pfc value must be 8 comma-separated 0/1 flags, got {shown(value)}")
     return ",".join(flags)
 
 
-class RoceTuner:
+class RoceTuner(WrittenValue):
     name = "roce"
 
     def __init__(self, sys_root: Path = Path("/sys"), dcb: str | None = "dcb") -> None:
@@ -95,10 +95,10 @@ class RoceTuner:
             return pfc_value(value)
         if what == "trust":
             if str(value) not in ("dscp", "pcp"):
-                raise ConfigError(f"trust must be dscp or pcp, got {value!r}")
+                raise ConfigError(f"trust must be dscp or pcp, got {shown(value)}")
             return str(value)
         if str(value) not in ("0", "1", "True", "False", "true", "false"):
-            raise ConfigError(f"ecn enable must be 0 or 1, got {value!r}")
+            raise ConfigError(f"ecn enable must be 0 or 1, got {shown(value)}")
         return "1" if str(value) in ("1", "True", "true") else "0"
 
     def plan(self, key: str, value: Any, reason: str) -> Change | Skip | Manual:
@@ -131,12 +131,6 @@ class RoceTuner:
                 f.write(value)
         except OSError as exc:
             raise TuneError(f"writing {key}={value} failed: {exc.strerror}") from None
-
-    def apply(self, change: Change) -> None:
-        self._write(change.key, change.new)
-
-    def verify(self, key: str, wanted: str | None) -> bool:
-        return same_value(self.current(key), wanted)
 
     def restore_command(self, change: Change) -> str:
         ifname, what = parse_key(change.key)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuners.knob import Change, Skip, normalise, same_value
-from wanprobe.errors import ConfigError, TuneError
+from tuners.knob import Change, Skip, WrittenValue, normalise, same_value
+from wanprobe.errors import ConfigError, TuneError, shown
 
 INT_MAX = 2**31 - 1
 UINT_MAX = 2**32 - 1
@@ -60,10 +61,10 @@ def _ints(value: str, key: str) -> list[int]:
     try:
         return [int(x) for x in str(value).split()]
     except ValueError:
-        raise ConfigError(f"{key}: value {value!r} is not a number") from None
+        raise ConfigError(f"{key}: value {shown(value)} is not a number") from None
 
 
-class SysctlTuner:
+class SysctlTuner(WrittenValue):
     """current / plan / validate / apply / verify / rollback for sysctls under ``proc_root``."""
 
     name = "sysctl"
@@ -110,31 +111,31 @@ class SysctlTuner:
         """The normalised value if the kernel (and wanprobe's caps) accept it; else ConfigError."""
         spec = SPECS.get(key)
         if spec is None:
-            raise ConfigError(f"unknown sysctl key {key!r} (allowed: {', '.join(sorted(SPECS))})")
+            raise ConfigError(f"unknown sysctl key {shown(key)} (allowed: {', '.join(sorted(SPECS))})")
         value = normalise(value) or ""
         if spec.kind == "cc":
             avail = self._cc_list("available")
             if value not in avail:
-                raise ConfigError(f"{key}: {value!r} is not offered by the kernel (available: {' '.join(avail)})")
+                raise ConfigError(f"{key}: {shown(value)} is not offered by the kernel (available: {' '.join(avail)})")
             allowed = self._cc_list("allowed")
             if not self.init_netns and value not in allowed:
-                raise ConfigError(f"{key}: {value!r} is not in tcp_allowed_congestion_control "
+                raise ConfigError(f"{key}: {shown(value)} is not in tcp_allowed_congestion_control "
                                   f"({' '.join(allowed)}); a non-init namespace gets EPERM")
             return value
         if spec.kind == "qdisc":
             if not value.isidentifier() or not self._qdisc_available(value):
-                raise ConfigError(f"{key}: qdisc {value!r} is not available in this kernel")
+                raise ConfigError(f"{key}: qdisc {shown(value)} is not available in this kernel")
             return value
         nums = _ints(value, key)
         if spec.kind == "triple":
             if len(nums) != 3:
-                raise ConfigError(f"{key}: needs three numbers 'min default max', got {value!r}")
+                raise ConfigError(f"{key}: needs three numbers 'min default max', got {shown(value)}")
             if not nums[0] <= nums[1] <= nums[2]:
-                raise ConfigError(f"{key}: needs min ≤ default ≤ max, got {value!r}")
+                raise ConfigError(f"{key}: needs min ≤ default ≤ max, got {shown(value)}")
             if nums[2] > TCP_BUF_MAX_CAP:
                 raise ConfigError(f"{key}: max {nums[2]} is above the 1 GiB cap (R-3)")
         elif len(nums) != 1:
-            raise ConfigError(f"{key}: needs one number, got {value!r}")
+            raise ConfigError(f"{key}: needs one number, got {shown(value)}")
         for n in nums:
             if not spec.lo <= n <= spec.hi:
                 raise ConfigError(f"{key}: {n} is outside the kernel's range {spec.lo}..{spec.hi}")
@@ -206,13 +207,7 @@ class SysctlTuner:
                 f.write(value)
         except OSError as exc:
             why = errno.errorcode.get(exc.errno or 0, "error")
-            raise TuneError(f"writing {key}={value!r} failed: {why} {exc.strerror}") from None
-
-    def apply(self, change: Change) -> None:
-        self._write(change.key, change.new)
-
-    def verify(self, key: str, wanted: str | None) -> bool:
-        return same_value(self.current(key), wanted)
+            raise TuneError(f"writing {key}={shown(value)} failed: {why} {exc.strerror}") from None
 
     def rollback(self, change: Change) -> None:
         if change.old is None:
@@ -221,7 +216,9 @@ class SysctlTuner:
 
     def restore_command(self, change: Change) -> str:
         """A paste-able shell command putting the old value back (R-25)."""
-        return f"sysctl -w {change.key}='{change.old}'" if change.old is not None else f"# {change.key}: no old value"
+        if change.old is None:
+            return f"# {change.key}: no old value"
+        return f"sysctl -w {change.key}={shlex.quote(str(change.old))}"
 
     def persist_lines(self, changes: list[Change]) -> list[str]:
         """``key = value`` lines for /etc/sysctl.d (R-27)."""

@@ -10,7 +10,8 @@ Rollback leaves a value someone else changed since (drift) alone and says so (do
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -210,16 +211,35 @@ def rollback(store: JournalStore, tuners: Mapping[str, Tuner], jid: str | None =
         return j
 
 
-def restore_script(journal: Journal, tuners: Mapping[str, Tuner]) -> str:
-    """The rollback of ``journal`` as paste-able shell commands, newest change first (R-25)."""
-    lines = [f"# wanprobe rollback of journal {journal.id} (netns inode {journal.netns_inode})"]
+_SHELL_SYNTAX = ("\n", ";", "|", "&", "$", "<", ">", "`", "(")
+
+
+def in_namespace(command: str, enter: Sequence[str]) -> str:
+    """``command`` run through ``enter`` (``ip netns exec NAME`` / ``nsenter --net=PATH``): a plain
+    command is prefixed; one with shell syntax (a heredoc, a loop) runs under ``sh -c``."""
+    if not enter or command.startswith("#"):
+        return command
+    prefix = " ".join(shlex.quote(a) for a in enter)
+    if any(tok in command for tok in _SHELL_SYNTAX):
+        return f"{prefix} sh -c {shlex.quote(command)}"
+    return f"{prefix} {command}"
+
+
+def restore_script(journal: Journal, tuners: Mapping[str, Tuner], enter: Sequence[str] = ()) -> str:
+    """The rollback of ``journal`` as paste-able shell commands, newest change first (R-25).
+    ``enter`` (``tuners.netns.enter_command``) makes each act on the journal's namespace, so
+    lines pasted into a host shell do not change the host."""
+    where = f" in `{' '.join(enter)}`" if enter else ""
+    lines = [f"# wanprobe rollback of journal {journal.id} (netns inode {journal.netns_inode}){where}"]
     for e in reversed(journal.entries):
         if e.status in TOUCHED:
             cmd = getattr(tuners.get(e.change.tuner), "restore_command", None)
-            lines.append(cmd(e.change) if cmd else f"# {e.change.tuner} {e.change.key}: restore {e.change.old!r}")
+            lines.append(in_namespace(cmd(e.change), enter) if cmd else
+                         f"# {e.change.tuner} {e.change.key}: restore {e.change.old!r}")
     if journal.persist.get("path"):
         p = journal.persist["path"]
-        lines.append(f"rm -f {p}" if journal.persist.get("previous") is None else f"# restore {p} from the journal")
+        lines.append(f"rm -f {shlex.quote(p)}" if journal.persist.get("previous") is None
+                     else f"# restore {p} from the journal")
     return "\n".join(lines) + "\n"
 
 

@@ -1,32 +1,146 @@
-"""The typer application: the composition root for commands. Each command group lives in
-``wanprobe/commands/<name>.py`` and exposes ``register(app)``; this file only wires them and turns
-errors into one red line on stderr and a non-zero exit code."""
+"""The typer application: the composition root for commands, and the one place errors become a
+red line on stderr and an exit code.
+
+Registration, one way: each module in ``wanprobe/commands/`` defines ``app = typer.Typer(...)``
+with its commands; a command group names itself (``typer.Typer(name="lab", ...)``), a module of
+top-level commands does not. This file adds each with ``app.add_typer(module.app)``.
+
+Every parsed value passes one gate before a command runs (``_guard``): text must be valid UTF-8,
+floats finite, integers within a signed 64-bit range (SQLite's, and the kernel's). Library code
+raises ``WanprobeError``; ``WanprobeGroup.main`` prints it, and anything else that escapes, as one
+line — never a traceback (``WANPROBE_DEBUG=1`` re-raises for a developer)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
+import math
+import os
 import sys
+from pathlib import PurePath
+from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
 
 from wanprobe import __version__
-from wanprobe.errors import WanprobeError
+from wanprobe.errors import UsageError, WanprobeError, one_line, shown
 
 try:  # typer >= 0.20 vendors its own click fork (and no longer installs click)
+    from typer import _click as click
     from typer._click import exceptions as _click_exc
 except ImportError:  # pragma: no cover - older typer on plain click
+    import click
     from click import exceptions as _click_exc
 
 _NO_ARGS = getattr(_click_exc, "NoArgsIsHelpError", ())
+INT64_MAX = 2**63 - 1
+EX_SOFTWARE = 70  # sysexits.h: an internal error, not the user's input
 
 COMMAND_MODULES = (
     "lab", "demo", "probe", "throughput", "counters", "diagnose", "tune", "nccl",
-    "report", "impact", "daemon", "fleet",
+    "report", "impact", "daemon", "fleet", "paths",
 )
+
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print one error line to stderr and exit with ``code``."""
+    err_console.print("[bold red]wanprobe: error:[/] " + escape(one_line(message)), markup=True)
+    sys.exit(code)
+
+
+def _label(param: Any) -> str:
+    opts = [o for o in getattr(param, "opts", ()) if o.startswith("--")]
+    return opts[0] if opts else str(param.name or "value").upper()
+
+
+def check_value(label: str, value: Any) -> None:
+    """Refuse a parsed CLI value no command can use: undecodable text, NaN/inf, an integer
+    beyond int64. Raises UsageError naming the option and the value (cut to a readable length)."""
+    if isinstance(value, list | tuple):
+        for v in value:
+            check_value(label, v)
+    elif isinstance(value, str | PurePath):
+        try:
+            str(value).encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"{label}: {shown(value)} is not valid UTF-8 text") from None
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{label}: {value} is not a finite number")
+    elif isinstance(value, int) and abs(value) > INT64_MAX:
+        raise UsageError(f"{label}: {shown(value)} is out of range (|n| ≤ 2^63-1)")
+
+
+def _guard(command: Any) -> None:
+    """Wrap every command's callback so its values pass ``check_value`` first (idempotent)."""
+    for sub in getattr(command, "commands", {}).values():
+        _guard(sub)
+    callback = getattr(command, "callback", None)
+    if callback is None or getattr(callback, "_wanprobe_guarded", False):
+        return
+    labels = {p.name: _label(p) for p in command.params}
+
+    @functools.wraps(callback)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for name, value in kwargs.items():
+            check_value(labels.get(name, name), value)
+        return callback(*args, **kwargs)
+
+    checked._wanprobe_guarded = True  # type: ignore[attr-defined]
+    command.callback = checked
+
+
+def _internal(exc: BaseException) -> None:
+    """An exception no code path expected: one line, exit 70; WANPROBE_DEBUG=1 re-raises."""
+    if os.environ.get("WANPROBE_DEBUG"):
+        raise exc
+    fail(f"internal error ({type(exc).__name__}: {exc}); please report it "
+         "(WANPROBE_DEBUG=1 shows where)", EX_SOFTWARE)
+
+
+class WanprobeGroup(TyperGroup):
+    """The root group: validates parsed values, then turns every exception into one line."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:  # noqa: ARG002
+        try:
+            _guard(self)
+            rv = super().main(args, prog_name or "wanprobe", complete_var,
+                              standalone_mode=False, **extra)
+        except WanprobeError as exc:
+            fail(str(exc), exc.exit_code)
+        except _NO_ARGS as exc:
+            typer.echo(exc.ctx.get_help() if getattr(exc, "ctx", None) else exc.format_message())
+            sys.exit(0)
+        except _click_exc.ClickException as exc:
+            fail(exc.format_message(), exc.exit_code)
+        except (typer.Abort, KeyboardInterrupt):
+            fail("interrupted", 130)
+        except BrokenPipeError:
+            sys.exit(0)
+        except OSError as exc:  # a path or device from the command line: say which
+            where = f": {shown(str(exc.filename))}" if exc.filename else ""
+            fail(f"{exc.strerror or exc}{where}", 1)
+        except Exception as exc:  # noqa: BLE001 - the last line of "never a traceback"
+            _internal(exc)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"wanprobe {__version__}")
+        raise typer.Exit()
+
 
 app = typer.Typer(
     name="wanprobe",
+    cls=WanprobeGroup,
     help=(
         "Measure, diagnose and tune datacenter-to-datacenter links for distributed AI training.\n\n"
         "Probe RTT, loss and throughput (STAMP, ICMP, TCP), read NIC/RoCE/PFC/ECN counters, "
@@ -39,14 +153,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"wanprobe {__version__}")
-        raise typer.Exit()
-
 
 @app.callback()
 def _root(
@@ -58,33 +164,14 @@ def _root(
 
 
 for _name in COMMAND_MODULES:
-    importlib.import_module(f"wanprobe.commands.{_name}").register(app)
+    app.add_typer(importlib.import_module(f"wanprobe.commands.{_name}").app)
 
 
-def fail(message: str, code: int = 1) -> None:
-    """Print one error line to stderr and exit with ``code``."""
-    err_console.print(f"[bold red]wanprobe: error:[/] {' '.join(str(message).split())}", markup=True)
-    sys.exit(code)
+def command() -> click.Command:
+    """The click command tree (what ``CliRunner().invoke`` runs in tests)."""
+    return typer.main.get_command(app)
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    command = typer.main.get_command(app)
-    try:
-        rv = command.main(args=argv, prog_name="wanprobe", standalone_mode=False)
-    except WanprobeError as exc:
-        fail(str(exc), exc.exit_code)
-    except typer.Abort:
-        fail("aborted", 130)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except _NO_ARGS as exc:
-        typer.echo(exc.ctx.get_help() if getattr(exc, "ctx", None) else exc.format_message())
-        sys.exit(0)
-    except _click_exc.ClickException as exc:
-        fail(exc.format_message(), exc.exit_code)
-    except KeyboardInterrupt:
-        fail("interrupted", 130)
-    except BrokenPipeError:
-        sys.exit(0)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    command().main(args=argv, prog_name="wanprobe")

@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from wanprobe.errors import WanprobeError
+from wanprobe.lab import netns
 from wanprobe.units import format_rate
 
 PROFILE = "taipei-uswest"
@@ -85,7 +86,8 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                    duration_s: float = 5.0) -> dict[str, Any]:
     """Run the whole story and return its JSON document (``before``, ``after``, ``ratio``,
     ``findings``, ``plan``, ``rollback``). Prints progress and a before/after table unless
-    ``json_output``."""
+    ``json_output``. Long because: it is the demo's script, one step after another inside the
+    lab's context (measure, diagnose, plan, apply, measure, roll back), read top to bottom."""
     from wanprobe.lab import Lab
 
     console = Console(stderr=json_output, highlight=False, quiet=json_output)
@@ -134,12 +136,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                                                        if originals[n].get(k) != v}
                                                    for n in restored}}
             finally:
-                reflector.terminate()
-                try:
-                    reflector.wait(5)
-                except subprocess.TimeoutExpired:
-                    reflector.kill()
-                    reflector.wait()
+                netns.stop(reflector)
     finally:
         shutil.rmtree(state, ignore_errors=True)
     before, after = doc["before"]["bits_per_second"], doc["after"]["bits_per_second"]

@@ -2,6 +2,28 @@
 
 from __future__ import annotations
 
+SHOWN_CHARS = 80      # a bad value is quoted up to this many characters
+MESSAGE_CHARS = 400   # no error line is longer than this (a 10 MB value stays out of the log)
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` cut to a readable length, saying how long the original was.
+
+    Undecodable bytes and control characters come out escaped, so the line stays one line."""
+    text = repr(value)
+    if len(text) <= limit + 2:
+        return text
+    size = len(value) if isinstance(value, str | bytes) else len(text)
+    return f"{text[:limit]}… ({size} characters)"
+
+
+def one_line(message: object, limit: int = MESSAGE_CHARS) -> str:
+    """``message`` with runs of whitespace (newlines included) folded and cut to ``limit``."""
+    text = " ".join(str(message).split())
+    if len(text) > limit:
+        text = f"{text[:limit]}… ({len(text)} characters)"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 class WanprobeError(Exception):
     """An error a user can act on. ``str(err)`` is a single line; ``exit_code`` is non-zero."""
@@ -9,7 +31,7 @@ class WanprobeError(Exception):
     exit_code = 1
 
     def __init__(self, message: str, *, exit_code: int | None = None) -> None:
-        super().__init__(" ".join(str(message).split()))
+        super().__init__(one_line(message))
         if exit_code is not None:
             self.exit_code = exit_code
 

@@ -1,8 +1,10 @@
 """The only parser of human units: "60ms", "100mbit", "0.5%", "64MiB", "AF31".
 
-Every function raises UsageError with a one-line message naming the bad text, so the CLI can
-print it as is. Rates follow SI (1 mbit = 10**6 bit/s); sizes accept SI (k, M, G = 10**3...)
-and IEC (KiB, MiB, GiB = 2**10...). Unlike tc(8), ``bps`` here means *bits* per second.
+Every function raises UsageError with a one-line message naming the bad text (cut to a readable
+length), so the CLI can print it as is. Rates follow SI (1 mbit = 10**6 bit/s); sizes accept SI
+(k, M, G = 10**3...) and IEC (KiB, MiB, GiB = 2**10...); a bare size is bytes, as iperf3's
+``-w 131072``. Unlike tc(8), ``bps`` here means *bits* per second. NaN, infinities and values
+beyond each parser's ``maximum`` are refused with the limit named.
 """
 
 from __future__ import annotations
@@ -10,7 +12,15 @@ from __future__ import annotations
 import math
 import re
 
-from wanprobe.errors import UsageError
+from wanprobe.errors import UsageError, shown
+
+# Upper bounds no caller can mean: past them floats lose the unit's precision or overflow the
+# kernel's and asyncio's integer time and size types. Callers pass tighter, named limits.
+MAX_DURATION_S = 366 * 86400.0   # a year
+MAX_RATE_BPS = 1e15              # 1 Pbit/s
+MAX_SIZE_BYTES = 2**60           # 1 EiB
+MAX_RTT_S = 10.0                 # a round trip over the longest satellite hop is under 1 s
+IFNAMSIZ = 16                    # linux/if.h: 15 characters and the NUL
 
 _NUM = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 
@@ -39,39 +49,51 @@ DSCP_NAMES: dict[str, int] = {
 
 
 def _split(text: str, what: str) -> tuple[float, str]:
-    m = re.fullmatch(_NUM + r"\s*([A-Za-zµ/%]*)", str(text).strip())
+    text = str(text)
+    m = re.fullmatch(_NUM + r"\s*([A-Za-zµ/%]*)", text.strip()) if len(text) <= 64 else None
     if not m:
-        raise UsageError(f"cannot parse {what} {text!r}")
+        raise UsageError(f"cannot parse {what} {shown(text)}")
     value = float(m.group(1))
     if not math.isfinite(value):
-        raise UsageError(f"cannot parse {what} {text!r}")
+        raise UsageError(f"{what} {shown(text)} is not a finite number")
     return value, m.group(2)
 
 
-def parse_duration_s(text: str, *, default_unit: str | None = None, allow_zero: bool = True) -> float:
+def _limit(value: float, maximum: float, what: str, text: str, shown_max: str) -> None:
+    if value > maximum:
+        raise UsageError(f"{what} {shown(text)} is above the limit of {shown_max}")
+
+
+def parse_duration_s(text: str, *, default_unit: str | None = None, allow_zero: bool = True,
+                     maximum_s: float = MAX_DURATION_S) -> float:
     """Parse a duration such as ``"60ms"``, ``"1.5s"`` or ``"200us"`` into seconds.
 
-    A bare number takes ``default_unit`` (e.g. ``"s"``); without one it is an error.
+    A bare number takes ``default_unit`` (e.g. ``"s"``); without one it is an error. More than
+    ``maximum_s`` is refused with the limit named.
     """
     value, unit = _split(text, "duration")
     unit = unit.lower()
     if not unit:
         if default_unit is None:
-            raise UsageError(f"duration {text!r} needs a unit (ns, us, ms, s, m, h)")
+            raise UsageError(f"duration {shown(text)} needs a unit (ns, us, ms, s, m, h)")
         unit = default_unit
     if unit not in _DURATION_S:
-        raise UsageError(f"unknown duration unit in {text!r} (use ns, us, ms, s, m, h)")
+        raise UsageError(f"unknown duration unit in {shown(text)} (use ns, us, ms, s, m, h)")
     if value < 0 or (value == 0 and not allow_zero):
-        raise UsageError(f"duration {text!r} must be {'≥' if allow_zero else '>'} 0")
-    return value * _DURATION_S[unit]
+        raise UsageError(f"duration {shown(text)} must be {'≥' if allow_zero else '>'} 0")
+    seconds = value * _DURATION_S[unit]
+    _limit(seconds, maximum_s, "duration", text, format_duration(maximum_s))
+    return seconds
 
 
-def parse_duration_ms(text: str, *, default_unit: str | None = None, allow_zero: bool = True) -> float:
+def parse_duration_ms(text: str, *, default_unit: str | None = None, allow_zero: bool = True,
+                      maximum_s: float = MAX_DURATION_S) -> float:
     """Like :func:`parse_duration_s`, in milliseconds."""
-    return parse_duration_s(text, default_unit=default_unit, allow_zero=allow_zero) * 1e3
+    return parse_duration_s(text, default_unit=default_unit, allow_zero=allow_zero,
+                            maximum_s=maximum_s) * 1e3
 
 
-def parse_rate_bps(text: str, *, allow_zero: bool = False) -> float:
+def parse_rate_bps(text: str, *, allow_zero: bool = False, maximum_bps: float = MAX_RATE_BPS) -> float:
     """Parse a bit rate such as ``"100mbit"``, ``"10gbit"``, ``"2.5Gbps"`` into bits per second.
 
     A bare number is refused: a rate without a unit is ambiguous (bits? bytes? per second?).
@@ -79,12 +101,14 @@ def parse_rate_bps(text: str, *, allow_zero: bool = False) -> float:
     value, unit = _split(text, "rate")
     unit = unit.lower()
     if not unit:
-        raise UsageError(f"rate {text!r} needs a unit, e.g. 100mbit or 10gbit")
+        raise UsageError(f"rate {shown(text)} needs a unit, e.g. 100mbit or 10gbit")
     if unit not in _RATE_BPS:
-        raise UsageError(f"unknown rate unit in {text!r} (use bit, kbit, mbit, gbit, tbit)")
+        raise UsageError(f"unknown rate unit in {shown(text)} (use bit, kbit, mbit, gbit, tbit)")
     if value < 0 or (value == 0 and not allow_zero):
-        raise UsageError(f"rate {text!r} must be > 0")
-    return value * _RATE_BPS[unit]
+        raise UsageError(f"rate {shown(text)} must be > 0")
+    bps = value * _RATE_BPS[unit]
+    _limit(bps, maximum_bps, "rate", text, format_rate(maximum_bps))
+    return bps
 
 
 def parse_ratio(text: str) -> float:
@@ -93,23 +117,27 @@ def parse_ratio(text: str) -> float:
     if unit == "%":
         value /= 100.0
     elif unit:
-        raise UsageError(f"cannot parse ratio {text!r} (use e.g. 0.5% or 0.005)")
+        raise UsageError(f"cannot parse ratio {shown(text)} (use e.g. 0.5% or 0.005)")
     if not 0.0 <= value <= 1.0:
-        raise UsageError(f"ratio {text!r} must lie between 0 and 100%")
+        raise UsageError(f"ratio {shown(text)} must lie between 0 and 100%")
     return value
 
 
-def parse_bytes(text: str, *, allow_bare: bool = True, allow_zero: bool = False) -> int:
-    """Parse a size: ``"64MiB"``, ``"4M"`` (SI), ``"1500"`` (bytes, if ``allow_bare``)."""
+def parse_bytes(text: str, *, allow_bare: bool = True, allow_zero: bool = False,
+                maximum: int = MAX_SIZE_BYTES) -> int:
+    """Parse a size: ``"64MiB"``, ``"4M"`` (SI), ``"131072"`` (bytes, if ``allow_bare``, the
+    default: iperf3's ``-w 131072`` means bytes too)."""
     value, unit = _split(text, "size")
     if not unit and not allow_bare:
-        raise UsageError(f"size {text!r} needs a unit, e.g. 4MiB or 512KiB")
+        raise UsageError(f"size {shown(text)} needs a unit, e.g. 4MiB or 512KiB")
     key = unit.lower()
     if key not in _SIZE_BYTES:
-        raise UsageError(f"unknown size unit in {text!r} (use B, KiB, MiB, GiB, k, M, G)")
+        raise UsageError(f"unknown size unit in {shown(text)} (use B, KiB, MiB, GiB, k, M, G)")
     if value < 0 or (value == 0 and not allow_zero):
-        raise UsageError(f"size {text!r} must be > 0")
-    return int(round(value * _SIZE_BYTES[key]))
+        raise UsageError(f"size {shown(text)} must be > 0")
+    size = value * _SIZE_BYTES[key]
+    _limit(size, maximum, "size", text, format_bytes(maximum) if maximum % 1024 == 0 else f"{maximum} bytes")
+    return int(round(size))
 
 
 def parse_dscp(text: str | int) -> int:
@@ -118,11 +146,13 @@ def parse_dscp(text: str | int) -> int:
     if s in DSCP_NAMES:
         return DSCP_NAMES[s]
     try:
-        value = int(s, 0)
+        value = int(s, 0) if len(s) <= 8 and s.isascii() else None
     except ValueError:
-        raise UsageError(f"unknown DSCP {text!r} (use 0-63 or a name such as EF, AF31, CS5)") from None
+        value = None
+    if value is None:
+        raise UsageError(f"unknown DSCP {shown(text)} (use 0-63 or a name such as EF, AF31, CS5)")
     if not 0 <= value <= 63:
-        raise UsageError(f"DSCP {text!r} out of range 0-63")
+        raise UsageError(f"DSCP {shown(text)} out of range 0-63")
     return value
 
 
@@ -134,15 +164,34 @@ def dscp_name(value: int) -> str:
     return str(value)
 
 
+def parse_ifname(text: str) -> str:
+    """A Linux interface name: 1-15 characters, none of them '/', ':', whitespace or control
+    (net/core/dev.c: dev_valid_name)."""
+    s = str(text)
+    if (not 0 < len(s) < IFNAMSIZ or s in (".", "..") or not s.isascii()
+            or any(c in "/:" or not c.isprintable() or c.isspace() for c in s)):
+        raise UsageError(f"interface name {shown(s)} is not valid (1-15 characters, no '/', ':' "
+                         "or spaces)")
+    return s
+
+
 def parse_port(text: str | int) -> int:
     """Parse a UDP/TCP port 1–65535."""
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise UsageError(f"port {text!r} is not a number") from None
+    s = str(text).strip()
+    if not (s.isascii() and s.isdigit() and len(s) <= 8):
+        raise UsageError(f"port {shown(text)} is not a number"
+                         + (" in range 1-65535" if s.lstrip("-").isdigit() else ""))
+    value = int(s)
     if not 1 <= value <= 65535:
-        raise UsageError(f"port {text!r} out of range 1-65535")
+        raise UsageError(f"port {shown(text)} out of range 1-65535")
     return value
+
+
+def format_duration(seconds: float) -> str:
+    """``86400`` → ``"24h"``, ``60`` → ``"60s"``: a limit as the user would type it."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    return f"{seconds:g}s"
 
 
 def format_rate(bits_per_second: float) -> str:

@@ -15,18 +15,13 @@ from rich.text import Text
 
 from wanprobe.errors import UsageError
 from wanprobe.units import format_bytes, parse_duration_s
+from wanprobe.userfiles import existing_dir
 
 TCP_KEYS = ("InSegs", "OutSegs", "RetransSegs", "TCPTimeouts", "TCPLostRetransmit",
             "TCPSynRetrans", "TCPBacklogDrop", "ListenDrops", "ListenOverflows", "TCPOFOQueue")
 SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 MAX_ROWS = 40
-
-
-def _root(value: str | None, default: str, what: str) -> Path:
-    path = Path(value or default)
-    if not path.is_dir():
-        raise UsageError(f"{what} {str(path)!r} is not a directory")
-    return path
+MAX_INTERVAL_S = 3600.0  # a rate over more than an hour hides every burst it should show
 
 
 def document(snapshot, rates=None, findings=()) -> dict:
@@ -77,13 +72,8 @@ def _counter_table(title: str, key: tuple, cs, rates) -> Table | None:
     return t
 
 
-def render(snapshot, rates=None, findings=()) -> Group:
-    """A rich renderable: one section per RDMA port and netdev, TCP, findings, errors."""
+def _rdma_parts(snapshot, rates) -> list:
     parts: list = []
-    head = f"sys-root {snapshot.sys_root}  proc-root {snapshot.proc_root}"
-    if rates is not None:
-        head += f"  window {rates.interval_s:.2f} s"
-    parts.append(Text(head, style="dim"))
     for dname, dev in sorted(snapshot.rdma.items()):
         for pnum, port in sorted(dev.ports.items()):
             parts.append(Text(
@@ -96,6 +86,11 @@ def render(snapshot, rates=None, findings=()) -> Group:
                 t = _counter_table(kind, base + (kind,), getattr(port, kind), rates)
                 if t is not None:
                     parts.append(t)
+    return parts
+
+
+def _netdev_parts(snapshot, rates) -> list:
+    parts: list = []
     for name, nd in sorted(snapshot.netdevs.items()):
         line = (f"\nnetdev {name}: {nd.operstate or '?'} mtu={nd.mtu} "
                 f"speed={nd.speed_mbps or '-'}Mb/s driver={nd.driver or '-'}")
@@ -114,16 +109,22 @@ def render(snapshot, rates=None, findings=()) -> Group:
         if snapshot.qdisc.get(name):
             parts.append(Text("qdisc " + ", ".join(f"{q['kind']} {q['handle']} parent {q['parent']}"
                                                   for q in snapshot.qdisc[name])))
-    if snapshot.tcp is not None:
-        t = Table(title="\nTCP", title_justify="left", show_edge=False, pad_edge=False)
-        t.add_column("counter")
-        t.add_column("value", justify="right")
-        t.add_column("rate", justify="right")
-        for k in TCP_KEYS:
-            if k in snapshot.tcp.values:
-                t.add_row(k, str(snapshot.tcp.values[k]),
-                          _fmt_rate(rates.get(("tcp",), k) if rates is not None else None))
-        parts.append(t)
+    return parts
+
+
+def _tcp_table(snapshot, rates) -> Table:
+    t = Table(title="\nTCP", title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("counter")
+    t.add_column("value", justify="right")
+    t.add_column("rate", justify="right")
+    for k in TCP_KEYS:
+        if k in snapshot.tcp.values:
+            t.add_row(k, str(snapshot.tcp.values[k]),
+                      _fmt_rate(rates.get(("tcp",), k) if rates is not None else None))
+    return t
+
+
+def _findings_table(findings, rates) -> Table:
     ft = Table(title="\nfindings", title_justify="left", show_edge=False, pad_edge=False)
     ft.add_column("severity")
     ft.add_column("id")
@@ -139,7 +140,20 @@ def render(snapshot, rates=None, findings=()) -> Group:
     if not findings:
         ft.add_row("", "", "none" + ("" if rates is not None else
                                      " (single sample: use --interval for rate rules)"), "")
-    parts.append(ft)
+    return ft
+
+
+def render(snapshot, rates=None, findings=()) -> Group:
+    """A rich renderable: one section per RDMA port and netdev, TCP, findings, errors."""
+    head = f"sys-root {snapshot.sys_root}  proc-root {snapshot.proc_root}"
+    if rates is not None:
+        head += f"  window {rates.interval_s:.2f} s"
+    parts: list = [Text(head, style="dim")]
+    parts += _rdma_parts(snapshot, rates)
+    parts += _netdev_parts(snapshot, rates)
+    if snapshot.tcp is not None:
+        parts.append(_tcp_table(snapshot, rates))
+    parts.append(_findings_table(findings, rates))
     if snapshot.errors:
         parts.append(Text(f"\n{len(snapshot.errors)} unreadable values, e.g. "
                           + "; ".join(f"{e.path}: {e.reason}" for e in snapshot.errors[:3]),
@@ -149,9 +163,9 @@ def render(snapshot, rates=None, findings=()) -> Group:
 
 def run(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: float | None):
     """Take one sample (or two, ``interval_s`` apart) → ``(snapshot, rates, findings)``."""
-    from collectors.health import evaluate
     from collectors.rates import rates as make_rates
     from collectors.snapshot import Collector
+    from wanprobe.diagnose.rules_fabric import evaluate
 
     with Collector(sys_root, proc_root, ethtool_root) as c:
         first = c.sample()
@@ -163,43 +177,44 @@ def run(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: 
     return second, r, evaluate(second, r, r.interval_s)
 
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
+app = typer.Typer()
 
-    @app.command("counters")
-    def counters(
-        sys_root: Annotated[str | None, typer.Option("--sys-root", help="sysfs root (default /sys)")] = None,
-        proc_root: Annotated[str | None, typer.Option("--proc-root", help="procfs root (default /proc)")] = None,
-        ethtool_root: Annotated[str | None, typer.Option(
-            "--ethtool-root", help="captured `ethtool -S` texts: DIR/<if>/statistics")] = None,
-        interval: Annotated[str | None, typer.Option(
-            "--interval", help="take two samples this far apart (e.g. 2s, 500ms) for rates")] = None,
-        watch: Annotated[bool, typer.Option("--watch", help="refresh in place every interval")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
-    ) -> None:
-        """RoCE, PFC, ECN, NIC and TCP counters by device, with rates and health findings."""
-        sys_path = _root(sys_root, "/sys", "--sys-root")
-        proc_path = _root(proc_root, "/proc", "--proc-root")
-        eth_path = _root(ethtool_root, "", "--ethtool-root") if ethtool_root else None
-        interval_s = parse_duration_s(interval, default_unit="s", allow_zero=False) if interval else None
-        if watch and as_json:
-            raise UsageError("--watch refreshes a screen; use --interval with --json instead")
-        if watch:
-            _watch(sys_path, proc_path, eth_path, interval_s or 2.0)
-            return
-        snap, r, findings = run(sys_path, proc_path, eth_path, interval_s)
-        if as_json:
-            typer.echo(json.dumps(document(snap, r, findings), indent=2, sort_keys=False))
-        else:
-            Console().print(render(snap, r, findings))
+
+@app.command("counters")
+def counters(
+    sys_root: Annotated[str | None, typer.Option("--sys-root", help="sysfs root (default /sys)")] = None,
+    proc_root: Annotated[str | None, typer.Option("--proc-root", help="procfs root (default /proc)")] = None,
+    ethtool_root: Annotated[str | None, typer.Option(
+        "--ethtool-root", help="captured `ethtool -S` texts: DIR/<if>/statistics")] = None,
+    interval: Annotated[str | None, typer.Option(
+        "--interval", help="take two samples this far apart (e.g. 2s, 500ms) for rates")] = None,
+    watch: Annotated[bool, typer.Option("--watch", help="refresh in place every interval")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
+) -> None:
+    """RoCE, PFC, ECN, NIC and TCP counters by device, with rates and health findings."""
+    sys_path = existing_dir(sys_root or "/sys", "--sys-root")
+    proc_path = existing_dir(proc_root or "/proc", "--proc-root")
+    eth_path = existing_dir(ethtool_root, "--ethtool-root") if ethtool_root else None
+    interval_s = (parse_duration_s(interval, default_unit="s", allow_zero=False,
+                                   maximum_s=MAX_INTERVAL_S) if interval else None)
+    if watch and as_json:
+        raise UsageError("--watch refreshes a screen; use --interval with --json instead")
+    if watch:
+        _watch(sys_path, proc_path, eth_path, interval_s or 2.0)
+        return
+    snap, r, findings = run(sys_path, proc_path, eth_path, interval_s)
+    if as_json:
+        typer.echo(json.dumps(document(snap, r, findings), indent=2, sort_keys=False))
+    else:
+        Console().print(render(snap, r, findings))
 
 
 def _watch(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: float) -> None:
     from rich.live import Live
 
-    from collectors.health import evaluate
     from collectors.rates import rates as make_rates
     from collectors.snapshot import Collector
+    from wanprobe.diagnose.rules_fabric import evaluate
 
     with Collector(sys_root, proc_root, ethtool_root) as c:
         prev = c.sample()

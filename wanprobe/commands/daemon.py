@@ -15,17 +15,30 @@ from rich.table import Table
 
 from wanprobe import units
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
+from wanprobe.errors import one_line
+from wanprobe.userfiles import check_path_text
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+app = typer.Typer()
+
+
+MAX_PROBLEM_LINES = 3
 
 
 def _print_problems(exc: ConfigInvalid) -> None:
-    """One line per bad key, so each is greppable in the journal."""
-    for problem in exc.problems:
-        err_console.print(f"[bold red]wanprobe: error:[/] {escape(exc.source)}: {escape(problem)}",
-                          markup=True)
+    """One line per bad key, so each is greppable in the journal; past three, the third line
+    names the rest by key."""
+    problems = exc.problems
+    if len(problems) > MAX_PROBLEM_LINES:
+        rest = problems[MAX_PROBLEM_LINES - 1:]
+        keys = ", ".join(p.split(":")[0] for p in rest)
+        problems = problems[:MAX_PROBLEM_LINES - 1] + [f"and {len(rest)} more bad keys: {keys}"]
+    for problem in problems:
+        err_console.print(f"[bold red]wanprobe: error:[/] "
+                          f"{escape(one_line(f'{exc.source}: {problem}'))}", markup=True)
 
 
+@app.command("daemon")
 def daemon(
     config: Annotated[Path, typer.Option("--config", "-c", help="TOML configuration file.")] = DEFAULT_CONFIG_PATH,
     check: Annotated[bool, typer.Option("--check", help="Validate the config (and mesh file), "
@@ -40,10 +53,12 @@ def daemon(
     sd_notify to systemd (Type=notify, watchdog)."""
     from wanprobe.daemon import main as dmain
     from wanprobe.daemon.auto_apply import check_plan as gate
+    from wanprobe.daemon.state_dir import check_state_dir
 
     try:
         if check or check_plan:
             cfg, peers = dmain.load_runtime(config)
+            check_state_dir(cfg.state_dir, cfg.reports_dir)
             if check_plan:
                 changes = gate(cfg.auto_apply)
                 typer.echo(f"plan {cfg.auto_apply.plan}: signed off, {len(changes)} changes, "
@@ -60,6 +75,7 @@ def daemon(
         raise typer.Exit(exc.exit_code) from None
 
 
+@app.command("history")
 def history(
     peer: Annotated[str, typer.Argument(help="Peer name as in the config or mesh file.")],
     state_dir: Annotated[Path, typer.Option("--state-dir", help="The daemon's state_dir.")] = Path("/var/lib/wanprobe"),
@@ -71,7 +87,7 @@ def history(
     from wanprobe.daemon.store import open_readonly
 
     since_s = units.parse_duration_s(since, default_unit="s")
-    store = open_readonly(state_dir / "history.sqlite3")
+    store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
     try:
         start = time.time() - since_s
         rows = store.probes(peer, since=start, limit=limit)
@@ -116,8 +132,3 @@ def _f(x: float | None) -> str:
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.2f}%"
 
-
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
-    app.command("daemon")(daemon)
-    app.command("history")(history)

@@ -16,6 +16,7 @@ from rich.table import Table
 from wanprobe.units import format_rate
 
 PROFILE = "taipei-uswest"
+MAX_DEMO_TEST_S = 60.0  # each of the two throughput tests; the reflector's default cap
 
 
 def run_demo(*, profile: str = PROFILE, ping_count: int = 1000, iperf_s: float = 4.0,
@@ -45,47 +46,48 @@ def run_demo(*, profile: str = PROFILE, ping_count: int = 1000, iperf_s: float =
     }
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``demo`` command to the main app."""
+app = typer.Typer()
 
-    @app.command("demo")
-    def demo(
-        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-        lab_only: Annotated[bool, typer.Option(
-            "--lab-only", help="Only bring the lab up and show measured vs configured link.")] = False,
-        duration: Annotated[str, typer.Option(
-            "--duration", help="Length of each throughput test (before and after).")] = "5s",
-    ) -> None:
-        """Diagnose → tune → re-measure an untuned Taipei ⇄ US West path in the lab (root).
 
-        Both ends start on reno with 256 KiB buffers; wanprobe measures, explains what limits the
-        path, applies its plan inside the lab namespaces, measures again, prints before/after
-        and rolls everything back.
-        """
-        if not lab_only:
-            from wanprobe.demo_story import run_demo_story
-            from wanprobe.units import parse_duration_s
+@app.command("demo")
+def demo(
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    lab_only: Annotated[bool, typer.Option(
+        "--lab-only", help="Only bring the lab up and show measured vs configured link.")] = False,
+    duration: Annotated[str, typer.Option(
+        "--duration", help="Length of each throughput test (before and after).")] = "5s",
+) -> None:
+    """Diagnose → tune → re-measure an untuned Taipei ⇄ US West path in the lab (root).
 
-            doc = run_demo_story(json_out, lab_name=f"demo{os.getpid()}",
-                                 duration_s=parse_duration_s(duration, default_unit="s",
-                                                             allow_zero=False))
-            if json_out:
-                typer.echo(json.dumps(doc, sort_keys=True))
-            return
-        console = Console(highlight=False, stderr=json_out)
-        result = run_demo(progress=lambda m: console.print(f"[dim]{m}[/]"))
+    Both ends start on reno with 256 KiB buffers; wanprobe measures, explains what limits the
+    path, applies its plan inside the lab namespaces, measures again, prints before/after
+    and rolls everything back.
+    """
+    if not lab_only:
+        from wanprobe.demo_story import run_demo_story
+        from wanprobe.units import parse_duration_s
+
+        doc = run_demo_story(json_out, lab_name=f"demo{os.getpid()}",
+                             duration_s=parse_duration_s(duration, default_unit="s",
+                                                         allow_zero=False,
+                                                         maximum_s=MAX_DEMO_TEST_S))
         if json_out:
-            typer.echo(json.dumps(result, sort_keys=True))
-            return
-        table = Table("metric", "configured", "measured",
-                      title=f"emulated link: {result['profile']}",
-                      caption="TCP over a long, lossy path rarely reaches the link rate in a few "
-                              "seconds: that gap is what `wanprobe diagnose` explains.")
-        fmt = {
-            0: lambda v: f"{v:.2f} ms" if v is not None else "-",
-            1: lambda v: f"{v * 100:.2f} %" if v is not None else "-",
-            2: lambda v: format_rate(v) if v else "unlimited",
-        }
-        for i, row in enumerate(result["rows"]):
-            table.add_row(row["metric"], fmt[i](row["configured"]), fmt[i](row["measured"]))
-        console.print(table)
+            typer.echo(json.dumps(doc, sort_keys=True))
+        return
+    console = Console(highlight=False, stderr=json_out)
+    result = run_demo(progress=lambda m: console.print(f"[dim]{m}[/]"))
+    if json_out:
+        typer.echo(json.dumps(result, sort_keys=True))
+        return
+    table = Table("metric", "configured", "measured",
+                  title=f"emulated link: {result['profile']}",
+                  caption="TCP over a long, lossy path rarely reaches the link rate in a few "
+                          "seconds: that gap is what `wanprobe diagnose` explains.")
+    fmt = {
+        0: lambda v: f"{v:.2f} ms" if v is not None else "-",
+        1: lambda v: f"{v * 100:.2f} %" if v is not None else "-",
+        2: lambda v: format_rate(v) if v else "unlimited",
+    }
+    for i, row in enumerate(result["rows"]):
+        table.add_row(row["metric"], fmt[i](row["configured"]), fmt[i](row["measured"]))
+    console.print(table)

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from wanprobe.errors import UsageError, WanprobeError
 from wanprobe.units import parse_dscp, parse_port, parse_rate_bps
+from wanprobe.userfiles import check_output_path
 
 
 def run_in_netns(netns: str, argv: list[str]) -> dict:
@@ -39,61 +40,63 @@ def run_in_netns(netns: str, argv: list[str]) -> dict:
         raise WanprobeError(f"diagnose in namespace {netns!r} printed no JSON report") from None
 
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
+app = typer.Typer()
 
-    @app.command("diagnose")
-    def diagnose(
-        peer: Annotated[str, typer.Argument(help="Peer running `wanprobe reflect`.")],
-        quick: Annotated[bool, typer.Option("--quick", help="~5 s: 200 probes, 2 s throughput (default).")] = False,
-        full: Annotated[bool, typer.Option("--full", help="~25 s: 1000 probes, 10 s throughput.")] = False,
-        netns: Annotated[str | None, typer.Option("--netns", help="Run inside this network namespace.")] = None,
-        port: Annotated[str, typer.Option(help="Peer's STAMP/throughput port.")] = "862",
-        link_rate: Annotated[str | None, typer.Option("--link-rate", help="Rate the path should carry, e.g. 10gbit (sizes buffers).")] = None,
-        dscp: Annotated[str, typer.Option(help="DSCP to test for bleaching (training class).")] = "AF31",
-        no_throughput: Annotated[bool, typer.Option("--no-throughput", help="Skip the throughput test.")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
-        output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report JSON to this file.")] = None,
-        hmac_key_file: Annotated[str | None, typer.Option(
-            "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
-            "authenticated STAMP and throughput tests.")] = None,
-    ) -> None:
-        """Probe the path, run a capped throughput test, read counters and host config, and say
-        what limits the link, with evidence, recommendations and tuner knobs."""
-        from wanprobe.commands.probe import read_hmac_key_file
-        from wanprobe.diagnose.run import DiagnoseOptions
-        from wanprobe.diagnose.run import diagnose as run_diagnose
-        from wanprobe.report.document import Report, save
-        from wanprobe.report.render_rich import render_rich
 
-        if quick and full:
-            raise UsageError("--quick and --full exclude each other")
-        opts = DiagnoseOptions(
-            peer=peer, port=parse_port(port), mode="full" if full else "quick",
-            link_rate_bps=parse_rate_bps(link_rate) if link_rate else None,
-            dscp=parse_dscp(dscp), throughput=not no_throughput,
-            hmac_key=read_hmac_key_file(hmac_key_file))
-        err = Console(stderr=True, highlight=False)
-        if netns is not None:
-            argv = [peer, "--full" if full else "--quick", "--port", str(opts.port),
-                    "--dscp", str(opts.dscp)]
-            if link_rate:
-                argv += ["--link-rate", link_rate]
-            if no_throughput:
-                argv.append("--no-throughput")
-            if hmac_key_file:
-                argv += ["--hmac-key-file", hmac_key_file]
-            report = Report.from_json(run_in_netns(netns, argv))
-        elif as_json or not err.is_terminal:
-            report = run_diagnose(opts)
-        else:
-            with err.status("diagnosing") as status:
-                report = run_diagnose(opts, progress=lambda m: status.update(m))
+@app.command("diagnose")
+def diagnose(
+    peer: Annotated[str, typer.Argument(help="Peer running `wanprobe reflect`.")],
+    quick: Annotated[bool, typer.Option("--quick", help="~5 s: 200 probes, 2 s throughput (default).")] = False,
+    full: Annotated[bool, typer.Option("--full", help="~25 s: 1000 probes, 10 s throughput.")] = False,
+    netns: Annotated[str | None, typer.Option("--netns", help="Run inside this network namespace.")] = None,
+    port: Annotated[str, typer.Option(help="Peer's STAMP/throughput port.")] = "862",
+    link_rate: Annotated[str | None, typer.Option("--link-rate", help="Rate the path should carry, e.g. 10gbit (sizes buffers).")] = None,
+    dscp: Annotated[str, typer.Option(help="DSCP to test for bleaching (training class).")] = "AF31",
+    no_throughput: Annotated[bool, typer.Option("--no-throughput", help="Skip the throughput test.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report JSON to this file.")] = None,
+    hmac_key_file: Annotated[str | None, typer.Option(
+        "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
+        "authenticated STAMP and throughput tests.")] = None,
+) -> None:
+    """Probe the path, run a capped throughput test, read counters and host config, and say
+    what limits the link, with evidence, recommendations and tuner knobs."""
+    from wanprobe.commands.probe import read_hmac_key_file
+    from wanprobe.diagnose.run import DiagnoseOptions
+    from wanprobe.diagnose.run import diagnose as run_diagnose
+    from wanprobe.report.document import Report, save
+    from wanprobe.report.render_rich import render_rich
+
+    if quick and full:
+        raise UsageError("--quick and --full exclude each other")
+    if output is not None:
+        check_output_path(output, "--output")
+    opts = DiagnoseOptions(
+        peer=peer, port=parse_port(port), mode="full" if full else "quick",
+        link_rate_bps=parse_rate_bps(link_rate) if link_rate else None,
+        dscp=parse_dscp(dscp), throughput=not no_throughput,
+        hmac_key=read_hmac_key_file(hmac_key_file))
+    err = Console(stderr=True, highlight=False)
+    if netns is not None:
+        argv = [peer, "--full" if full else "--quick", "--port", str(opts.port),
+                "--dscp", str(opts.dscp)]
+        if link_rate:
+            argv += ["--link-rate", link_rate]
+        if no_throughput:
+            argv.append("--no-throughput")
+        if hmac_key_file:
+            argv += ["--hmac-key-file", hmac_key_file]
+        report = Report.from_json(run_in_netns(netns, argv))
+    elif as_json or not err.is_terminal:
+        report = run_diagnose(opts)
+    else:
+        with err.status("diagnosing") as status:
+            report = run_diagnose(opts, progress=lambda m: status.update(m))
+    if output is not None:
+        save(report, output)
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        render_rich(report, Console(highlight=False))
         if output is not None:
-            save(report, output)
-        if as_json:
-            typer.echo(json.dumps(report.to_json(), indent=2))
-        else:
-            render_rich(report, Console(highlight=False))
-            if output is not None:
-                err.print(f"report written to {output}")
+            err.print(f"report written to {output}")

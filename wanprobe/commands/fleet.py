@@ -13,9 +13,9 @@ from rich.table import Table
 from wanprobe import units
 from wanprobe.errors import UsageError
 
-fleet_app = typer.Typer(help="Run a fleet on Prometheus: scrape targets from the mesh file, "
-                             "recording and alerting rules, the site x site matrix.",
-                        no_args_is_help=True)
+app = typer.Typer(name="fleet", help="Run a fleet on Prometheus: scrape targets from the mesh file, "
+                       "recording and alerting rules, the site x site matrix.",
+                  no_args_is_help=True)
 
 WINDOW_HELP = "rate() window for loss and liveness, e.g. 5m."
 
@@ -37,7 +37,7 @@ def _ratio(option: str, text: str) -> float:
     return value
 
 
-@fleet_app.command("targets")
+@app.command("targets")
 def targets(
     mesh: Annotated[Path, typer.Option("--mesh", help="The fleet's mesh file (TOML or JSON).")],
     site: Annotated[str | None, typer.Option("--site", help="Only this site's daemons (for a "
@@ -53,7 +53,7 @@ def targets(
     typer.echo(json.dumps(file_sd(m, site=site), indent=2))
 
 
-@fleet_app.command("rules")
+@app.command("rules")
 def rules(
     window: Annotated[str, typer.Option("--window", help=WINDOW_HELP)] = "5m",
     for_: Annotated[str, typer.Option("--for", help="How long a condition holds before its "
@@ -94,7 +94,7 @@ def rules(
     typer.echo(dumps(rule_groups(s)), nl=False)
 
 
-@fleet_app.command("matrix")
+@app.command("matrix")
 def matrix(
     prometheus: Annotated[str, typer.Option("--prometheus", help="Prometheus base URL, e.g. "
                                             "http://prometheus:9090.")],
@@ -148,8 +148,3 @@ def _print_matrix(pairs) -> None:
     for s in srcs:
         table.add_row(s, *(_cell(by_pair[(s, d)]) if (s, d) in by_pair else "" for d in dsts))
     console.print(table)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``fleet`` command group to the main app."""
-    app.add_typer(fleet_app, name="fleet")

@@ -11,11 +11,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from wanprobe.errors import ConfigError, UsageError
+from wanprobe.errors import UsageError
 from wanprobe.models import impact as model
 from wanprobe.models.bdp import window_from_buffer_bytes
-from wanprobe.models.impact_inputs import Candidate, candidate_from_report, slowest
+from wanprobe.models.impact_inputs import Candidate, candidate_from_report
+from wanprobe.models.impact_sites import Assessment, assess
 from wanprobe.units import (
+    MAX_RTT_S,
     format_bytes,
     format_rate,
     parse_bytes,
@@ -39,7 +41,7 @@ def _path_from_flags(rtt: str | None, bandwidth: str | None, loss: str | None, c
                      rmem: str) -> model.Path:
     if rtt is None or bandwidth is None:
         raise UsageError("give --report R.json, or --rtt and --bandwidth (e.g. --rtt 130ms --bandwidth 10gbit)")
-    rtt_s = parse_duration_s(rtt, allow_zero=False)
+    rtt_s = parse_duration_s(rtt, allow_zero=False, maximum_s=MAX_RTT_S)
     link = parse_rate_bps(bandwidth)
     p = parse_ratio(loss) if loss is not None else 0.0
     window = window_from_buffer_bytes(parse_bytes(rmem))
@@ -47,16 +49,9 @@ def _path_from_flags(rtt: str | None, bandwidth: str | None, loss: str | None, c
 
 
 def _load_reports(paths: list[FsPath], link_bps: float | None) -> list[Candidate]:
-    out = []
-    for p in paths:
-        try:
-            doc = json.loads(p.read_text())
-        except OSError as exc:
-            raise ConfigError(f"cannot read report {p}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"report {p} is not JSON: {exc.msg} at line {exc.lineno}") from None
-        out.append(candidate_from_report(doc, str(p), link_bps))
-    return out
+    from wanprobe.report.document import load_json
+
+    return [candidate_from_report(load_json(p, strict=False), str(p), link_bps) for p in paths]
 
 
 def _bar_chart(console: Console, results: list[model.StrategyResult], key: str) -> None:
@@ -100,115 +95,92 @@ def _table(title: str, results: list[model.StrategyResult]) -> Table:
     return t
 
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
+app = typer.Typer()
 
-    @app.command("impact", help=HELP)
-    def impact(
-        params: Annotated[float, typer.Option("--params", help="Model parameters, e.g. 70e9.")],
-        report: Annotated[list[FsPath] | None, typer.Option(
-            "--report", help="diagnose report JSON; repeat once per candidate site.")] = None,
-        rtt: Annotated[str | None, typer.Option(help="p99 round-trip time, e.g. 130ms.")] = None,
-        bandwidth: Annotated[str | None, typer.Option(help="Link capacity, e.g. 10gbit.")] = None,
-        loss: Annotated[str | None, typer.Option(help="Packet loss, e.g. 0.1%.")] = None,
-        cc: Annotated[str, typer.Option(help="Congestion control on the hosts now (reno, cubic, bbr).")] = "cubic",
-        rmem: Annotated[str, typer.Option(help="Hosts' tcp_rmem max now (window ≈ half of it).")] = "6MiB",
-        dtype: Annotated[str, typer.Option(help="Gradient dtype: bf16, fp16, fp32, int8.")] = "bf16",
-        gpus_per_site: Annotated[int, typer.Option("--gpus-per-site")] = 8,
-        sites: Annotated[int, typer.Option("--sites")] = 2,
-        compute_ms: Annotated[float | None, typer.Option("--compute-ms", help="Compute time per step.")] = None,
-        overlap: Annotated[float | None, typer.Option(help="Share of comm hidden under compute, 0.0-1.0 (default 0).")] = None,
-        gpu_hour_cost: Annotated[float | None, typer.Option("--gpu-hour-cost", help="Cost per GPU-hour (default 2.5).")] = None,
-        collective: Annotated[str, typer.Option(help="As-is collective: ring (NCCL's flat ring), hierarchical, tree.")] = "ring",
-        topk: Annotated[float, typer.Option(help="Top-k ratio kept by sparsification.")] = 0.01,
-        sync_every: Annotated[int, typer.Option("--sync-every", help="H for local SGD / DiLoCo.")] = 500,
-        more_bandwidth: Annotated[str | None, typer.Option("--more-bandwidth", help="Upgraded link (default 4× the link).")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
-    ) -> None:
-        if params <= 0 or params != params:
-            raise UsageError(f"--params must be > 0, got {params:g}")
-        model.dtype_bytes(dtype)
-        if sites < 1 or gpus_per_site < 1:
-            raise UsageError("--sites and --gpus-per-site must be ≥ 1")
-        if compute_ms is None and (overlap is not None or gpu_hour_cost is not None):
-            raise UsageError("--overlap and --gpu-hour-cost need --compute-ms (a GPU idle share needs a compute time)")
-        if compute_ms is not None and not compute_ms > 0:
-            raise UsageError(f"--compute-ms must be > 0, got {compute_ms:g}")
-        job = model.Job(params=params, dtype=dtype.lower(), sites=sites, gpus_per_site=gpus_per_site,
-                        compute_s=None if compute_ms is None else compute_ms / 1e3,
-                        overlap=0.0 if overlap is None else overlap,
-                        gpu_hour_cost=2.5 if gpu_hour_cost is None else gpu_hour_cost)
-        model.step_time_s(1.0, 0.0, job.overlap)  # validates overlap
-        if job.gpu_hour_cost < 0:
-            raise UsageError("--gpu-hour-cost must be ≥ 0")
-        link = parse_rate_bps(bandwidth) if bandwidth is not None else None
-        upgrade = parse_rate_bps(more_bandwidth) if more_bandwidth is not None else None
 
-        def options_for(c: Candidate | None) -> model.Options:
-            return model.Options(collective=collective, topk_ratio=topk, sync_every=sync_every,
-                                 more_bandwidth_bps=upgrade,
-                                 tuned_window_bytes=c.tuned_window_bytes if c else None,
-                                 tuned_cc=(c.tuned_cc if c and c.tuned_cc else "bbr"))
+@app.command("impact", help=HELP)
+def impact(
+    params: Annotated[float, typer.Option("--params", help="Model parameters, e.g. 70e9.")],
+    report: Annotated[list[FsPath] | None, typer.Option(
+        "--report", help="diagnose report JSON; repeat once per candidate site.")] = None,
+    rtt: Annotated[str | None, typer.Option(help="p99 round-trip time, e.g. 130ms.")] = None,
+    bandwidth: Annotated[str | None, typer.Option(help="Link capacity, e.g. 10gbit.")] = None,
+    loss: Annotated[str | None, typer.Option(help="Packet loss, e.g. 0.1%.")] = None,
+    cc: Annotated[str, typer.Option(help="Congestion control on the hosts now (reno, cubic, bbr).")] = "cubic",
+    rmem: Annotated[str, typer.Option(help="Hosts' tcp_rmem max now (window ≈ half of it).")] = "6MiB",
+    dtype: Annotated[str, typer.Option(help="Gradient dtype: bf16, fp16, fp32, int8.")] = "bf16",
+    gpus_per_site: Annotated[int, typer.Option("--gpus-per-site")] = 8,
+    sites: Annotated[int, typer.Option("--sites")] = 2,
+    compute_ms: Annotated[float | None, typer.Option("--compute-ms", help="Compute time per step.")] = None,
+    overlap: Annotated[float | None, typer.Option(help="Share of comm hidden under compute, 0.0-1.0 (default 0).")] = None,
+    gpu_hour_cost: Annotated[float | None, typer.Option("--gpu-hour-cost", help="Cost per GPU-hour (default 2.5).")] = None,
+    collective: Annotated[str, typer.Option(help="As-is collective: ring (NCCL's flat ring), hierarchical, tree.")] = "ring",
+    topk: Annotated[float, typer.Option(help="Top-k ratio kept by sparsification.")] = 0.01,
+    sync_every: Annotated[int, typer.Option("--sync-every", help="H for local SGD / DiLoCo.")] = 500,
+    more_bandwidth: Annotated[str | None, typer.Option("--more-bandwidth", help="Upgraded link (default 4× the link).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    if params <= 0 or params != params:
+        raise UsageError(f"--params must be > 0, got {params:g}")
+    model.dtype_bytes(dtype)
+    if sites < 1 or gpus_per_site < 1:
+        raise UsageError("--sites and --gpus-per-site must be ≥ 1")
+    if compute_ms is None and (overlap is not None or gpu_hour_cost is not None):
+        raise UsageError("--overlap and --gpu-hour-cost need --compute-ms (a GPU idle share needs a compute time)")
+    if compute_ms is not None and not compute_ms > 0:
+        raise UsageError(f"--compute-ms must be > 0, got {compute_ms:g}")
+    job = model.Job(params=params, dtype=dtype.lower(), sites=sites, gpus_per_site=gpus_per_site,
+                    compute_s=None if compute_ms is None else compute_ms / 1e3,
+                    overlap=0.0 if overlap is None else overlap,
+                    gpu_hour_cost=2.5 if gpu_hour_cost is None else gpu_hour_cost)
+    model.step_time_s(1.0, 0.0, job.overlap)  # validates overlap
+    if job.gpu_hour_cost < 0:
+        raise UsageError("--gpu-hour-cost must be ≥ 0")
+    link = parse_rate_bps(bandwidth) if bandwidth is not None else None
+    options = model.Options(collective=collective, topk_ratio=topk, sync_every=sync_every,
+                            more_bandwidth_bps=(parse_rate_bps(more_bandwidth)
+                                                if more_bandwidth is not None else None))
+    if report:
+        if rtt is not None or loss is not None:
+            raise UsageError("--rtt/--loss come from the report; give either --report or --rtt/--loss")
+        result = assess(job, options, candidates=_load_reports(report, link))
+    else:
+        result = assess(job, options, path=_path_from_flags(rtt, bandwidth, loss, cc, rmem))
+    if as_json:
+        doc = result.to_json()
+        doc["inputs"]["reports"] = [str(p) for p in report or []]
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    _render(result)
 
-        candidates: list[dict] = []
-        if report:
-            if rtt is not None or loss is not None:
-                raise UsageError("--rtt/--loss come from the report; give either --report or --rtt/--loss")
-            cands = _load_reports(report, link)
-            for c in cands:
-                res = model.strategies(job, c.path, options_for(c))
-                candidates.append({"site": c.name, "inputs": c.to_json(),
-                                   "strategies": [r.to_json() for r in res], "_res": res})
-            sort_key = "step_time_s" if job.compute_s is not None else "comm_time_s"
-            candidates.sort(key=lambda d: d["_res"][0].to_json()[sort_key])
-            for rank, d in enumerate(candidates, 1):
-                d["rank"] = rank
-            path = slowest(cands) if len(cands) > 1 else cands[0].path
-            results = model.strategies(job, path, options_for(cands[0] if len(cands) == 1 else None))
-        else:
-            path = _path_from_flags(rtt, bandwidth, loss, cc, rmem)
-            results = model.strategies(job, path, options_for(None))
 
-        inputs = {
-            "params": params, "dtype": job.dtype, "gradient_bytes": model.gradient_bytes(params, job.dtype),
-            "sites": sites, "gpus_per_site": gpus_per_site, "gpus": job.gpus,
-            "compute_s": job.compute_s, "overlap": job.overlap, "gpu_hour_cost": job.gpu_hour_cost,
-            "collective": collective, "rtt_p99_s": path.rtt_s, "link_bps": path.link_bps,
-            "loss": path.loss, "cc": path.cc, "window_bytes": path.window_bytes,
-            "flow_rate_bps": path.flow_rate(1), "topk_ratio": topk, "sync_every": sync_every,
-            "basis": "slowest link: p99 RTT and the slowest peer's achievable rate",
-            "reports": [str(p) for p in report or []],
-        }
-        if as_json:
-            doc = {"inputs": inputs, "strategies": [r.to_json() for r in results]}
-            if candidates:
-                doc["candidates"] = [{k: v for k, v in d.items() if k != "_res"} for d in candidates]
-            typer.echo(json.dumps(doc, indent=2))
-            return
-        console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
-        console.print(f"[bold]Gradient[/] {params:.3g} params × {job.dtype} = "
-                      f"{format_bytes(inputs['gradient_bytes'])} per sync; {sites} sites × "
-                      f"{gpus_per_site} GPUs")
-        console.print(f"[bold]Path[/] a synchronous step waits for its slowest link: p99 RTT "
-                      f"{path.rtt_s * 1e3:.1f} ms, loss {100 * path.loss:.3g} %, slowest peer's "
-                      f"achievable rate {format_rate(path.flow_rate(1))} per flow, link "
-                      f"{format_rate(path.link_bps)}")
-        if candidates:
-            t = Table(title="candidate sites, best first", title_justify="left")
-            for col in ("rank", "site", "p99 RTT", "rate/flow", "as-is step", "GPU idle", "idle $/day"):
-                t.add_column(col)
-            for d in candidates:
-                r0 = d["_res"][0]
-                t.add_row(str(d["rank"]), d["site"], f"{d['inputs']['rtt_p99_s'] * 1e3:.1f} ms",
-                          format_rate(r0.wan_rate_bps), _fmt_s(r0.step_time_s or r0.comm_time_s),
-                          _pct(r0.gpu_idle_share),
-                          "—" if r0.idle_cost_per_day is None else f"{r0.idle_cost_per_day:,.0f}")
-            console.print(t)
-        title = "strategies" + (" (job spanning all candidate sites)" if len(candidates) > 1 else "")
-        console.print(_table(title, results))
-        for r in results:
-            if r.note:
-                console.print(f"  [dim]{r.name}: {r.note}[/]")
-        _bar_chart(console, results, "step_time_s" if job.compute_s is not None else "comm_time_s")
-        if job.compute_s is None:
-            console.print("(no --compute-ms: step time, shares and idle cost need a compute time)")
+def _render(result: Assessment) -> None:
+    job, path, results, sites = result.job, result.path, list(result.results), result.sites
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+    console.print(f"[bold]Gradient[/] {job.params:.3g} params × {job.dtype} = "
+                  f"{format_bytes(model.gradient_bytes(job.params, job.dtype))} per sync; "
+                  f"{job.sites} sites × {job.gpus_per_site} GPUs")
+    console.print(f"[bold]Path[/] a synchronous step waits for its slowest link: p99 RTT "
+                  f"{path.rtt_s * 1e3:.1f} ms, loss {100 * path.loss:.3g} %, slowest peer's "
+                  f"achievable rate {format_rate(path.flow_rate(1))} per flow, link "
+                  f"{format_rate(path.link_bps)}")
+    if sites:
+        t = Table(title="candidate sites, best first", title_justify="left")
+        for col in ("rank", "site", "p99 RTT", "rate/flow", "as-is step", "GPU idle", "idle $/day"):
+            t.add_column(col)
+        for site in sites:
+            r0 = site.results[0]
+            t.add_row(str(site.rank), site.candidate.name,
+                      f"{site.candidate.path.rtt_s * 1e3:.1f} ms",
+                      format_rate(r0.wan_rate_bps), _fmt_s(r0.step_time_s or r0.comm_time_s),
+                      _pct(r0.gpu_idle_share),
+                      "—" if r0.idle_cost_per_day is None else f"{r0.idle_cost_per_day:,.0f}")
+        console.print(t)
+    title = "strategies" + (" (job spanning all candidate sites)" if len(sites) > 1 else "")
+    console.print(_table(title, results))
+    for r in results:
+        if r.note:
+            console.print(f"  [dim]{r.name}: {r.note}[/]")
+    _bar_chart(console, results, "step_time_s" if job.compute_s is not None else "comm_time_s")
+    if job.compute_s is None:
+        console.print("(no --compute-ms: step time, shares and idle cost need a compute time)")

@@ -10,8 +10,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from wanprobe.commands import lab_multipath
+from wanprobe.commands.lab_settings import describe, settings_kwargs
 from wanprobe.errors import LabError, UsageError
-from wanprobe.units import format_rate, parse_duration_ms, parse_rate_bps, parse_ratio
 
 console = Console(highlight=False)
 
@@ -19,163 +20,136 @@ NameArg = Annotated[str, typer.Argument(help="Lab name; namespaces are wp-NAME-a
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 
-def _opt(text: str | None, parse):
-    return None if text is None else parse(text)
+app = typer.Typer(
+    name="lab",
+    help="Emulated WAN link: namespaces a and b joined by a delay line (delay, jitter, "
+         "loss, rate, MTU, DSCP bleaching, reordering). Needs root.",
+    no_args_is_help=True,
+)
 
+@app.command("up")
+def up(
+    name: NameArg,
+    profile: Annotated[str | None, typer.Option(help="Route profile: metro, taipei-tokyo, taipei-singapore, taipei-uswest, subsea-degraded.")] = None,
+    rtt: Annotated[str | None, typer.Option(help="Round-trip delay, e.g. 60ms (half each way).")] = None,
+    jitter: Annotated[str | None, typer.Option(help="Delay jitter per direction (std dev), e.g. 1ms.")] = None,
+    loss: Annotated[str | None, typer.Option(help="Loss in each direction, e.g. 0.5%.")] = None,
+    loss_ab: Annotated[str | None, typer.Option("--loss-ab", help="Loss a→b only.")] = None,
+    loss_ba: Annotated[str | None, typer.Option("--loss-ba", help="Loss b→a only.")] = None,
+    rate: Annotated[str | None, typer.Option(help="Rate per direction, e.g. 100mbit.")] = None,
+    mtu: Annotated[int, typer.Option(help="Interface MTU in both namespaces.")] = 1500,
+    black_hole_mtu: Annotated[int | None, typer.Option("--black-hole-mtu", help="Silently drop packets larger than this (no ICMP).")] = None,
+    bleach_dscp: Annotated[bool, typer.Option("--bleach-dscp", help="Zero DSCP on the path, keep ECN.")] = False,
+    reorder: Annotated[str | None, typer.Option(help="Probability a packet overtakes the previous 1 ms of traffic.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Bring a lab up (replacing a stale one of the same name)."""
+    from wanprobe.lab import Lab
 
-def _ms(text: str) -> float:
-    return parse_duration_ms(text, default_unit="ms")
+    kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
+                             loss_ba=loss_ba, rate=rate, black_hole_mtu=black_hole_mtu,
+                             bleach_dscp=bleach_dscp or None, reorder=reorder)
+    lab = Lab(name, profile=profile, mtu=mtu, persistent=True, **kwargs)
+    lab.up()
+    if json_out:
+        typer.echo(json.dumps(lab._state(), sort_keys=True))
+        return
+    console.print(f"lab [bold]{lab.name}[/] up: {lab.a.name} ({lab.a.addr}) ⇄ "
+                  f"{lab.b.name} ({lab.b.addr}) over {lab.a.ifname}; {describe(lab.settings)}")
+    console.print(f"run inside: wanprobe lab exec {lab.name} a -- ping {lab.b.addr}")
 
+@app.command("down")
+def down(name: NameArg) -> None:
+    """Tear a lab down: processes inside, forwarder, namespaces, devices. Idempotent."""
+    from wanprobe.lab import Lab
+    from wanprobe.lab.lab import require_root
 
-def settings_kwargs(*, rtt=None, jitter=None, loss=None, loss_ab=None, loss_ba=None, rate=None,
-                    black_hole_mtu=None, bleach_dscp=None, reorder=None) -> dict:
-    """Parse the CLI's unit strings into Lab keyword arguments (only those given)."""
-    out = {
-        "rtt_ms": _opt(rtt, _ms), "jitter_ms": _opt(jitter, _ms), "loss": _opt(loss, parse_ratio),
-        "loss_ab": _opt(loss_ab, parse_ratio), "loss_ba": _opt(loss_ba, parse_ratio),
-        "rate_bps": _opt(rate, parse_rate_bps), "black_hole_mtu": black_hole_mtu,
-        "bleach_dscp": bleach_dscp, "reorder": _opt(reorder, parse_ratio),
-    }
-    return {k: v for k, v in out.items() if v is not None}
+    require_root()
+    from wanprobe.lab import registry
+    if (registry.read(name) or {}).get("kind") == "multipath":
+        from wanprobe.lab.multipath import MultipathLab
+        MultipathLab.attach(name).down()
+        console.print(f"lab {name} removed")
+        return
+    lab = Lab(name, rtt_ms=0)
+    was = lab.status()
+    lab.down()
+    console.print(f"lab {name} {'removed' if was != 'down' else 'was not up'}")
 
+@app.command("ls")
+def ls(json_out: JsonOpt = False) -> None:
+    """List labs (up, or stale leftovers that `lab up`/`lab down` will clean)."""
+    from wanprobe.lab import list_labs
+    from wanprobe.lab.settings import LinkSettings
 
-def describe(settings) -> str:
-    s = settings
-    parts = [f"rtt {s.rtt_ms:g} ms"]
-    if s.jitter_ms:
-        parts.append(f"jitter {s.jitter_ms:g} ms")
-    if s.loss_ab == s.loss_ba:
-        parts.append(f"loss {s.loss_ab * 100:g}%")
+    labs = list_labs()
+    if json_out:
+        typer.echo(json.dumps(labs, sort_keys=True))
+        return
+    if not labs:
+        console.print("no labs")
+        return
+    table = Table("name", "status", "profile", "namespaces", "settings")
+    for lab in labs:
+        s = lab.get("settings")
+        table.add_row(lab["name"], lab["status"], lab.get("profile") or "",
+                      f"{lab.get('ns_a', '?')} {lab.get('ns_b', '?')}",
+                      describe(LinkSettings.from_json(s)) if s else
+                      f"{len(lab['paths'])} paths, active {lab['active']}" if "paths" in lab else "")
+    console.print(table)
+
+@app.command("exec", context_settings={"allow_extra_args": True,
+                                            "ignore_unknown_options": True})
+def exec_(
+    name: NameArg,
+    side: Annotated[str, typer.Argument(help="a or b")],
+    command: Annotated[list[str], typer.Argument(help="Command to run inside (after --).")],
+) -> None:
+    """Run a command inside namespace a or b of a lab, e.g. `lab exec x a -- ping 198.18.0.2`."""
+    from wanprobe.lab import Lab
+
+    if side not in ("a", "b"):
+        raise UsageError(f"side must be a or b, got {side!r}")
+    from wanprobe.lab import registry
+    if (registry.read(name) or {}).get("kind") == "multipath":
+        from wanprobe.lab.multipath import MultipathLab
+        lab = MultipathLab.attach(name)
     else:
-        parts.append(f"loss a→b {s.loss_ab * 100:g}% b→a {s.loss_ba * 100:g}%")
-    parts.append(f"rate {format_rate(s.rate_bps) if s.rate_bps else 'unlimited'}")
-    parts.append(f"mtu {s.mtu}")
-    if s.black_hole_mtu:
-        parts.append(f"black-hole mtu {s.black_hole_mtu}")
-    if s.bleach_dscp:
-        parts.append("DSCP bleached")
-    if s.reorder:
-        parts.append(f"reorder {s.reorder * 100:g}%")
-    return ", ".join(parts)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``lab`` command group to the main app."""
-    lab_app = typer.Typer(
-        help="Emulated WAN link: namespaces a and b joined by a delay line (delay, jitter, "
-             "loss, rate, MTU, DSCP bleaching, reordering). Needs root.",
-        no_args_is_help=True,
-    )
-    app.add_typer(lab_app, name="lab")
-
-    @lab_app.command("up")
-    def up(
-        name: NameArg,
-        profile: Annotated[str | None, typer.Option(help="Route profile: metro, taipei-tokyo, taipei-singapore, taipei-uswest, subsea-degraded.")] = None,
-        rtt: Annotated[str | None, typer.Option(help="Round-trip delay, e.g. 60ms (half each way).")] = None,
-        jitter: Annotated[str | None, typer.Option(help="Delay jitter per direction (std dev), e.g. 1ms.")] = None,
-        loss: Annotated[str | None, typer.Option(help="Loss in each direction, e.g. 0.5%.")] = None,
-        loss_ab: Annotated[str | None, typer.Option("--loss-ab", help="Loss a→b only.")] = None,
-        loss_ba: Annotated[str | None, typer.Option("--loss-ba", help="Loss b→a only.")] = None,
-        rate: Annotated[str | None, typer.Option(help="Rate per direction, e.g. 100mbit.")] = None,
-        mtu: Annotated[int, typer.Option(help="Interface MTU in both namespaces.")] = 1500,
-        black_hole_mtu: Annotated[int | None, typer.Option("--black-hole-mtu", help="Silently drop packets larger than this (no ICMP).")] = None,
-        bleach_dscp: Annotated[bool, typer.Option("--bleach-dscp", help="Zero DSCP on the path, keep ECN.")] = False,
-        reorder: Annotated[str | None, typer.Option(help="Probability a packet overtakes the previous 1 ms of traffic.")] = None,
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Bring a lab up (replacing a stale one of the same name)."""
-        from wanprobe.lab import Lab
-
-        kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
-                                 loss_ba=loss_ba, rate=rate, black_hole_mtu=black_hole_mtu,
-                                 bleach_dscp=bleach_dscp or None, reorder=reorder)
-        lab = Lab(name, profile=profile, mtu=mtu, persistent=True, **kwargs)
-        lab.up()
-        if json_out:
-            typer.echo(json.dumps(lab._state(), sort_keys=True))
-            return
-        console.print(f"lab [bold]{lab.name}[/] up: {lab.a.name} ({lab.a.addr}) ⇄ "
-                      f"{lab.b.name} ({lab.b.addr}) over {lab.a.ifname}; {describe(lab.settings)}")
-        console.print(f"run inside: wanprobe lab exec {lab.name} a -- ping {lab.b.addr}")
-
-    @lab_app.command("down")
-    def down(name: NameArg) -> None:
-        """Tear a lab down: processes inside, forwarder, namespaces, devices. Idempotent."""
-        from wanprobe.lab import Lab
-        from wanprobe.lab.lab import require_root
-
-        require_root()
-        lab = Lab(name, rtt_ms=0)
-        was = lab.status()
-        lab.down()
-        console.print(f"lab {name} {'removed' if was != 'down' else 'was not up'}")
-
-    @lab_app.command("ls")
-    def ls(json_out: JsonOpt = False) -> None:
-        """List labs (up, or stale leftovers that `lab up`/`lab down` will clean)."""
-        from wanprobe.lab import list_labs
-        from wanprobe.lab.settings import LinkSettings
-
-        labs = list_labs()
-        if json_out:
-            typer.echo(json.dumps(labs, sort_keys=True))
-            return
-        if not labs:
-            console.print("no labs")
-            return
-        table = Table("name", "status", "profile", "namespaces", "settings")
-        for lab in labs:
-            s = lab.get("settings")
-            table.add_row(lab["name"], lab["status"], lab.get("profile") or "",
-                          f"{lab.get('ns_a', '?')} {lab.get('ns_b', '?')}",
-                          describe(LinkSettings.from_json(s)) if s else "")
-        console.print(table)
-
-    @lab_app.command("exec", context_settings={"allow_extra_args": True,
-                                                "ignore_unknown_options": True})
-    def exec_(
-        name: NameArg,
-        side: Annotated[str, typer.Argument(help="a or b")],
-        command: Annotated[list[str], typer.Argument(help="Command to run inside (after --).")],
-    ) -> None:
-        """Run a command inside namespace a or b of a lab, e.g. `lab exec x a -- ping 198.18.0.2`."""
-        from wanprobe.lab import Lab
-
-        if side not in ("a", "b"):
-            raise UsageError(f"side must be a or b, got {side!r}")
         lab = Lab.attach(name)
-        ep = lab.a if side == "a" else lab.b
-        argv = ep.argv(command)
-        try:
-            os.execvp(argv[0], argv)
-        except OSError as exc:
-            raise LabError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    ep = lab.a if side == "a" else lab.b
+    argv = ep.argv(command)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        raise LabError(f"cannot run {command[0]!r}: {exc.strerror}") from None
 
-    @lab_app.command("update")
-    def update(
-        name: NameArg,
-        rtt: Annotated[str | None, typer.Option(help="New round-trip delay.")] = None,
-        jitter: Annotated[str | None, typer.Option(help="New jitter.")] = None,
-        loss: Annotated[str | None, typer.Option(help="New loss, both directions.")] = None,
-        loss_ab: Annotated[str | None, typer.Option("--loss-ab")] = None,
-        loss_ba: Annotated[str | None, typer.Option("--loss-ba")] = None,
-        rate: Annotated[str | None, typer.Option(help="New rate per direction.")] = None,
-        reorder: Annotated[str | None, typer.Option()] = None,
-        bleach_dscp: Annotated[bool | None, typer.Option("--bleach-dscp/--no-bleach-dscp")] = None,
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Change a running lab's impairments live."""
-        from wanprobe.lab import Lab
+@app.command("update")
+def update(
+    name: NameArg,
+    rtt: Annotated[str | None, typer.Option(help="New round-trip delay.")] = None,
+    jitter: Annotated[str | None, typer.Option(help="New jitter.")] = None,
+    loss: Annotated[str | None, typer.Option(help="New loss, both directions.")] = None,
+    loss_ab: Annotated[str | None, typer.Option("--loss-ab")] = None,
+    loss_ba: Annotated[str | None, typer.Option("--loss-ba")] = None,
+    rate: Annotated[str | None, typer.Option(help="New rate per direction.")] = None,
+    reorder: Annotated[str | None, typer.Option()] = None,
+    bleach_dscp: Annotated[bool | None, typer.Option("--bleach-dscp/--no-bleach-dscp")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Change a running lab's impairments live."""
+    from wanprobe.lab import Lab
 
-        kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
-                                 loss_ba=loss_ba, rate=rate, reorder=reorder,
-                                 bleach_dscp=bleach_dscp)
-        if not kwargs:
-            raise UsageError("nothing to change: give e.g. --loss 1% or --rtt 80ms")
-        lab = Lab.attach(name)
-        new = lab.update(**kwargs)
-        if json_out:
-            typer.echo(json.dumps(new.to_json(), sort_keys=True))
-        else:
-            console.print(f"lab {name}: {describe(new)}")
+    kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
+                             loss_ba=loss_ba, rate=rate, reorder=reorder,
+                             bleach_dscp=bleach_dscp)
+    if not kwargs:
+        raise UsageError("nothing to change: give e.g. --loss 1% or --rtt 80ms")
+    lab = Lab.attach(name)
+    new = lab.update(**kwargs)
+    if json_out:
+        typer.echo(json.dumps(new.to_json(), sort_keys=True))
+    else:
+        console.print(f"lab {name}: {describe(new)}")
+
+
+app.add_typer(lab_multipath.app)  # lab multipath | reroute | path (issue 16)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from wanprobe.errors import UsageError
+
+app = typer.Typer()
 
 
 def _version(text: str) -> tuple[int, int]:
@@ -19,6 +20,7 @@ def _version(text: str) -> tuple[int, int]:
     return major, minor
 
 
+@app.command("nccl-env")
 def nccl_env(
     report: Annotated[str | None, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose` (RTT, loss, link, DSCP).")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="env | nccl.conf | shell | systemd | k8s")] = "env",
@@ -37,31 +39,33 @@ def nccl_env(
 
     from tuners.from_report import load_report
     from tuners.nccl_env import FORMATS, compute, facts_from_report, render, with_live_sysctls
-    from wanprobe.units import parse_duration_ms, parse_rate_bps
+    from wanprobe.units import MAX_RTT_S, parse_duration_ms, parse_ifname, parse_rate_bps
+    from wanprobe.userfiles import existing_dir
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
     if transport not in ("auto", "ib", "socket"):
         raise UsageError(f"unknown transport {transport!r} (auto, ib or socket)")
+    sys_path = existing_dir(sys_root, "--sys-root")
+    proc_path = existing_dir(proc_root, "--proc-root")
+    if iface:
+        iface = parse_ifname(iface)
+    rtt_ms = parse_duration_ms(rtt, maximum_s=MAX_RTT_S) if rtt else None
     facts = facts_from_report(load_report(report) if report else None)
     if facts.tcp_rmem_max is None or facts.cc is None:
-        facts = with_live_sysctls(facts, Path(proc_root))
+        facts = with_live_sysctls(facts, proc_path)
     if iface:
         facts = replace(facts, iface=iface)
-    if rtt:
-        facts = replace(facts, rtt_ms=parse_duration_ms(rtt))
+    if rtt_ms is not None:
+        facts = replace(facts, rtt_ms=rtt_ms)
     if link_rate:
         facts = replace(facts, link_bps=parse_rate_bps(link_rate))
     if ecmp:
         facts = replace(facts, ecmp=True)
-    variables = compute(facts, Path(sys_root), nccl_version=_version(nccl_version), transport=transport)
+    variables = compute(facts, sys_path, nccl_version=_version(nccl_version), transport=transport)
     if as_json:
         typer.echo(json.dumps({"format": fmt, "variables": [v.to_json() for v in variables],
                                "text": render(variables, fmt)}, indent=2))
         return
     typer.echo(render(variables, fmt), nl=False)
 
-
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
-    app.command("nccl-env")(nccl_env)

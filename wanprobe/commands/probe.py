@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sys
 from dataclasses import dataclass
@@ -15,11 +16,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from wanprobe.errors import UsageError
+from wanprobe.errors import UsageError, WanprobeError, shown
+from wanprobe.probe.peer import NO_REPLY, numeric_family, udp_silence_reason
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
 
 DEFAULT_PORT = "862"
 PROGRESS_MIN_S = 3.0
+
+app = typer.Typer()
 
 
 def _opt(option: str, parse, *args, **kw):
@@ -31,6 +35,8 @@ def _opt(option: str, parse, *args, **kw):
 
 
 MIN_KEY_CHARS = 16
+MAX_REFLECT_PPS = 10_000_000  # per source; one core reflects a few hundred thousand
+MAX_KEY_BYTES = 4096  # a key file is a line of text; /dev/zero is not one
 
 
 def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> bytes | None:
@@ -42,23 +48,21 @@ def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> byt
     from pathlib import Path
 
     try:
-        key = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{option} {path}: cannot read it: "
+        with Path(path).open("rb") as fh:
+            raw = fh.read(MAX_KEY_BYTES + 1)
+        key = raw.decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"{option} {shown(path)}: cannot read it: "
                          f"{getattr(exc, 'strerror', None) or exc}") from None
+    if len(raw) > MAX_KEY_BYTES:
+        raise UsageError(f"{option} {shown(path)}: longer than the limit of {MAX_KEY_BYTES} bytes")
     if len(key) < MIN_KEY_CHARS:
         raise UsageError(f"{option} {path}: the key must be at least {MIN_KEY_CHARS} characters "
                          f"(got {len(key)})")
     return key.encode()
 
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
-    app.command("reflect")(reflect)
-    app.command("probe")(probe)
-    app.command("mtu")(mtu)
-
-
+@app.command("reflect")
 def reflect(
     bind: Annotated[str, typer.Option("--bind", help="Address to listen on (:: for IPv6).")] = "0.0.0.0",
     port: Annotated[str, typer.Option("--port", help="UDP (STAMP) and TCP (throughput) port.")] = DEFAULT_PORT,
@@ -81,21 +85,26 @@ def reflect(
 ) -> None:
     """Run a STAMP (RFC 8762/8972) / TWAMP-Light reflector and the throughput server."""
     from wanprobe.probe.access import DEFAULT_COS_DSCP, parse_cidrs, parse_dscp_set
+    from wanprobe.throughput.client import MAX_TEST_S
 
+    if numeric_family(bind) is None:
+        raise UsageError(f"--bind {shown(bind)} is not an IP address (e.g. 0.0.0.0 or ::)")
     key = read_hmac_key_file(hmac_key_file)
     policy = ReflectPolicy(allow=parse_cidrs(allow or ()),
                            cos_dscp=parse_dscp_set(cos_dscp) if cos_dscp else DEFAULT_COS_DSCP)
     port_n = _opt("--port", parse_port, port)
     duration_s = _opt("--max-test-duration", parse_duration_s, max_test_duration,
-                      default_unit="s", allow_zero=False)
+                      default_unit="s", allow_zero=False, maximum_s=MAX_TEST_S)
     max_bytes = _opt("--max-test-bytes", parse_bytes, max_test_bytes)
     try:
-        rate = float(rate_pps)
+        rate = float(rate_pps) if len(rate_pps) <= 32 else math.nan
     except ValueError:
-        raise UsageError(f"--rate-limit {rate_pps!r} is not a number") from None
-    if rate <= 0:
-        raise UsageError("--rate-limit must be > 0")
+        rate = math.nan
+    if not 0 < rate <= MAX_REFLECT_PPS:
+        raise UsageError(f"--rate-limit {shown(rate_pps)} must be a number > 0 and at most the "
+                         f"limit of {MAX_REFLECT_PPS:,} replies per second")
     asyncio.run(_serve(bind, port_n, duration_s, max_bytes, rate, key, policy))
+
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,7 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
         + (", ".join(f"{k} {v}" for k, v in sorted(server.refusals().items())) or "none"))
 
 
+@app.command("probe")
 def probe(
     host: Annotated[str, typer.Argument(help="Peer to probe (name or address).")],
     port: Annotated[str, typer.Option("--port", help="STAMP or TCP port.")] = DEFAULT_PORT,
@@ -159,10 +169,13 @@ def probe(
     hmac_key_file: Annotated[str | None, typer.Option(
         "--hmac-key-file", help="Authenticated STAMP (RFC 8762 §4.4): read the shared key from "
         "this file (>= 16 characters).")] = None,
+    flows: Annotated[int, typer.Option("--flows", help="Spread the probes over this many source "
+                                       "ports (ECMP flows; STAMP only), results per path.")] = 1,
 ) -> None:
     """Measure RTT, loss per direction, jitter, reordering and DSCP treatment to HOST."""
     from wanprobe.probe.api import METHODS
     from wanprobe.probe.api import probe as run
+    from wanprobe.probe.limits import MAX_DATAGRAM_BYTES
 
     if method not in METHODS:
         raise UsageError(f"unknown --method {method!r} (use stamp, icmp or tcp)")
@@ -175,7 +188,8 @@ def probe(
                          allow_zero=False) if duration else None),
         interval_s=_opt("--interval", parse_duration_s, interval, default_unit="s",
                         allow_zero=False),
-        size=_opt("--size", parse_bytes, size) if size is not None else None,
+        size=(_opt("--size", parse_bytes, size, maximum=MAX_DATAGRAM_BYTES)
+              if size is not None else None),
         dscp=_opt("--dscp", parse_dscp, dscp),
         timeout_s=_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False),
     )
@@ -185,6 +199,9 @@ def probe(
         raise UsageError(f"--count must be >= 1 (got {count})")
     if count is not None and duration:
         raise UsageError("give either --count or --duration, not both")
+    if flows != 1:
+        from wanprobe.commands.paths import probe_over_flows
+        return probe_over_flows(host, flows, method, kw, as_json)
     expected_s = (kw["duration_s"] if kw["duration_s"] else (count or 10) * kw["interval_s"])
     err = Console(stderr=True, highlight=False)
     if as_json or expected_s < PROGRESS_MIN_S or not err.is_terminal:
@@ -201,8 +218,14 @@ def probe(
             result = asyncio.run(run(host, method, on_progress=progress, **kw))
     if as_json:
         sys.stdout.write(json.dumps(result.to_json()) + "\n")
-        return
-    _print_probe(result)
+    else:
+        _print_probe(result)
+    if result.loss.sent and not result.loss.received:  # as ping(8): exit 1 when nothing answered
+        reason = NO_REPLY
+        if method == "stamp":
+            reason = asyncio.run(udp_silence_reason(host, kw["port"], kw["timeout_s"]))
+        where = f"{host}" if method == "icmp" else f"{host} port {kw['port']}"
+        raise WanprobeError(f"no probe to {where} was answered: {reason}", exit_code=1)
 
 
 def _fmt(x, unit: str = "", digits: int = 3) -> str:
@@ -238,23 +261,26 @@ def _print_probe(r) -> None:
     out.print(t)
 
 
+@app.command("mtu")
 def mtu(
     host: Annotated[str, typer.Argument(help="Peer running a STAMP reflector.")],
     port: Annotated[str, typer.Option("--port", help="STAMP port.")] = DEFAULT_PORT,
     timeout: Annotated[str | None, typer.Option(
         "--timeout", help="Wait per try (default: 3x the measured RTT + 50 ms).")] = None,
-    tries: Annotated[int, typer.Option("--tries", help="Tries per size before it counts as lost.")] = 3,
+    tries: Annotated[int, typer.Option("--tries", min=1, max=100,
+                                       help="Tries per size before it counts as lost.")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     hmac_key_file: Annotated[str | None, typer.Option(
         "--hmac-key-file", help="Authenticated STAMP (RFC 8762 §4.4): read the shared key from "
         "this file (>= 16 characters).")] = None,
 ) -> None:
     """Find the path MTU to HOST by DF-bit search (works through ICMP black holes)."""
+    from wanprobe.probe.limits import MAX_TIMEOUT_S
     from wanprobe.probe.mtu import probe_path_mtu
 
     port_n = _opt("--port", parse_port, port)
-    timeout_s = (_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False)
-                 if timeout else None)
+    timeout_s = (_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False,
+                      maximum_s=MAX_TIMEOUT_S) if timeout else None)
     if tries < 1:
         raise UsageError("--tries must be >= 1")
     key = read_hmac_key_file(hmac_key_file)

@@ -15,53 +15,50 @@ from wanprobe.errors import UsageError
 FORMATS = ("rich", "markdown", "json")
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``report`` command group to the main app."""
-    report_app = typer.Typer(help="The diagnose report: its JSON Schema, rendering, listing.",
-                             no_args_is_help=True)
-    app.add_typer(report_app, name="report")
+app = typer.Typer(name="report", help="The diagnose report: its JSON Schema, rendering, listing.",
+                  no_args_is_help=True)
 
-    @report_app.command("schema")
-    def schema() -> None:
-        """Print the report's JSON Schema (draft 2020-12)."""
-        from wanprobe.report.document import schema as load_schema
+@app.command("schema")
+def schema() -> None:
+    """Print the report's JSON Schema (draft 2020-12)."""
+    from wanprobe.report.document import schema as load_schema
 
-        typer.echo(json.dumps(load_schema(), indent=2))
+    typer.echo(json.dumps(load_schema(), indent=2))
 
-    @report_app.command("show")
-    def show(
-        file: Annotated[Path, typer.Argument(help="A report written by `wanprobe diagnose -o`.")],
-        fmt: Annotated[str, typer.Option("--format", help="rich, markdown or json.")] = "rich",
-    ) -> None:
-        """Render a saved report (markdown for pasting into a ticket)."""
-        from wanprobe.report.document import load
-        from wanprobe.report.render_md import render_markdown
-        from wanprobe.report.render_rich import render_rich
+@app.command("show")
+def show(
+    file: Annotated[Path, typer.Argument(help="A report written by `wanprobe diagnose -o`.")],
+    fmt: Annotated[str, typer.Option("--format", help="rich, markdown or json.")] = "rich",
+) -> None:
+    """Render a saved report (markdown for pasting into a ticket)."""
+    from wanprobe.report.document import load
+    from wanprobe.report.render_md import render_markdown
+    from wanprobe.report.render_rich import render_rich
 
-        if fmt not in FORMATS:
-            raise UsageError(f"unknown format {fmt!r} (use {', '.join(FORMATS)})")
-        report = load(file)
-        if fmt == "json":
-            typer.echo(json.dumps(report.to_json(), indent=2))
-        elif fmt == "markdown":
-            typer.echo(render_markdown(report))
-        else:
-            render_rich(report, Console(highlight=False))
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r} (use {', '.join(FORMATS)})")
+    report = load(file)
+    if fmt == "json":
+        typer.echo(json.dumps(report.to_json(), indent=2))
+    elif fmt == "markdown":
+        typer.echo(render_markdown(report))
+    else:
+        render_rich(report, Console(highlight=False))
 
-    @report_app.command("ls")
-    def ls(
-        directory: Annotated[Path, typer.Argument(help="Directory holding report files.")] = Path("."),
-        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-    ) -> None:
-        """List the reports in a directory, newest first, with their top finding."""
-        from wanprobe.report.store import list_reports
+@app.command("ls")
+def ls(
+    directory: Annotated[Path, typer.Argument(help="Directory holding report files.")] = Path("."),
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """List the reports in a directory, newest first, with their top finding."""
+    from wanprobe.report.store import list_reports
 
-        entries = list_reports(directory)
-        if as_json:
-            typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
-            return
-        table = Table("created", "peer", "findings", "top finding", "file")
-        for e in entries:
-            table.add_row(e.created_at, e.peer, str(e.findings),
-                          e.top_finding or (f"[red]{e.error}[/]" if e.error else "-"), e.path)
-        Console(highlight=False).print(table)
+    entries = list_reports(directory)
+    if as_json:
+        typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
+        return
+    table = Table("created", "peer", "findings", "top finding", "file")
+    for e in entries:
+        table.add_row(e.created_at, e.peer, str(e.findings),
+                      e.top_finding or (f"[red]{e.error}[/]" if e.error else "-"), e.path)
+    Console(highlight=False).print(table)

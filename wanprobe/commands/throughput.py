@@ -22,6 +22,10 @@ from wanprobe.units import (
     parse_rate_bps,
 )
 
+# SO_SNDBUF/SO_RCVBUF take a C int that the kernel doubles (socket(7)); 1 GiB is also the largest
+# tcp_rmem the sysctl tuner sets (R-3), so a bigger --window is a typo.
+MAX_WINDOW_BYTES = 2**30
+
 
 def _ms(v) -> str:
     return "-" if v is None else f"{v:.2f}"
@@ -77,71 +81,72 @@ def render(result, console: Console) -> None:
         console.print(f"[yellow]partial result: {j['partial_reason']}[/]")
 
 
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
+app = typer.Typer()
 
-    @app.command("throughput")
-    def throughput(
-        host: Annotated[str, typer.Argument(help="Peer running `wanprobe reflect` (or iperf3 -s).")],
-        port: Annotated[str, typer.Option(help="Peer port (wanprobe 862; iperf3 engine 5201).")] = "862",
-        duration: Annotated[str, typer.Option(help="Test length, e.g. 10s.")] = "10s",
-        streams: Annotated[int, typer.Option(help="Parallel TCP streams.")] = 1,
-        reverse: Annotated[bool, typer.Option("--reverse", help="Peer sends, we receive.")] = False,
-        bidir: Annotated[bool, typer.Option("--bidir", help="Both directions at once.")] = False,
-        cc: Annotated[str | None, typer.Option(help="Congestion control: bbr, cubic, reno ...")] = None,
-        window: Annotated[str | None, typer.Option(help="SO_SNDBUF/SO_RCVBUF on both ends, e.g. 256KiB.")] = None,
-        dscp: Annotated[str, typer.Option(help="DSCP for the data, 0-63 or a name (EF, AF41).")] = "0",
-        pacing_rate: Annotated[str | None, typer.Option(help="Per-stream SO_MAX_PACING_RATE, e.g. 500mbit.")] = None,
-        udp: Annotated[bool, typer.Option("--udp", help="UDP at --rate instead of TCP.")] = False,
-        rate: Annotated[str | None, typer.Option(help="UDP send rate, e.g. 100mbit.")] = None,
-        interval: Annotated[str, typer.Option(help="Report interval, e.g. 1s.")] = "1s",
-        engine: Annotated[str, typer.Option(help="wanprobe or iperf3.")] = "wanprobe",
-        max_duration: Annotated[str, typer.Option(help="Refuse longer tests (cap).")] = "60s",
-        max_bytes: Annotated[str, typer.Option(help="Stop after this many bytes (cap).")] = "10GiB",
-        as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-        hmac_key_file: Annotated[str | None, typer.Option(
-            "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
-            "authenticated STAMP and throughput tests.")] = None,
-    ) -> None:
-        """Multi-stream TCP/UDP throughput test that says what limits the transfer."""
-        from wanprobe.commands.probe import read_hmac_key_file
-        from wanprobe.throughput.client import run_throughput
 
-        if engine not in ("wanprobe", "iperf3"):
-            raise UsageError(f"unknown engine {engine!r} (use wanprobe or iperf3)")
-        port_n = parse_port(port)
-        if engine == "iperf3" and port == "862":
-            port_n = 5201
-        kwargs = dict(
-            port=port_n, duration_s=parse_duration_s(duration, default_unit="s", allow_zero=False),
-            streams=streams, reverse=reverse, bidir=bidir, cc=cc,
-            window_bytes=parse_bytes(window, allow_bare=False) if window else None,
-            dscp=parse_dscp(dscp),
-            pacing_rate_bps=parse_rate_bps(pacing_rate) if pacing_rate else None,
-            udp=udp, udp_rate_bps=parse_rate_bps(rate) if rate else None,
-            interval_s=parse_duration_s(interval, default_unit="s", allow_zero=False),
-            engine=engine,
-            max_duration_s=parse_duration_s(max_duration, default_unit="s", allow_zero=False),
-            max_bytes=parse_bytes(max_bytes, allow_bare=False),
-            hmac_key=read_hmac_key_file(hmac_key_file))
-        err = Console(stderr=True, highlight=False, soft_wrap=True)
-        if as_json or not err.is_terminal:
-            result = run_throughput(host, **kwargs)
-        else:
-            with Progress(TextColumn("[bold]throughput[/]"), BarColumn(),
-                          TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-                          console=err, transient=True) as bar:
-                task = bar.add_task("test", total=kwargs["duration_s"], rate="")
+@app.command("throughput")
+def throughput(
+    host: Annotated[str, typer.Argument(help="Peer running `wanprobe reflect` (or iperf3 -s).")],
+    port: Annotated[str, typer.Option(help="Peer port (wanprobe 862; iperf3 engine 5201).")] = "862",
+    duration: Annotated[str, typer.Option(help="Test length, e.g. 10s.")] = "10s",
+    streams: Annotated[int, typer.Option(help="Parallel TCP streams.")] = 1,
+    reverse: Annotated[bool, typer.Option("--reverse", help="Peer sends, we receive.")] = False,
+    bidir: Annotated[bool, typer.Option("--bidir", help="Both directions at once.")] = False,
+    cc: Annotated[str | None, typer.Option(help="Congestion control: bbr, cubic, reno ...")] = None,
+    window: Annotated[str | None, typer.Option(help="SO_SNDBUF/SO_RCVBUF on both ends, e.g. 256KiB.")] = None,
+    dscp: Annotated[str, typer.Option(help="DSCP for the data, 0-63 or a name (EF, AF41).")] = "0",
+    pacing_rate: Annotated[str | None, typer.Option(help="Per-stream SO_MAX_PACING_RATE, e.g. 500mbit.")] = None,
+    udp: Annotated[bool, typer.Option("--udp", help="UDP at --rate instead of TCP.")] = False,
+    rate: Annotated[str | None, typer.Option(help="UDP send rate, e.g. 100mbit.")] = None,
+    interval: Annotated[str, typer.Option(help="Report interval, e.g. 1s.")] = "1s",
+    engine: Annotated[str, typer.Option(help="wanprobe or iperf3.")] = "wanprobe",
+    max_duration: Annotated[str, typer.Option(help="Refuse longer tests (cap).")] = "60s",
+    max_bytes: Annotated[str, typer.Option(help="Stop after this many bytes (cap).")] = "10GiB",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    hmac_key_file: Annotated[str | None, typer.Option(
+        "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
+        "authenticated STAMP and throughput tests.")] = None,
+) -> None:
+    """Multi-stream TCP/UDP throughput test that says what limits the transfer."""
+    from wanprobe.commands.probe import read_hmac_key_file
+    from wanprobe.throughput.client import MAX_TEST_S, run_throughput
 
-                def progress(elapsed_s: float, bps: float | None) -> None:
-                    bar.update(task, completed=min(elapsed_s, kwargs["duration_s"]),
-                               rate="" if bps is None else format_rate(bps))
+    if engine not in ("wanprobe", "iperf3"):
+        raise UsageError(f"unknown engine {engine!r} (use wanprobe or iperf3)")
+    port_n = parse_port(port)
+    if engine == "iperf3" and port == "862":
+        port_n = 5201
+    kwargs = dict(
+        port=port_n, duration_s=parse_duration_s(duration, default_unit="s", allow_zero=False),
+        streams=streams, reverse=reverse, bidir=bidir, cc=cc,
+        window_bytes=parse_bytes(window, maximum=MAX_WINDOW_BYTES) if window else None,
+        dscp=parse_dscp(dscp),
+        pacing_rate_bps=parse_rate_bps(pacing_rate) if pacing_rate else None,
+        udp=udp, udp_rate_bps=parse_rate_bps(rate) if rate else None,
+        interval_s=parse_duration_s(interval, default_unit="s", allow_zero=False),
+        engine=engine,
+        max_duration_s=parse_duration_s(max_duration, default_unit="s", allow_zero=False,
+                                        maximum_s=MAX_TEST_S),
+        max_bytes=parse_bytes(max_bytes),
+        hmac_key=read_hmac_key_file(hmac_key_file))
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if as_json or not err.is_terminal:
+        result = run_throughput(host, **kwargs)
+    else:
+        with Progress(TextColumn("[bold]throughput[/]"), BarColumn(),
+                      TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+                      console=err, transient=True) as bar:
+            task = bar.add_task("test", total=kwargs["duration_s"], rate="")
 
-                result = run_throughput(host, progress=progress, **kwargs)
-        if as_json:
-            sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
-        else:
-            render(result, Console(highlight=False))
-        if result.partial:
-            err.print(f"wanprobe: warning: partial result: {result.partial_reason}")
-            raise typer.Exit(5)
+            def progress(elapsed_s: float, bps: float | None) -> None:
+                bar.update(task, completed=min(elapsed_s, kwargs["duration_s"]),
+                           rate="" if bps is None else format_rate(bps))
+
+            result = run_throughput(host, progress=progress, **kwargs)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        render(result, Console(highlight=False))
+    if result.partial:
+        err.print(f"wanprobe: warning: partial result: {result.partial_reason}")
+        raise typer.Exit(5)

@@ -13,8 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from wanprobe.errors import ConfigError
+from wanprobe.userfiles import check_output_path, existing_dir
 
-tune_app = typer.Typer(help="Plan, apply (as a transaction), roll back and check host tuning.",
+app = typer.Typer(name="tune", help="Plan, apply (as a transaction), roll back and check host tuning.",
                        no_args_is_help=True)
 console = Console(highlight=False, soft_wrap=True)
 
@@ -29,10 +30,11 @@ def _setup(netns: str | None, proc_root: str, sys_root: str):
     from tuners import netns as ns
     from tuners.registry import build_tuners
 
+    proc, sys_ = existing_dir(proc_root, "--proc-root"), existing_dir(sys_root, "--sys-root")
     if netns:
         ns.enter(netns)
     nft = os.environ.get("WANPROBE_NFT", "nft")
-    return build_tuners(Path(proc_root), Path(sys_root), nft=nft or None)
+    return build_tuners(proc, sys_, nft=nft or None)
 
 
 def _store(state_dir: str | None):
@@ -72,7 +74,7 @@ def _diff_table(rows: list[dict[str, Any]], title: str) -> Table:
     return t
 
 
-@tune_app.command("plan")
+@app.command("plan")
 def plan_cmd(
     report: Annotated[str, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose`.")],
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan here.")] = None,
@@ -85,6 +87,8 @@ def plan_cmd(
     from tuners.from_report import build_plan, load_report
     from tuners.plan import host_id, save
 
+    if output:
+        check_output_path(output, "--output")
     tuners = _setup(netns, proc_root, sys_root)
     _recover(_store(state_dir), tuners)
     data = load_report(report)
@@ -105,7 +109,7 @@ def plan_cmd(
         console.print(f"wrote {output}; review, then `wanprobe tune apply {output}` (add --yes to change the host)")
 
 
-@tune_app.command("apply")
+@app.command("apply")
 def apply_cmd(
     plan_file: Annotated[str, typer.Argument(help="Plan JSON from `wanprobe tune plan`.")],
     yes: Annotated[bool, typer.Option("--yes", help="Really change the host; without it: a diff only.")] = False,
@@ -167,7 +171,7 @@ def apply_cmd(
                   f"{store.dir}; undo with `wanprobe tune rollback {journal.id}`")
 
 
-@tune_app.command("rollback")
+@app.command("rollback")
 def rollback_cmd(
     journal_id: Annotated[str | None, typer.Argument(help="Journal id (default: latest applied here).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Restore values someone else changed since.")] = False,
@@ -181,8 +185,11 @@ def rollback_cmd(
     tuners = _setup(netns, proc_root, sys_root)
     store = _store(state_dir)
     if print_only:
+        from tuners.netns import enter_command
+
         j = store.load(journal_id) if journal_id else transaction.latest_applied(store)
-        typer.echo(transaction.restore_script(j, tuners), nl=False)
+        enter = enter_command(j.netns_inode, netns)
+        typer.echo(transaction.restore_script(j, tuners, enter), nl=False)
         return
     _recover(store, tuners)
     j = transaction.rollback(store, tuners, journal_id, force=force)
@@ -194,7 +201,7 @@ def rollback_cmd(
     console.print(f"rolled back journal {j.id}")
 
 
-@tune_app.command("status")
+@app.command("status")
 def status_cmd(
     netns: Netns = None, state_dir: StateDir = None,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
@@ -223,7 +230,3 @@ def status_cmd(
                       "[red]drift[/]" if e["drift"] else "ok")
         console.print(t)
 
-
-def register(app: typer.Typer) -> None:
-    """Add this module's commands to the main app."""
-    app.add_typer(tune_app, name="tune")

@@ -9,7 +9,6 @@ records it as a probe error and carries on.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import os
 import socket
 import uuid
@@ -20,39 +19,20 @@ from typing import Any
 from wanprobe.daemon.config import Peer, ProbeSettings, ThroughputSettings
 from wanprobe.errors import ProbeError, WanprobeError
 
-_PROBE_FUNCS = {
-    "stamp": (("wanprobe.probe.sender", "probe_stamp"), ("wanprobe.probe", "probe_stamp")),
-    "icmp": (("wanprobe.probe.icmp", "probe_icmp"), ("wanprobe.probe.sender", "probe_icmp"),
-             ("wanprobe.probe", "probe_icmp")),
-    "tcp": (("wanprobe.probe.tcp_connect", "probe_tcp"), ("wanprobe.probe.sender", "probe_tcp"),
-            ("wanprobe.probe", "probe_tcp")),
-}
-
-
-_RESOLVED: dict[tuple, Any] = {}
-
-
-def _resolve(candidates: tuple[tuple[str, str], ...], what: str):
-    fn = _RESOLVED.get(candidates)
-    if fn is not None:
-        return fn
-    for module, name in candidates:
-        try:
-            fn = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            continue
-        if fn is not None:
-            _RESOLVED[candidates] = fn
-            return fn
-    raise ProbeError(f"{what} is not available in this build")
-
 
 async def probe(peer: Peer, method: str, s: ProbeSettings, *,
                 hmac_key: bytes | None = None) -> dict[str, Any]:
     """Run one probe session of ``method`` against ``peer``; return its ``to_json()``. With
     ``hmac_key`` (the config's ``daemon.hmac_key``) STAMP runs in authenticated mode
     (RFC 8762 §4.4), as the peers' reflectors do when they share the key."""
-    fn = _resolve(_PROBE_FUNCS[method], f"{method} probe")
+    if method == "stamp" and peer.flows > 1:
+        from wanprobe.daemon import flow_probe
+        return await flow_probe.probe(peer, s, hmac_key=hmac_key)
+    from wanprobe.probe.api import METHODS
+
+    fn = METHODS.get(method)
+    if fn is None:
+        raise ProbeError(f"unknown probe method {method!r} (use {', '.join(METHODS)})")
     kwargs: dict[str, Any] = {"count": s.count, "interval_s": s.packet_interval_s,
                               "timeout_s": s.timeout_s}
     if method == "stamp":
@@ -70,11 +50,10 @@ def throughput(peer: Peer, s: ThroughputSettings, *,
     """Run one capped throughput test against the server beside ``peer``'s reflector (same
     port); blocking, the scheduler runs it in a worker thread. With ``hmac_key`` (the config's
     ``daemon.hmac_key``) the control channel is authenticated (throughput/gate.py)."""
-    fn = _resolve((("wanprobe.throughput", "run_throughput"),
-                   ("wanprobe.throughput.client", "run_throughput")), "throughput test")
-    kwargs: dict[str, Any] = {"hmac_key": hmac_key} if hmac_key is not None else {}
-    result = fn(peer.address, port=peer.port, duration_s=s.duration_s, streams=s.streams,
-                max_bytes=s.max_bytes_per_test, **kwargs)
+    from wanprobe.throughput.client import run_throughput
+
+    result = run_throughput(peer.address, port=peer.port, duration_s=s.duration_s,
+                            streams=s.streams, max_bytes=s.max_bytes_per_test, hmac_key=hmac_key)
     return result.to_json() if hasattr(result, "to_json") else dict(result)
 
 
@@ -133,8 +112,8 @@ class Reflector:
                 part.limits = limits
 
     async def start(self, listen: tuple[tuple[str, int], ...]) -> None:
-        mod = importlib.import_module("wanprobe.probe.reflector")
         from wanprobe.probe.access import DscpPolicy
+        from wanprobe.probe.reflector import Reflector as StampReflector
         from wanprobe.throughput.server import ThroughputServer
 
         for host, port in listen:
@@ -148,7 +127,7 @@ class Reflector:
             if self.hmac_key is not None:
                 kwargs["hmac_key"] = self.hmac_key
             try:
-                reflector = mod.Reflector(**kwargs)
+                reflector = StampReflector(**kwargs)
             except TypeError as exc:
                 raise ProbeError(f"reflector does not support this option: {exc}") from None
             await reflector.start(host, port)
@@ -174,18 +153,16 @@ class Counters:
     def sample(self) -> tuple[dict[str, Any] | None, dict[tuple[str, str], float], list[dict]]:
         """Take a snapshot; return (rates JSON, {(source, counter): per-second rate}, findings
         JSON). The first call has no previous snapshot: (None, {}, [])."""
-        try:
-            snapshot = importlib.import_module("collectors.snapshot")
-            rates_mod = importlib.import_module("collectors.rates")
-            health = importlib.import_module("collectors.health")
-        except ImportError as exc:
-            raise ProbeError(f"counter collectors are not available: {exc}") from None
-        cur = snapshot.collect(sys_root=self.sys_root, proc_root=self.proc_root)
+        from collectors.rates import rates as counter_rates
+        from collectors.snapshot import collect
+        from wanprobe.diagnose.rules_fabric import evaluate
+
+        cur = collect(sys_root=self.sys_root, proc_root=self.proc_root)
         prev, self._prev = self._prev, cur
         if prev is None:
             return None, {}, []
-        rates = rates_mod.rates(prev, cur)
-        findings = health.evaluate(cur, rates)
+        rates = counter_rates(prev, cur)
+        findings = evaluate(cur, rates)
         flat = {(".".join(key), name): r.per_s for key, group in rates.groups.items()
                 for name, r in group.items() if r.per_s is not None}
         return _json(rates), flat, [_json(f) for f in findings or ()]
@@ -210,11 +187,13 @@ def _host_json() -> dict[str, Any]:
 
 
 def regression_report(peer: Peer, transitions: list[dict[str, Any]], last_probe: dict | None,
-                      baseline: dict[str, Any], *, started: float, finished: float) -> dict:
-    """A ticket-ready report document (the ``diagnose`` schema) for a path regression."""
+                      baseline: dict[str, Any], *, started: float, finished: float,
+                      findings: list[dict[str, Any]] | None = None) -> dict:
+    """A ticket-ready report document (the ``diagnose`` schema) for a path regression; the
+    findings are made from ``transitions`` unless given."""
     from wanprobe import __version__
 
-    findings = [_finding(peer, t) for t in transitions]
+    findings = findings if findings is not None else [_finding(peer, t) for t in transitions]
     doc = {
         "schema_version": "1.0", "id": f"regression-{peer.name}-{uuid.uuid4().hex[:12]}",
         "created_at": _iso(finished), "tool": {"name": "wanprobe daemon", "version": __version__},

@@ -21,6 +21,7 @@ from pathlib import Path
 from tuners.journal import atomic_write
 from wanprobe.daemon.config import AutoApply
 from wanprobe.errors import ConfigError
+from wanprobe.userfiles import parse_json, read_bytes
 
 
 def check_plan(auto: AutoApply) -> list[dict]:
@@ -28,18 +29,15 @@ def check_plan(auto: AutoApply) -> list[dict]:
     if not auto.enabled:
         raise ConfigError("auto_apply is off in the config (the default)")
     assert auto.plan is not None and auto.plan_sha256 is not None  # validated by config
-    try:
-        raw = auto.plan.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"auto_apply.plan {auto.plan}: {exc.strerror or exc}") from None
+    raw = read_bytes(auto.plan, "auto_apply.plan")
     digest = hashlib.sha256(raw).hexdigest()
     if digest != auto.plan_sha256:
         raise ConfigError(f"auto_apply.plan {auto.plan} is not the signed-off plan "
                           f"(sha256 {digest[:12]}…, signed off {auto.plan_sha256[:12]}…)")
     try:
-        plan = json.loads(raw)
+        plan = parse_json(raw, f"auto_apply.plan {auto.plan}")
         changes = list(plan["changes"])
-    except (ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         raise ConfigError(f"auto_apply.plan {auto.plan} is not a wanprobe plan (no changes[])") from None
     for change in changes:
         tuner = change.get("tuner") if isinstance(change, dict) else None

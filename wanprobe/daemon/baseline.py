@@ -14,7 +14,6 @@ of the recent loss, so one lost packet out of 50 is not called a 2 % regression.
 from __future__ import annotations
 
 import bisect
-import math
 import statistics
 from collections import deque
 from collections.abc import Callable
@@ -23,19 +22,7 @@ from typing import Any
 
 from wanprobe.daemon.config import BaselineSettings
 from wanprobe.daemon.store import ProbeRow
-
-Z95 = 1.959964
-
-
-def wilson_interval(lost: int, sent: int, z: float = Z95) -> tuple[float, float]:
-    """95 % Wilson score interval of a loss ratio ``lost/sent``; (0, 1) when nothing was sent."""
-    if sent <= 0:
-        return 0.0, 1.0
-    p = lost / sent
-    denom = 1 + z * z / sent
-    centre = (p + z * z / (2 * sent)) / denom
-    half = z * math.sqrt(p * (1 - p) / sent + z * z / (4 * sent * sent)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+from wanprobe.probe.stats import wilson_interval  # the one copy (exact z, exact 0/1 ends)
 
 
 @dataclass(frozen=True)

@@ -31,12 +31,18 @@ from wanprobe.daemon.config_reflector import (
 from wanprobe.errors import ConfigError
 from wanprobe.probe.access import DEFAULT_COS_DSCP
 from wanprobe.throughput.limits import ServerLimits
+from wanprobe.userfiles import read_text
 
 __all__ = ["METHODS", "DaemonConfig", "ConfigInvalid", "Peer", "ProbeSettings", "ThroughputSettings",
            "TimeWindow", "load_config", "parse_config", "parse_listen", "parse_window"]
 
 DEFAULT_CONFIG_PATH = Path("/etc/wanprobe/wanprobe.toml")
 AUTO_APPLY_TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
+MAX_FLOWS = 64
+
+
+MAX_CONFIG_BYTES = 2**20  # a config is a few kB; a mesh file tens of kB
+MAX_KEY_BYTES = 4096
 
 
 class ConfigInvalid(ConfigError):
@@ -57,6 +63,7 @@ class Peer:
     site: str = ""
     methods: tuple[str, ...] = ("stamp",)
     port: int = 862
+    flows: int = 1          # STAMP source ports (ECMP flows) each session is spread over
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class ProbeSettings:
     dscp: int = 0
     methods: tuple[str, ...] = ("stamp",)
     port: int = 862
+    flows: int = 1
 
 
 @dataclass(frozen=True)
@@ -172,14 +180,13 @@ class DaemonConfig:
 def load_config(path: Path | str) -> DaemonConfig:
     """Read and validate ``path``; raise :class:`ConfigInvalid` listing every bad key."""
     path = Path(path)
+    text = read_text(path, "config", MAX_CONFIG_BYTES)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"config {path} is not UTF-8 text") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigInvalid(str(path), [f"not valid TOML: {exc}"]) from None
+    except RecursionError:  # tomllib recurses per nesting level of arrays and inline tables
+        raise ConfigInvalid(str(path), ["not valid TOML: nested too deeply"]) from None
     return parse_config(data, source=str(path), base_dir=path.parent)
 
 
@@ -232,7 +239,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
 
 def _probe(v: FieldReader, t: dict) -> ProbeSettings:
     v.known(t, "probe", {"interval", "jitter", "count", "packet_interval", "timeout", "dscp",
-                         "methods", "port"})
+                         "methods", "port", "flows"})
     interval_s = v.duration(t, "probe.interval", 10.0, positive=True)
     jitter_s = v.duration(t, "probe.jitter", min(1.0, interval_s / 10))
     if jitter_s >= interval_s and "jitter" in t:
@@ -245,6 +252,7 @@ def _probe(v: FieldReader, t: dict) -> ProbeSettings:
         dscp=v.dscp(t, "probe.dscp", 0),
         methods=v.methods(t, "probe.methods", ("stamp",)),
         port=v.port(t, "probe.port", 862),
+        flows=v.integer(t, "probe.flows", 1, lo=1, hi=MAX_FLOWS),
     )
 
 
@@ -255,12 +263,13 @@ def _peers(v: FieldReader, raw: Any, probe: ProbeSettings) -> tuple[Peer, ...]:
     peers, names = [], set()
     for i, p in enumerate(raw):
         key = f"peers[{i}]"
-        v.known(p, key, {"name", "address", "site", "methods", "port"})
+        v.known(p, key, {"name", "address", "site", "methods", "port", "flows"})
         name = v.string(p, f"{key}.name", None)
         address = v.address(p, f"{key}.address")
         site = v.string(p, f"{key}.site", "")
         methods = v.methods(p, f"{key}.methods", probe.methods)
         port = v.port(p, f"{key}.port", probe.port)
+        flows = v.integer(p, f"{key}.flows", probe.flows, lo=1, hi=MAX_FLOWS)
         if name is None:
             if "name" not in p:
                 v.problem(f"{key}.name", "is required")
@@ -270,7 +279,8 @@ def _peers(v: FieldReader, raw: Any, probe: ProbeSettings) -> tuple[Peer, ...]:
             v.problem(f"{key}.name", f"duplicate peer name {name!r}")
         if name and address:
             names.add(name)
-            peers.append(Peer(name=name, address=address, site=site, methods=methods, port=port))
+            peers.append(Peer(name=name, address=address, site=site, methods=methods, port=port,
+                              flows=flows))
     return tuple(peers)
 
 
@@ -360,9 +370,9 @@ def _hmac_key(v: FieldReader, d: dict) -> bytes | None:
         return None
     if key_file is not None:
         try:
-            key = key_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            v.problem("daemon.hmac_key_file", f"cannot read {key_file}: {getattr(exc, 'strerror', exc)}")
+            key = read_text(key_file, "file", MAX_KEY_BYTES).strip()
+        except ConfigError as exc:
+            v.problem("daemon.hmac_key_file", str(exc))
             return None
     if key is None:
         return None

@@ -11,25 +11,27 @@ import asyncio
 import gc
 import json
 import logging
-import os
 import signal
 import socket
-import tempfile
 import time
 from collections import Counter as Tally
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from wanprobe.daemon import adapters, mesh
+from wanprobe.atomic_file import atomic_write
+from wanprobe.daemon import adapters, flow_probe, mesh
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
 from wanprobe.daemon.config import DaemonConfig, Peer, load_config
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
+from wanprobe.daemon.path_findings import path_finding
+from wanprobe.daemon.path_watch import PathEvent, PathWatch
 from wanprobe.daemon.prober import MeshProber
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
+from wanprobe.daemon.state_dir import check_state_dir
 from wanprobe.daemon.store import ProbeRow, Store, StoreError
 from wanprobe.errors import ConfigError, WanprobeError
 
@@ -53,7 +55,7 @@ def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
         mesh.check_sites(m, me, cfg.site, cfg.peers, source=cfg.source)
         host, site = me.name, me.site
         for p in mesh.select_peers(m, me):
-            peers.setdefault(p.name, replace(p, port=cfg.probe.port))
+            peers.setdefault(p.name, replace(p, port=cfg.probe.port, flows=cfg.probe.flows))
     return replace(cfg, hostname=host, site=site), tuple(peers.values())
 
 
@@ -94,6 +96,8 @@ class Daemon:
             self.metrics.watch_refusals(self.reflector.refusals)
         self.store: Store | None = None
         self.baseline = BaselineTracker(cfg.baseline)
+        self.path_watch = PathWatch()
+        self._pending_reroute: dict[str, PathEvent] = {}
         self.stop_event = asyncio.Event()
         self.last_apply_request: float | None = None
         self.metrics_address: tuple[str, int] | None = None
@@ -123,7 +127,7 @@ class Daemon:
         return 0
 
     async def start(self) -> None:
-        self.cfg.reports_dir.mkdir(parents=True, exist_ok=True)
+        check_state_dir(self.cfg.state_dir, self.cfg.reports_dir)  # as `daemon --check` did
         self.store = Store(self.cfg.db_path)
         self._warm_baseline()
         server = MetricsServer(self.metrics, self.health)
@@ -241,6 +245,8 @@ class Daemon:
         diff = self.scheduler.apply(peers, cfg.probe, cfg.throughput)
         for name in diff["removed"]:
             self.metrics.forget_peer(name)
+            self.path_watch.forget(name)
+            flow_probe.forget(name)
         self.metrics.set_peers(peers)
         self.metrics.config_reloads.labels(result="applied").inc()
         self.loaded_at = time.time()
@@ -263,6 +269,45 @@ class Daemon:
             return  # one baseline per peer, from its primary method (loss means the same)
         for t in self.baseline.observe_probe(row):
             self._transition(peer, t)
+        if doc.get("paths"):
+            self.metrics.observe_fingerprints(peer.name, doc["paths"]["paths"])
+            pending = self._pending_reroute.pop(peer.name, None)
+            if pending is not None:   # this session traced the flows again: hops after
+                self._path_event(peer, pending, traced=True)
+        rtt = doc.get("rtt_ms") or {}
+        events = self.path_watch.observe(peer.name, rtt.get("min"), rtt.get("p99"))
+        self.metrics.observe_path(peer, *self.path_watch.current(peer.name))
+        for ev in events:
+            self._path_event(peer, ev)
+
+    def _path_event(self, peer: Peer, ev: PathEvent, traced: bool = False) -> None:
+        """path.rerouted / path.queueing: a report in the state dir, a finding, a counter. With
+        flows > 1 a reroute report waits for the next (traced) session, for hops after."""
+        if ev.event == "rerouted" and peer.flows > 1 and not traced:
+            flow_probe.request_trace(peer.name)
+            self._pending_reroute[peer.name] = ev
+            return
+        key = (peer.name, "path.queueing")
+        if ev.event == "queueing_cleared":
+            self.active_findings.pop(key, None)
+            self._update_findings_gauge()
+            dlog.log(logging.INFO, "path queueing cleared", peer=peer.name,
+                     spread_ms=round(ev.new_spread_ms, 3))
+            return
+        now = time.time()
+        before, after = flow_probe.hop_lists(peer.name) if peer.flows > 1 else (None, None)
+        finding = path_finding(peer.name, peer.address, ev, hops_before=before, hops_after=after,
+                               link_bps=self.baseline.baseline(peer.name).get("bits_per_second"))
+        doc = adapters.regression_report(
+            peer, [], self._last_probe.get(peer.name), self.baseline.baseline(peer.name),
+            started=now - self.cfg.probe.interval_s * ev.sessions, finished=now, findings=[finding])
+        path = self._write_report(doc, peer.name, finding["id"], now)
+        self.store.add_finding(now, finding, peer=peer.name, report_path=str(path) if path else None)
+        self.metrics.path_event(peer, ev.event)
+        if ev.event == "queueing":
+            self.active_findings[key] = finding["severity"]
+            self._update_findings_gauge()
+        dlog.log(logging.WARNING, finding["title"], peer=peer.name, event=ev.event, report=path)
 
     def probe_failed(self, peer: Peer, method: str, ts: float, error: str) -> None:
         self.store.add_probe(ProbeRow(ts=ts, peer=peer.name, method=method, error=error))
@@ -330,12 +375,7 @@ class Daemon:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(ts))
         path = self.cfg.reports_dir / f"{stamp}-{peer}-{metric}.json"
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.cfg.reports_dir)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=2)
-                fh.write("\n")
-            os.replace(tmp, path)
-            return path
+            return atomic_write(path, json.dumps(doc, indent=2) + "\n", mode=0o600)
         except OSError as exc:
             dlog.log(logging.ERROR, "cannot write report", path=path, error=exc.strerror or exc)
             return None

@@ -25,7 +25,6 @@ is accepted too.
 from __future__ import annotations
 
 import ipaddress
-import json
 import tomllib
 import zlib
 from collections.abc import Iterable
@@ -35,6 +34,7 @@ from typing import Any
 
 from wanprobe.daemon.config import METHODS, ConfigInvalid, Peer
 from wanprobe.errors import ConfigError
+from wanprobe.userfiles import read_json, read_text
 
 DEFAULT_METRICS_PORT = 9862
 
@@ -58,14 +58,13 @@ class Mesh:
 def load_mesh(path: Path | str) -> Mesh:
     """Read a TOML or JSON mesh file (by suffix; ``.json`` is JSON, anything else TOML)."""
     path = Path(path)
+    if path.suffix == ".json":
+        return parse_mesh(read_json(path, "mesh file"), source=str(path))
+    text = read_text(path, "mesh file", 16 * 2**20)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read mesh file {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"mesh file {path} is not UTF-8 text") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise ConfigInvalid(str(path), ["not valid TOML: nested too deeply"]) from None
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         raise ConfigInvalid(str(path), [f"not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}"]) from None
     return parse_mesh(data, source=str(path))

@@ -48,6 +48,8 @@ def series_per_host(peers: int, methods: int = 1) -> int:
     methods each: linear in peers, never quadratic (Goldpinger issue #52). Regression counters
     (at most 4 per peer, only after a regression) and host counter rates come on top."""
     return SERIES_PER_HOST + peers * (SERIES_PER_PEER + methods * SERIES_PER_PEER_METHOD)
+PATH_EVENTS = ("rerouted", "queueing")
+MAX_FINGERPRINTS = 16   # per peer: ECMP fans out to a handful of paths, never more series
 
 
 class DaemonMetrics:
@@ -60,6 +62,8 @@ class DaemonMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, site: str = "",
                  host: str = "") -> None:
+        """Declare every exported metric. Long because: it is the metric table, one declaration
+        (name, help, labels) per series family."""
         # no ``_created`` twin per counter: it doubles the series and Prometheus does not need it
         disable_created_metrics()
         r = self.registry = registry or CollectorRegistry(auto_describe=True)
@@ -105,6 +109,24 @@ class DaemonMetrics:
         self.peers = Gauge("wanprobe_peers", "Peers currently probed.", registry=r)
         self.config_reloads = Counter("wanprobe_config_reloads_total", "SIGHUP reloads by result.",
                                       ["result"], registry=r)
+        self.path_floor = Gauge("wanprobe_path_rtt_floor_seconds", "RTT floor: the minimum RTT "
+                                "over the last sessions (moves with a route change).",
+                                PATH_LABELS, registry=r)
+        self.path_spread = Gauge("wanprobe_path_rtt_spread_seconds", "RTT spread: median over "
+                                 "the last sessions of p99 - min (grows with queueing).",
+                                 PATH_LABELS, registry=r)
+        self.path_events = Counter("wanprobe_path_events_total", "Path events: rerouted (floor "
+                                   "step, spread unchanged) or queueing (spread up, floor steady).",
+                                   [*PATH_LABELS, "event"], registry=r)
+        self.fp_rtt = Gauge("wanprobe_path_fingerprint_rtt_seconds", "RTT of the flows on one "
+                            "path (fingerprint: hash of the hop list), by quantile.",
+                            ["peer", "fingerprint", "quantile"], registry=r)
+        self.fp_loss = Gauge("wanprobe_path_fingerprint_loss_ratio", "Loss of the flows on one "
+                             "path; direction round_trip, forward or reverse.",
+                             ["peer", "fingerprint", "direction"], registry=r)
+        self.fp_flows = Gauge("wanprobe_path_fingerprint_flows", "Probe flows (source ports) "
+                              "hashed onto one path.", ["peer", "fingerprint"], registry=r)
+        self._fingerprints: dict[str, set[str]] = {}
         for sev in SEVERITIES:
             self.findings.labels(severity=sev).set(0)
         for result in ("applied", "refused"):
@@ -177,6 +199,55 @@ class DaemonMetrics:
             ch["jitter"].set(doc["jitter_ms"] / 1e3)
         ch["last"].set(time.time())
 
+    def observe_path(self, peer: Peer, floor_ms: float | None, spread_ms: float | None) -> None:
+        """Export a peer's RTT floor and spread (ms in, seconds out), with the path labels."""
+        lab = self.path_labels(peer)
+        if floor_ms is not None:
+            self.path_floor.labels(*lab).set(floor_ms / 1e3)
+        if spread_ms is not None:
+            self.path_spread.labels(*lab).set(spread_ms / 1e3)
+
+    def observe_fingerprints(self, peer: str, paths: list[dict[str, Any]]) -> None:
+        """Per-path results of a multi-flow session (multiflow.py ``paths``); series of paths
+        no longer seen are removed, and at most MAX_FINGERPRINTS (the busiest) are kept."""
+        top = sorted((p for p in paths if p.get("fingerprint")), key=lambda p: -p["flows"])
+        top = top[:MAX_FINGERPRINTS]
+        now = {p["fingerprint"] for p in top}
+        self._forget_fingerprints(peer, self._fingerprints.get(peer, set()) - now)
+        self._fingerprints[peer] = now
+        for p in top:
+            fp = p["fingerprint"]
+            self.fp_flows.labels(peer, fp).set(p["flows"])
+            for key, q in (("p50", "0.5"), ("p99", "0.99")):
+                if p.get("rtt_ms") and p["rtt_ms"].get(key) is not None:
+                    self.fp_rtt.labels(peer, fp, q).set(p["rtt_ms"][key] / 1e3)
+            for key, d in (("loss_ratio", "round_trip"), ("forward_ratio", "forward"),
+                           ("reverse_ratio", "reverse")):
+                if p.get(key) is not None:
+                    self.fp_loss.labels(peer, fp, d).set(p[key])
+
+    def _forget_fingerprints(self, peer: str, gone: set[str]) -> None:
+        for fp in gone:
+            for metric, tails in ((self.fp_flows, [()]), (self.fp_rtt, [("0.5",), ("0.99",)]),
+                                  (self.fp_loss, [("round_trip",), ("forward",), ("reverse",)])):
+                for tail in tails:
+                    try:
+                        metric.remove(peer, fp, *tail)
+                    except KeyError:
+                        pass
+
+    def path_event(self, peer: Peer, event: str) -> None:
+        self.path_events.labels(*self.path_labels(peer), event).inc()
+
+    def _forget_path(self, lab: tuple[str, ...]) -> None:
+        for metric, extra in ((self.path_floor, [()]), (self.path_spread, [()]),
+                              (self.path_events, [(e,) for e in PATH_EVENTS])):
+            for tail in extra:
+                try:
+                    metric.remove(*lab, *tail)
+                except KeyError:
+                    pass
+
     def observe_probe_error(self, peer: Peer, method: str) -> None:
         ch = self._children(peer, method)
         ch["sessions"].inc()
@@ -232,6 +303,8 @@ class DaemonMetrics:
                 pass
         for key in [k for k in self._cache if k[0] == peer]:
             del self._cache[key]
+        self._forget_path(lab)
+        self._forget_fingerprints(peer, self._fingerprints.pop(peer, set()))
 
     def watch_refusals(self, source: Callable[[], dict[str, int]]) -> None:
         """Export ``source()`` (the reflector's refusal counts by reason) at every scrape."""

@@ -28,7 +28,7 @@ from typing import Any
 from wanprobe.daemon.config import Peer, ProbeSettings
 from wanprobe.errors import WanprobeError
 from wanprobe.probe.sender import COALESCE_S, COALESCE_SESSIONS, SEND_AHEAD_S, StampSender
-from wanprobe.probe.sender import session_result as _result
+from wanprobe.probe.sender_session import session_result as _result
 from wanprobe.probe.timer_heap import TimerHeap
 
 DoneFn = Callable[[Peer, float, dict[str, Any]], None]

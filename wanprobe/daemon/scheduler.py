@@ -161,7 +161,7 @@ class Scheduler:
         """True when the peer's STAMP sessions run in the stamp prober: a numeric address and
         one flow (a peer spread over several source ports, ``flows`` > 1, keeps its task)."""
         return (self.stamp_prober is not None and "stamp" in peer.methods
-                and getattr(peer, "flows", 1) == 1 and numeric_family(peer.address) is not None)
+                and peer.flows == 1 and numeric_family(peer.address) is not None)
 
     def task_methods(self, peer: Peer) -> tuple[str, ...]:
         """The methods the peer's own task runs (all but the stamp prober's)."""

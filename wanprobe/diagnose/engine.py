@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from wanprobe.diagnose import rules_fabric, rules_host, rules_path
+from wanprobe.diagnose import rules_ecmp, rules_fabric, rules_host, rules_path
 from wanprobe.diagnose.inputs import DiagnoseConfig
-from wanprobe.diagnose.rule import RuleFn
-from wanprobe.report.document import Finding
+from wanprobe.diagnose.rule import Finding, RuleFn
 
-ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_fabric.RULES, *rules_host.RULES)
+ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_ecmp.RULES, *rules_fabric.RULES,
+                                  *rules_host.RULES)
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 # A host-config finding restates what a measured finding already shows: keep the measured one
@@ -43,9 +43,6 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
                 findings[j] = _merge(findings[j], f)
                 drop.add(i)
                 break
-        covered = f.evidence.get("covered_by") if f.id.startswith("health.") else None
-        if covered and any(g.id.startswith(covered) for g in findings if g is not f):
-            drop.add(i)
     return [f for i, f in enumerate(findings) if i not in drop]
 
 
@@ -73,7 +70,7 @@ def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
     """
     config = config or DiagnoseConfig()
     found: list[Finding] = []
-    for fn in (*rules, rules_fabric.health_findings):
+    for fn in rules:
         try:
             result = fn(measurements, host, config)
         except Exception as exc:  # one broken rule must not cost the whole diagnosis

@@ -25,6 +25,7 @@ from wanprobe.diagnose.engine import run_rules
 from wanprobe.diagnose.host_config import read_host_config
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.errors import ProbeError, UsageError, WanprobeError
+from wanprobe.probe.peer import check_peer
 from wanprobe.report.document import SCHEMA_VERSION, Report
 
 STAMP_PORT = 862
@@ -161,14 +162,14 @@ def snapshot(sys_root: Path, proc_root: Path) -> Any:
 
 def counters_json(first: Any, second: Any) -> dict:
     """The counters document (issue 5 shape): the later snapshot, per-second ``rates`` between
-    the two, and ``findings`` from collectors.health."""
-    from collectors import health
+    the two, and ``findings`` from the fabric rules (wanprobe.diagnose.rules_fabric)."""
     from collectors.rates import rates as compute_rates
+    from wanprobe.diagnose.rules_fabric import evaluate
 
     doc = second.to_json()
     r = compute_rates(first, second)
     doc["rates"] = r.to_json()
-    doc["findings"] = [f.to_json() for f in health.evaluate(second, r, r.interval_s)]
+    doc["findings"] = [f.to_json() for f in evaluate(second, r, r.interval_s)]
     return doc
 
 
@@ -177,6 +178,7 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
     """Measure the path to ``opts.peer`` and this host, run the rules, return the report."""
     if opts.mode not in ("quick", "full"):
         raise UsageError(f"mode must be quick or full, got {opts.mode!r}")
+    check_peer(opts.peer)
     try:
         socket.getaddrinfo(opts.peer, opts.port)
     except (socket.gaierror, UnicodeError) as exc:

@@ -42,6 +42,7 @@ class Direction:
     loss: float = 0.0
     delay_ns: int = 0
     jitter_ns: int = 0
+    queue_ns: int = 0
     last_release_ns: int = 0
     arrivals: object | None = None  # ArrivalStamps of src_fd's TUN (kernel time of entry)
     counters: dict = field(default_factory=lambda: dict.fromkeys(
@@ -72,6 +73,7 @@ class DelayLine:
         one_way_ns = max(0, int(settings.one_way_ms * 1e6) - self.offset_ns)
         for d, loss in ((self.ab, settings.loss_ab), (self.ba, settings.loss_ba)):
             d.loss, d.delay_ns, d.jitter_ns = loss, one_way_ns, int(settings.jitter_ms * 1e6)
+            d.queue_ns = int(settings.queue_ms * 1e6)
 
     def set_offset(self, offset_ns: int) -> None:
         """Subtract ``offset_ns`` from each direction's delay: the host's own path overhead
@@ -131,6 +133,11 @@ class DelayLine:
         delay = d.delay_ns
         if d.jitter_ns:
             delay = max(0, int(self.rng.gauss(delay, d.jitter_ns)))
+        if d.queue_ns:
+            # A busy FIFO hop: an M/M/1 queue's sojourn time is exponential with mean
+            # 1/(mu - lambda) (Kleinrock 1975, Queueing Systems vol. 1, ch. 3), so the RTT
+            # floor stays put while its spread grows.
+            delay += int(self.rng.expovariate(1.0 / d.queue_ns))
         release = now_ns + delay
         if self.settings.reorder > 0 and self.rng.random() < self.settings.reorder:
             release = max(now_ns, release - REORDER_LEAD_NS)

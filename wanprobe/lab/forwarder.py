@@ -160,6 +160,8 @@ class Forwarder:
                     self.ctl.sendto(json.dumps(reply).encode(), addr)
 
     def run(self) -> int:
+        """The delay line's event loop until told to stop. Long because: it is the per-packet
+        hot loop (select, read, schedule, release) with its state in locals on purpose."""
         line = self.line
         fd_a, fd_b = line.ab.src_fd, line.ba.src_fd
         rfds = [fd_a, fd_b, self.ctl.fileno(), self.wake_r]

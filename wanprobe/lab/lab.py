@@ -19,7 +19,6 @@ import os
 import re
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -148,6 +147,8 @@ class Lab:
         """A handle on lab ``name`` that is already up (e.g. from ``wanprobe lab up``)."""
         validate_name(name)
         state = registry.read(name)
+        if state is not None and state.get("kind") == "multipath":
+            raise UsageError(f"lab {name!r} is a multipath lab: use `wanprobe lab path|reroute`")
         if state is None or not forwarder_pids(name):
             raise LabError(f"lab {name!r} is not up; start it with `wanprobe lab up {name}`")
         s = LinkSettings.from_json(state.get("settings", {}))
@@ -172,6 +173,9 @@ class Lab:
     def status(self) -> str:
         """``"up"`` (live forwarder), ``"stale"`` (leftovers without one) or ``"down"``."""
         alive = forwarder_pids(self.name)
+        state = registry.read(self.name) or {}
+        if state.get("kind") == "multipath":   # multipath.py's lab of this name: never clean it
+            return "up" if forwarder_pids(f"{self.name}-p0") else "stale"
         ns_present = netns.exists(self.a.name) or netns.exists(self.b.name)
         if alive and netns.exists(self.a.name) and netns.exists(self.b.name):
             return "up"
@@ -206,7 +210,7 @@ class Lab:
         pids = set(forwarder_pids(self.name))
         if self._proc is not None and self._proc.poll() is None:
             pids.add(self._proc.pid)
-        _terminate(sorted(pids))
+        netns.terminate(sorted(pids))
         if self._proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=1)
@@ -263,25 +267,8 @@ class Lab:
                 "started_unix": self._started}
 
     def _start_forwarder(self) -> None:
-        registry.REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", FORWARDER_MODULE, "--name", self.name,
-                "--ns-a", self.a.name, "--ns-b", self.b.name, "--ifname", IFNAME,
-                "--control", str(registry.control_path(self.name)),
-                "--settings", json.dumps(self.settings.to_json())]
-        if not self.offload:
-            argv.append("--no-offload")
-        if not self.persistent:
-            argv += ["--owner-pid", str(os.getpid())]
-        with open(registry.log_path(self.name), "ab") as log:
-            self._proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
-        assert self._proc.stdout is not None
-        ready, _, _ = select.select([self._proc.stdout], [], [], 15.0)
-        line = self._proc.stdout.readline().decode(errors="replace").strip() if ready else ""
-        self._proc.stdout.close()
-        if line != "ready":
-            detail = line.removeprefix("error: ") or "did not start within 15 s"
-            raise LabError(f"lab {self.name!r}: delay-line forwarder failed: {detail}")
+        self._proc = start_forwarder(self.name, self.a.name, self.b.name, IFNAME, self.settings,
+                                     offload=self.offload, persistent=self.persistent)
 
     def _configure(self) -> None:
         s = self.settings
@@ -311,18 +298,51 @@ class Lab:
             self._control({"op": "offset", "offset_ns": self.offset_ns})
 
     def _control(self, request: dict, timeout_s: float = 3.0) -> dict:
-        path = registry.control_path(self.name)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.bind(f"\0wanprobe-lab-{os.getpid()}-{id(sock)}-{time.monotonic_ns()}")
-            sock.settimeout(timeout_s)
-            try:
-                sock.sendto(json.dumps(request).encode(), str(path))
-                reply = json.loads(sock.recv(65536))
-            except (OSError, ValueError) as exc:
-                raise LabError(f"lab {self.name!r} is not running (forwarder: {exc})") from None
-        if not reply.get("ok"):
-            raise LabError(f"lab {self.name!r}: {reply.get('error', 'request refused')}")
-        return reply
+        return control(self.name, request, timeout_s)
+
+
+def start_forwarder(name: str, ns_a: str, ns_b: str, ifname: str, settings: LinkSettings, *,
+                    offload: bool = True, persistent: bool = False) -> subprocess.Popen:
+    """Start a delay-line forwarder between TUN ``ifname`` in ``ns_a`` and in ``ns_b``; return
+    once it says ``ready`` (raise LabError otherwise). Its control socket is the registry's
+    ``control_path(name)``; a non-persistent one dies with this process."""
+    registry.REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", FORWARDER_MODULE, "--name", name, "--ns-a", ns_a,
+            "--ns-b", ns_b, "--ifname", ifname, "--control", str(registry.control_path(name)),
+            "--settings", json.dumps(settings.to_json())]
+    if not offload:
+        argv.append("--no-offload")
+    if not persistent:
+        argv += ["--owner-pid", str(os.getpid())]
+    with open(registry.log_path(name), "ab") as log:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 15.0)
+    line = proc.stdout.readline().decode(errors="replace").strip() if ready else ""
+    proc.stdout.close()
+    if line != "ready":
+        with contextlib.suppress(OSError):
+            proc.kill()
+        detail = line.removeprefix("error: ") or "did not start within 15 s"
+        raise LabError(f"lab {name!r}: delay-line forwarder failed: {detail}")
+    return proc
+
+
+def control(name: str, request: dict, timeout_s: float = 3.0) -> dict:
+    """Send one request to the forwarder of ``name`` over its control socket; its reply."""
+    path = registry.control_path(name)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(f"\0wanprobe-lab-{os.getpid()}-{id(sock)}-{time.monotonic_ns()}")
+        sock.settimeout(timeout_s)
+        try:
+            sock.sendto(json.dumps(request).encode(), str(path))
+            reply = json.loads(sock.recv(65536))
+        except (OSError, ValueError) as exc:
+            raise LabError(f"lab {name!r} is not running (forwarder: {exc})") from None
+    if not reply.get("ok"):
+        raise LabError(f"lab {name!r}: {reply.get('error', 'request refused')}")
+    return reply
 
 
 def _tc(ns: str, commands: list[str]) -> None:
@@ -330,20 +350,6 @@ def _tc(ns: str, commands: list[str]) -> None:
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise LabError(f"tc in {ns} failed: {' '.join(r.stderr.split())}")
-
-
-def _terminate(pids: list[int], timeout_s: float = 2.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + timeout_s
-        while pids and time.monotonic() < deadline:
-            pids = [p for p in pids if netns._alive(p)]
-            if pids:
-                time.sleep(0.01)
-        if not pids:
-            return
 
 
 def list_labs() -> list[dict]:
@@ -357,6 +363,12 @@ def list_labs() -> list[dict]:
     out = []
     for n in sorted(names):
         state = registry.read(n) or {"name": n}
+        if state.get("kind") == "multipath":  # multipath.py: one forwarder per path
+            alive = all(forwarder_pids(f"{n}-p{i}") for i in range(len(state.get("paths", []))))
+            state["status"] = "up" if alive else "stale"
+            state.update(ns_a=state["namespaces"]["a"], ns_b=state["namespaces"]["b"])
+            out.append(state)
+            continue
         try:
             state["status"] = Lab(n, rtt_ms=0).status()
         except UsageError:

@@ -56,21 +56,35 @@ def delete(name: str, *, kill_timeout_s: float = 2.0) -> None:
     """Stop every process inside ``name`` and delete it. Idempotent."""
     if not exists(name):
         return
-    inside = [p for p in pids(name) if p != os.getpid()]
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in inside:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + kill_timeout_s
-        while inside and time.monotonic() < deadline:
-            inside = [p for p in inside if _alive(p)]
-            if inside:
-                time.sleep(0.02)
-        if not inside:
-            break
+    terminate([p for p in pids(name) if p != os.getpid()], kill_timeout_s)
     r = _ip(["netns", "delete", name])
     if r.returncode != 0 and exists(name):
         raise LabError(f"cannot delete network namespace {name}: {r.stderr.strip()}")
+
+
+def terminate(pids: list[int], timeout_s: float = 2.0) -> None:
+    """SIGTERM ``pids``, wait up to ``timeout_s`` for them to exit, then SIGKILL the rest."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while pids and time.monotonic() < deadline:
+            pids = [p for p in pids if _alive(p)]
+            if pids:
+                time.sleep(0.01)
+        if not pids:
+            return
+
+
+def stop(proc, timeout_s: float = 5.0) -> None:
+    """Stop a child ``subprocess.Popen``: SIGTERM, wait ``timeout_s``, then SIGKILL and reap."""
+    proc.terminate()
+    try:
+        proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
 
 
 def _alive(pid: int) -> bool:

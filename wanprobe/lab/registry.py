@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from wanprobe.atomic_file import atomic_write
+
 REGISTRY_DIR = Path(os.environ.get("WANPROBE_LAB_DIR", "/run/wanprobe/labs"))
 
 
@@ -24,11 +26,7 @@ def log_path(name: str, root: Path = REGISTRY_DIR) -> Path:
 
 
 def write(name: str, state: dict, root: Path = REGISTRY_DIR) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    path = state_path(name, root)
-    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(state_path(name, root), json.dumps(state, indent=1, sort_keys=True))
 
 
 def read(name: str, root: Path = REGISTRY_DIR) -> dict | None:

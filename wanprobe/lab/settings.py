@@ -41,6 +41,7 @@ class LinkSettings:
     black_hole_mtu: int | None = None
     bleach_dscp: bool = False
     reorder: float = 0.0
+    queue_ms: float = 0.0    # mean queueing delay at a busy hop (exponential; see delayline.py)
 
     @property
     def one_way_ms(self) -> float:
@@ -57,6 +58,9 @@ class LinkSettings:
             raise UsageError(f"rtt {self.rtt_ms!r} ms is beyond what the lab emulates (≤ 10 s)")
         if jitter < 0:
             raise UsageError(f"jitter must be ≥ 0, got {self.jitter_ms!r} ms")
+        queue = _finite("queue_ms", self.queue_ms)
+        if not 0 <= queue <= 10_000:
+            raise UsageError(f"queue must be 0-10000 ms, got {self.queue_ms!r} ms")
         rate = None
         if self.rate_bps is not None:
             rate = _finite("rate_bps", self.rate_bps)
@@ -69,7 +73,7 @@ class LinkSettings:
         if bh is not None and bh > mtu:
             raise UsageError(f"black_hole_mtu {bh} is larger than the interface mtu {mtu}: it would never drop")
         return replace(
-            self, rtt_ms=rtt, jitter_ms=jitter, rate_bps=rate, mtu=mtu, black_hole_mtu=bh,
+            self, rtt_ms=rtt, jitter_ms=jitter, queue_ms=queue, rate_bps=rate, mtu=mtu, black_hole_mtu=bh,
             loss_ab=_probability("loss_ab", self.loss_ab),
             loss_ba=_probability("loss_ba", self.loss_ba),
             reorder=_probability("reorder", self.reorder), bleach_dscp=bool(self.bleach_dscp),

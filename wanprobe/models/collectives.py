@@ -181,6 +181,9 @@ def gloo_ring_allreduce_s(size_bytes: float, site_of_rank: Sequence[int], one_wa
     the last rank finishes, all ranks starting together; with ``repeats`` > 1, the mean time per
     operation of that many back-to-back all-reduces, each rank starting the next one as soon as
     it finished the last (a training loop's steady state).
+
+    Long because: it is a discrete-event simulator whose steps share the segment and link
+    state; split up, the same state would travel through every helper's arguments.
     """
     s = _size(size_bytes)
     sites = list(site_of_rank)

@@ -14,15 +14,16 @@ import random
 import socket
 import struct
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wanprobe.errors import PermissionRequired, ProbeError, UsageError
 from wanprobe.probe import timestamps as ts
 from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
+from wanprobe.probe.probe_options import check_common, probe_count, renamed, shared_sender
 from wanprobe.probe.probe_summary import Reply, summarize
 from wanprobe.probe.result import ProbeResult
-from wanprobe.probe.sender import _check_common, _probe_count
 
 MAGIC = b"WANPROBE"
 ICMP_HEADER = 8
@@ -99,7 +100,7 @@ class IcmpSender:
     async def run(self, peer: str, *, count: int | None = None, duration_s: float | None = None,
                   interval_s: float = 1.0, size: int | None = None, dscp: int = 0,
                   timeout_s: float = 2.0, on_progress=None) -> ProbeResult:
-        total = _probe_count(count, duration_s, interval_s)
+        total = probe_count(count, duration_s, interval_s)
         overhead = IP_HEADER_BYTES[self.family] + ICMP_HEADER
         size = size if size is not None else overhead + 56
         if size < overhead + len(MAGIC):
@@ -207,7 +208,7 @@ def _unwrap(seq16: int, sent: int) -> int:
     return seq if seq < sent else seq - 0x10000
 
 
-_shared: dict = {}
+_shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 async def probe_icmp(peer: str, *, count: int | None = None, duration_s: float | None = None,
@@ -216,26 +217,15 @@ async def probe_icmp(peer: str, *, count: int | None = None, duration_s: float |
                      tx_timestamps: bool = True, on_progress: Callable | None = None,
                      port: int | None = None) -> ProbeResult:
     """ICMP echo probe of ``peer``; concurrent calls in one loop share one raw socket."""
-    _check_common(None, dscp, timeout_s)
-    _probe_count(count, duration_s, interval_s)
+    check_common(None, dscp, timeout_s)
+    probe_count(count, duration_s, interval_s)
     family, addr = await resolve_peer(peer)
     kw = dict(count=count, duration_s=duration_s, interval_s=interval_s, size=size, dscp=dscp,
               timeout_s=timeout_s, on_progress=on_progress)
     if sender is not None:
         result = await sender.run(addr, **kw)
     else:
-        loop = asyncio.get_running_loop()
-        key = (id(loop), family, tx_timestamps)
-        entry = _shared.get(key)
-        if entry is None or entry[2] is not loop:
-            entry = _shared[key] = [IcmpSender(family, tx_timestamps=tx_timestamps), 0, loop]
-        entry[1] += 1
-        try:
-            result = await entry[0].run(addr, **kw)
-        finally:
-            entry[1] -= 1
-            if entry[1] == 0:
-                entry[0].close()
-                _shared.pop(key, None)
-    from dataclasses import replace
-    return result if result.peer == peer else replace(result, peer=peer)
+        with shared_sender(_shared, (family, tx_timestamps),
+                           lambda: IcmpSender(family, tx_timestamps=tx_timestamps)) as shared:
+            result = await shared.run(addr, **kw)
+    return renamed(result, peer)

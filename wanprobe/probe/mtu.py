@@ -29,19 +29,18 @@ from wanprobe.probe.sender import STAMP_PORT, UDP_HEADER
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     BASE_LEN,
-    FLAG_U,
     HMAC_TLV_LEN,
     REFLECTED_CONTROL_LEN,
-    TLV_EXTRA_PADDING,
+    SENDER_LAYOUT,
     HmacKey,
     SenderPacket,
     ntp_from_ns,
     pack_sender_auth,
+    pad_payload,
     padding_tlv,
     reflected_control_tlv,
 )
 
-_BASE = struct.Struct("!IQHH28x")
 CONTROL_BYTES = 16
 MIN_PAYLOAD = BASE_LEN + CONTROL_BYTES
 REPLY_PAYLOAD = MIN_PAYLOAD
@@ -65,14 +64,9 @@ def mtu_probe_packet(seq: int, ssid: int, payload_len: int) -> bytes:
     """A STAMP test packet of exactly ``payload_len`` UDP payload octets asking for a short reply."""
     if payload_len < MIN_PAYLOAD:
         raise ValueError(f"payload {payload_len} below {MIN_PAYLOAD}")
-    body = _BASE.pack(seq, ntp_from_ns(time.time_ns()), 0x0001, ssid)
+    body = SENDER_LAYOUT.pack(seq, ntp_from_ns(time.time_ns()), 0x0001, ssid)
     body += reflected_control_tlv(REPLY_PAYLOAD).pack()
-    rest = payload_len - len(body)
-    if rest >= 4:
-        body += struct.pack("!BBH", FLAG_U, TLV_EXTRA_PADDING, rest - 4) + bytes(rest - 4)
-    else:
-        body += bytes(rest)
-    return body
+    return pad_payload(body, payload_len)
 
 
 class _Prober:

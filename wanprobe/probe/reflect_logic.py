@@ -37,12 +37,11 @@ from wanprobe.probe.stamp_packet import (
     HmacKey,
     check_tlv_hmac,
 )
-
-_REFLECTOR_BASE = struct.Struct("!IQHHQIQH2xB3x")
-_SENDER_HEAD = struct.Struct("!IQHH")
-_TLV_HEADER = struct.Struct("!BBH")
-_AUTH_SENDER_HEAD = struct.Struct("!I12xQHH")                    # RFC 8762 §4.2.2, octets 0-27
-_AUTH_REFLECTOR_HEAD = struct.Struct("!I12xQHH4xQ8xI12xQH6xB15x")  # RFC 8762 §4.3.2, octets 0-95
+from wanprobe.probe.stamp_packet import AUTH_REFLECTOR_LAYOUT as _AUTH_REFLECTOR_HEAD
+from wanprobe.probe.stamp_packet import AUTH_SENDER_HEAD as _AUTH_SENDER_HEAD
+from wanprobe.probe.stamp_packet import REFLECTOR_LAYOUT as _REFLECTOR_BASE
+from wanprobe.probe.stamp_packet import SENDER_HEAD as _SENDER_HEAD
+from wanprobe.probe.stamp_packet import TLV_HEADER as _TLV_HEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +117,9 @@ def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
                   follow_up: tuple[int, int] | None, *, auth: bool):
     """Answer each TLV (RFC 8972 §4). Returns (reply TLV byte strings, indices of Extra Padding,
     Reflected Control length or None, malformed, reply TOS, index of the HMAC TLV or None). The
-    HMAC TLV (auth only) is copied as is; the caller recomputes its value."""
+    HMAC TLV (auth only) is copied as is; the caller recomputes its value. Long because: one
+    branch per TLV type of RFC 8972 §4, on the per-packet path (a table of handlers would cost
+    a call per TLV)."""
     out: list[bytes] = []
     padding_idx: list[int] = []
     want_len: int | None = None

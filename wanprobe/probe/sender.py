@@ -36,57 +36,53 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wanprobe.errors import ProbeError, UsageError
+from wanprobe.probe import limits
 from wanprobe.probe import timestamps as ts
 from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
-from wanprobe.probe.probe_summary import Reply, summarize
+from wanprobe.probe.probe_options import (
+    check_common,
+    probe_count,
+    renamed,
+    shared_sender,
+)
+from wanprobe.probe.probe_summary import Reply
+from wanprobe.probe.probe_tlvs import OWN_LAYOUT_LEN
+from wanprobe.probe.probe_tlvs import own_tlvs as _own_tlvs
+from wanprobe.probe.probe_tlvs import slow_tlvs as _slow_tlvs
 from wanprobe.probe.result import ProbeResult
+from wanprobe.probe.sender_session import session_result, template_for
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     BASE_LEN,
     FLAG_I,
-    FLAG_U,
     NTP_UNIX_OFFSET_S,
-    TLV_CLASS_OF_SERVICE,
-    TLV_DIRECT_MEASUREMENT,
-    TLV_EXTRA_PADDING,
-    TLV_FOLLOW_UP,
     TLV_HMAC,
-    ClassOfService,
     HmacKey,
     check_tlv_hmac,
-    cos_tlv,
-    follow_up_tlv,
-    ns_from_ntp,
     parse_tlvs,
 )
+from wanprobe.probe.stamp_packet import AUTH_REFLECTOR_LAYOUT as _AUTH_REFL
+from wanprobe.probe.stamp_packet import AUTH_SENDER_LAYOUT as _AUTH_BASE
+from wanprobe.probe.stamp_packet import REFLECTOR_LAYOUT as _REFL
+from wanprobe.probe.stamp_packet import SENDER_LAYOUT as _BASE
 from wanprobe.probe.timer_heap import TimerHeap
 
 STAMP_PORT = 862
 UDP_HEADER = 8
 TLV_BYTES = 8 + 16 + 20      # CoS, Direct Measurement and Follow-Up Telemetry TLVs
 MIN_PAYLOAD = BASE_LEN + TLV_BYTES
-DEFAULT_COUNT = 10
 SEND_AHEAD_S = 0.0002   # probes due this soon go out in the same timer tick
-_BASE = struct.Struct("!IQHH28x")
-_REFL = struct.Struct("!IQHHQIQH2xB3x")
-_DM_HEAD = struct.Struct("!BBHIII")
 _TIMESPEC = struct.Struct("qq")
 _S_TXC = struct.Struct("!I")
 S_TXC_OFFSET = BASE_LEN + 8 + 4   # Direct Measurement TLV: Session-Sender TX count
 SOL_SOCKET, IPPROTO_IP, IPPROTO_IPV6 = socket.SOL_SOCKET, socket.IPPROTO_IP, socket.IPPROTO_IPV6
-# CoS (flags type len word reserved) | DM (flags type len S_TxC R_RxC R_TxC) | Follow-Up
-_OWN_TLVS = struct.Struct("!BBHHHBBHIIIBBHIQ4x")
-OWN_LAYOUT_LEN = BASE_LEN + _OWN_TLVS.size
 # Authenticated mode (RFC 8762 §4.2.2/§4.3.2): base 0-95, HMAC 96-111, then CoS, DM, Follow-Up,
 # the HMAC TLV (RFC 8972 §4.8) over them, and Extra Padding last.
-_AUTH_BASE = struct.Struct("!I12xQHH68x")
-_AUTH_REFL = struct.Struct("!I12xQHH4xQ8xI12xQH6xB15x")
 _U16 = struct.Struct("!H")
 AUTH_TLVS_END = AUTH_BASE_LEN + TLV_BYTES                 # 156: the HMAC TLV starts here
 AUTH_MIN_PAYLOAD = AUTH_TLVS_END + 4 + 16                 # 176
 AUTH_S_TXC_OFFSET = AUTH_BASE_LEN + 8 + 4
 _AUTH_TLV_HMAC_AT = AUTH_TLVS_END + 4                     # 160..176: the HMAC TLV value
-_COS_CACHE: dict[int, ClassOfService] = {}
 _NTP_OFFSET_NS = NTP_UNIX_OFFSET_S * 1_000_000_000
 _new_reply = tuple.__new__   # Reply(...) without NamedTuple's keyword handling, on the hot path
 # With many concurrent sessions, wake-ups are coalesced: replies are read at most every
@@ -142,8 +138,9 @@ class StampSender:
     """One UDP socket serving any number of concurrent STAMP sessions in the running loop."""
 
     def __init__(self, family: int = socket.AF_INET, *, tx_timestamps: bool = True,
-                 polled: bool = False) -> None:
+                 source_port: int = 0, polled: bool = False) -> None:
         self.family = family
+        self.source_port = source_port  # fixed: one ECMP flow (paths.py); 0: any
         self.tx_timestamps = tx_timestamps
         self.polled = polled   # True: no reader on the loop, the owner calls poll() instead
         self._sock: socket.socket | None = None
@@ -167,7 +164,7 @@ class StampSender:
                                   ttl_and_dst=False)
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-            sock.bind(("::" if self.family == socket.AF_INET6 else "0.0.0.0", 0))
+            sock.bind(("::" if self.family == socket.AF_INET6 else "0.0.0.0", self.source_port))
             sock.setblocking(False)
         except OSError as exc:
             sock.close()
@@ -191,7 +188,7 @@ class StampSender:
                   hmac_key: bytes | str | HmacKey | None = None) -> ProbeResult:
         """Run one session against ``peer`` (an address of this sender's family); with
         ``hmac_key`` in authenticated mode (RFC 8762 §4.2.2)."""
-        total = _probe_count(count, duration_s, interval_s)
+        total = probe_count(count, duration_s, interval_s)
         sess = self.open_session(peer, port, total=total, interval_s=interval_s, size=size,
                                  dscp=dscp, timeout_s=timeout_s, hmac_key=hmac_key)
         sess.on_progress = on_progress
@@ -227,13 +224,16 @@ class StampSender:
         if size < smallest:
             raise UsageError(f"--size {size} is below the {'authenticated ' if auth else ''}"
                              f"STAMP minimum of {smallest} bytes")
+        if size > limits.MAX_DATAGRAM_BYTES:
+            raise UsageError(f"--size {size} is above the limit of {limits.MAX_DATAGRAM_BYTES} bytes "
+                             "(one IP datagram)")
         self.open()
         sess = _Session(peer, port, self._alloc_ssid(), dscp, payload_len, int(timeout_s * 1e9))
         sess.auth = auth
         self._by_ssid[sess.ssid] = sess
         if auth is not None:
             self._n_auth += 1
-        sess.template = _template_for(sess)
+        sess.template = template_for(sess)
         sess.cmsgs = [ts.tos_cmsg(self.family, dscp << 2)] if dscp else []
         sess.dest = (peer, port)
         sess.total = total
@@ -329,6 +329,9 @@ class StampSender:
 
     # -- receive path --------------------------------------------------------------------------
     def _on_readable(self, limit: int = 256) -> None:
+        """Drain replies and TX stamps (at most ``limit`` datagrams). Long because: the per-packet
+        receive path is kept inline; a helper call per reply costs CPU at hundreds of sessions
+        (bench/probe_scale.py)."""
         sock = self._sock
         if sock is None:
             return
@@ -462,124 +465,6 @@ class StampSender:
         return sess, rseq, t3, t2, sseq, cos, dm
 
 
-def session_result(sess: _Session, duration_s: float) -> ProbeResult:
-    """The summary of an ended session (probe_summary.summarize over its records)."""
-    return summarize(
-        method="stamp", peer=sess.peer, port=sess.port, started_ns=sess.started_ns,
-        duration_s=duration_s, interval_s=sess.interval_s, size_bytes=sess.size_bytes,
-        dscp=sess.dscp, sent=len(sess.tx_user_ns), tx_user_ns=sess.tx_user_ns,
-        tx_kernel_ns=sess.tx_kernel_ns, replies=sess.replies, timeout_ns=sess.timeout_ns,
-        follow_up_ns=sess.follow_up_ns,
-    )
-
-
-def _slow_tlvs(sess: _Session, area: bytes):
-    """CoS and Direct Measurement from a reply's TLVs (skipping unprocessed ones, U set), and
-    the Follow-Up Telemetry TLV into the session."""
-    cos = dm = None
-    tlvs, _rest = parse_tlvs(area)
-    for t in tlvs:
-        if t.flags & FLAG_U:
-            continue  # reflector did not process it (RFC 8972 §4)
-        if t.type == TLV_CLASS_OF_SERVICE and len(t.value) == 4:
-            cos = ClassOfService.unpack_value(t.value)
-        elif t.type == TLV_DIRECT_MEASUREMENT and len(t.value) == 12:
-            dm = struct.unpack("!III", t.value)
-        elif t.type == TLV_FOLLOW_UP and len(t.value) == 16:
-            fseq, fts = struct.unpack_from("!IQ", t.value)
-            if fts:
-                sess.follow_up_ns[fseq] = ns_from_ntp(fts)
-    return cos, dm
-
-
-def _own_tlvs(sess: _Session, data, offset: int) -> tuple[ClassOfService | None, tuple | None]:
-    """(CoS, (0, R_RxC)) from the CoS, Direct Measurement and Follow-Up TLVs this sender put at
-    ``offset``, skipping any the reflector left flagged U; records the Follow-Up T3."""
-    (cf, _ct, cl, cword, _cr, df, _dt, dl, _s, r_rx, _r_tx, ff, _ft, fl, fseq,
-     fts) = _OWN_TLVS.unpack_from(data, offset)
-    cos = dm = None
-    if not cf & FLAG_U and cl == 4:
-        cos = _COS_CACHE.get(cword)
-        if cos is None:
-            cos = _COS_CACHE[cword] = ClassOfService(
-                cword >> 10, (cword >> 4) & 0x3F, (cword >> 2) & 3, cword & 3)
-    if not df & FLAG_U and dl == 12:
-        dm = (0, r_rx)
-    if not ff & FLAG_U and fl == 16 and fts:
-        sess.follow_up_ns[fseq] = ns_from_ntp(fts)
-    return cos, dm
-
-
-_TEMPLATES: dict[tuple, bytes] = {}
-
-
-def _template_for(sess: _Session) -> bytearray:
-    """A fresh copy of :func:`_template` (built once per DSCP, length and mode: the daemon opens
-    a session per peer every interval)."""
-    key = (sess.dscp, sess.payload_len, sess.auth is not None)
-    made = _TEMPLATES.get(key)
-    if made is None:
-        made = _TEMPLATES[key] = bytes(_template(sess))
-    return bytearray(made)
-
-
-def _template(sess: _Session) -> bytearray:
-    """The probe bytes with sequence/timestamp/S_TxC left to fill in per packet: the base packet
-    (44 octets, or 112 in authenticated mode, RFC 8762 §4.2.2, base HMAC per packet), then CoS,
-    Direct Measurement and Follow-Up, in authenticated mode the HMAC TLV (value per packet,
-    RFC 8972 §4.8), and Extra Padding up to the payload length."""
-    body = bytearray(_BASE.size if sess.auth is None else AUTH_BASE_LEN)
-    body += cos_tlv(sess.dscp).pack()
-    body += _DM_HEAD.pack(FLAG_U, TLV_DIRECT_MEASUREMENT, 12, 0, 0, 0)
-    body += follow_up_tlv().pack()
-    if sess.auth is not None:
-        body += struct.pack("!BBH", FLAG_U, TLV_HMAC, 16) + bytes(16)
-    rest = sess.payload_len - len(body)
-    if rest >= 4:
-        body += struct.pack("!BBH", FLAG_U, TLV_EXTRA_PADDING, rest - 4) + bytes(rest - 4)
-    else:
-        body += bytes(rest)  # 1-3 octets cannot hold a TLV; reflectors copy them as padding
-    return body
-
-
-def _probe_count(count: int | None, duration_s: float | None, interval_s: float) -> int:
-    if count is not None and duration_s is not None:
-        raise UsageError("give either --count or --duration, not both")
-    if interval_s <= 0:
-        raise UsageError("--interval must be > 0")
-    if count is not None:
-        if count < 1:
-            raise UsageError(f"--count must be >= 1 (got {count})")
-        return int(count)
-    if duration_s is not None:
-        if duration_s <= 0:
-            raise UsageError("--duration must be > 0")
-        return max(1, int(round(duration_s / interval_s)))
-    return DEFAULT_COUNT
-
-
-# -- shared senders: one socket per (loop, family) while any session uses it -------------------
-_shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-@contextlib.contextmanager
-def _shared_sender(family: int, tx_timestamps: bool):
-    loop = asyncio.get_running_loop()
-    per_loop = _shared.setdefault(loop, {})
-    key = (family, tx_timestamps)
-    entry = per_loop.get(key)
-    if entry is None:
-        entry = per_loop[key] = [StampSender(family, tx_timestamps=tx_timestamps), 0]
-    entry[1] += 1
-    try:
-        yield entry[0]
-    finally:
-        entry[1] -= 1
-        if entry[1] == 0:
-            entry[0].close()
-            per_loop.pop(key, None)
-
-
 async def probe_stamp(peer: str, *, port: int = STAMP_PORT, count: int | None = None,
                       duration_s: float | None = None, interval_s: float = 1.0,
                       size: int | None = None, dscp: int = 0, timeout_s: float = 2.0,
@@ -589,8 +474,8 @@ async def probe_stamp(peer: str, *, port: int = STAMP_PORT, count: int | None = 
     """Probe ``peer``'s STAMP reflector. Concurrent calls in one loop share one socket. With
     ``hmac_key`` the session runs in authenticated mode (RFC 8762 §4.2.2/§4.4): replies that do
     not verify count as lost."""
-    _check_common(port, dscp, timeout_s)
-    _probe_count(count, duration_s, interval_s)
+    check_common(port, dscp, timeout_s)
+    probe_count(count, duration_s, interval_s)
     try:
         hmac_key = HmacKey.of(hmac_key)
     except ValueError as exc:
@@ -601,20 +486,11 @@ async def probe_stamp(peer: str, *, port: int = STAMP_PORT, count: int | None = 
     if sender is not None:
         result = await sender.run(addr, port, **kw)
     else:
-        with _shared_sender(family, tx_timestamps) as shared:
+        with shared_sender(_shared, (family, tx_timestamps),
+                           lambda: StampSender(family, tx_timestamps=tx_timestamps)) as shared:
             result = await shared.run(addr, port, **kw)
-    return _renamed(result, peer)
+    return renamed(result, peer)
 
 
-def _renamed(result: ProbeResult, peer: str) -> ProbeResult:
-    from dataclasses import replace
-    return result if result.peer == peer else replace(result, peer=peer)
-
-
-def _check_common(port: int | None, dscp: int, timeout_s: float) -> None:
-    if port is not None and not 1 <= int(port) <= 65535:
-        raise UsageError(f"port {port} out of range 1-65535")
-    if not 0 <= int(dscp) <= 63:
-        raise UsageError(f"DSCP {dscp} out of range 0-63")
-    if timeout_s <= 0:
-        raise UsageError("timeout must be > 0")
+# one socket per (loop, family) while any session uses it
+_shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -40,7 +40,15 @@ class SessionTable:
         return len(self._lru)
 
     def items(self) -> Iterator[tuple[tuple, list]]:
-        return iter(list(self._lru.items()))
+        """A snapshot of the sessions. ``stats()`` runs in another thread than the reflector's
+        loop, and a garbage collection inside ``list()`` can hand the GIL to that loop mid-copy
+        (OrderedDict then raises "mutated during iteration"): copy again rather than lock the
+        per-packet path."""
+        while True:
+            try:
+                return iter(list(self._lru.items()))
+            except RuntimeError:
+                continue
 
     def sources(self) -> int:
         return len(self._by_source)

@@ -81,12 +81,17 @@ FOLLOW_UP_MODE_SW_LOCAL = 2
 # clock, scale 0, multiplier 1 = 2^-32 s claimed resolution; S=0 says "not synced to UTC".
 DEFAULT_ERROR_ESTIMATE = 0x0001
 
-_SENDER = struct.Struct("!IQHH28x")
-_REFLECTOR = struct.Struct("!IQHHQIQH2xB3x")
-_TLV_HEADER = struct.Struct("!BBH")
-# authenticated layouts, octets 0-95 (the HMAC follows)
-_AUTH_SENDER = struct.Struct("!I12xQHH68x")
-_AUTH_REFLECTOR = struct.Struct("!I12xQHH4xQ8xI12xQH6xB15x")
+# The one home of the STAMP layouts (sender.py, reflect_logic.py and mtu.py import these).
+# Unauthenticated (RFC 8762 §4.2.1 / §4.3.1): seq, timestamp, error estimate, SSID (RFC 8972
+# §3), then MBZ; the reflector adds receive timestamp, the sender's fields and its TTL.
+SENDER_LAYOUT = struct.Struct("!IQHH28x")
+SENDER_HEAD = struct.Struct("!IQHH")          # the sender fields a reflector copies
+REFLECTOR_LAYOUT = struct.Struct("!IQHHQIQH2xB3x")
+TLV_HEADER = struct.Struct("!BBH")            # flags, type, length (RFC 8972 §4)
+# authenticated layouts, octets 0-95 (the HMAC follows): RFC 8762 §4.2.2 / §4.3.2
+AUTH_SENDER_LAYOUT = struct.Struct("!I12xQHH68x")
+AUTH_SENDER_HEAD = struct.Struct("!I12xQHH")  # octets 0-27
+AUTH_REFLECTOR_LAYOUT = struct.Struct("!I12xQHH4xQ8xI12xQH6xB15x")
 
 
 class StampDecodeError(ValueError):
@@ -168,7 +173,7 @@ def check_tlv_hmac(key: HmacKey, seq_field, tlv_area) -> bool | None:
             if any(data[off:]):
                 return False
             break
-        _flags, typ, length = _TLV_HEADER.unpack_from(data, off)
+        _flags, typ, length = TLV_HEADER.unpack_from(data, off)
         end = off + 4 + length
         if end > n:
             return False
@@ -210,7 +215,7 @@ class Tlv:
     flags: int = 0
 
     def pack(self) -> bytes:
-        return _TLV_HEADER.pack(self.flags, self.type, len(self.value)) + self.value
+        return TLV_HEADER.pack(self.flags, self.type, len(self.value)) + self.value
 
 
 @dataclass(frozen=True)
@@ -311,6 +316,15 @@ def padding_tlv(n_value_octets: int, *, flags: int = FLAG_U) -> Tlv:
     return Tlv(TLV_EXTRA_PADDING, bytes(n_value_octets), flags)
 
 
+def pad_payload(body: bytes | bytearray, payload_len: int, *, flags: int = FLAG_U) -> bytes:
+    """``body`` filled up to ``payload_len`` octets with one Extra Padding TLV (RFC 8972 §4.1);
+    1-3 missing octets cannot hold a TLV header and are zero (reflectors copy them as padding)."""
+    rest = payload_len - len(body)
+    if rest >= 4:
+        return bytes(body) + TLV_HEADER.pack(flags, TLV_EXTRA_PADDING, rest - 4) + bytes(rest - 4)
+    return bytes(body) + bytes(max(rest, 0))
+
+
 def reflected_control_tlv(reply_len: int, *, flags: int = FLAG_U) -> Tlv:
     """Reflected Test Packet Control TLV asking for one reply of ``reply_len`` UDP payload octets."""
     return Tlv(TLV_REFLECTED_CONTROL, struct.pack("!III", reply_len, 1, 0), flags)
@@ -329,7 +343,7 @@ def parse_tlvs(data: bytes) -> tuple[tuple[Tlv, ...], bytes]:
     while off < n:
         if n - off < 4:
             return tuple(tlvs), data[off:]
-        flags, typ, length = _TLV_HEADER.unpack_from(data, off)
+        flags, typ, length = TLV_HEADER.unpack_from(data, off)
         if off + 4 + length > n:
             return tuple(tlvs), data[off:]
         tlvs.append(Tlv(typ, bytes(data[off + 4:off + 4 + length]), flags))
@@ -339,7 +353,7 @@ def parse_tlvs(data: bytes) -> tuple[tuple[Tlv, ...], bytes]:
 
 def pack_sender(p: SenderPacket, *, pad_to: int = 0) -> bytes:
     """Encode a Session-Sender packet; ``pad_to`` adds zero octets after the TLVs."""
-    raw = _SENDER.pack(p.seq & 0xFFFFFFFF, p.timestamp_ntp, p.error_estimate, p.ssid) \
+    raw = SENDER_LAYOUT.pack(p.seq & 0xFFFFFFFF, p.timestamp_ntp, p.error_estimate, p.ssid) \
         + pack_tlvs(p.tlvs)
     if len(raw) < pad_to:
         raw += bytes(pad_to - len(raw))
@@ -350,14 +364,14 @@ def unpack_sender(data: bytes) -> SenderPacket:
     """Decode a Session-Sender packet; trailing bytes that are not TLVs are ignored."""
     if len(data) < BASE_LEN:
         raise StampDecodeError(f"sender packet is {len(data)} octets, STAMP needs {BASE_LEN}")
-    seq, ts, err, ssid = _SENDER.unpack_from(data)
+    seq, ts, err, ssid = SENDER_LAYOUT.unpack_from(data)
     tlvs, _rest = parse_tlvs(data[BASE_LEN:])
     return SenderPacket(seq, ts, ssid, err, tlvs)
 
 
 def pack_reflector(p: ReflectorPacket) -> bytes:
     """Encode a Session-Reflector packet (base, TLVs, then the raw trailer)."""
-    return _REFLECTOR.pack(
+    return REFLECTOR_LAYOUT.pack(
         p.seq & 0xFFFFFFFF, p.timestamp_ntp, p.error_estimate, p.ssid, p.receive_timestamp_ntp,
         p.sender_seq & 0xFFFFFFFF, p.sender_timestamp_ntp, p.sender_error_estimate,
         p.sender_ttl & 0xFF,
@@ -370,7 +384,7 @@ def unpack_reflector(data: bytes) -> ReflectorPacket:
         raise StampDecodeError(f"reflector packet is {len(data)} octets, needs >= 41")
     if len(data) < BASE_LEN:
         data = bytes(data) + bytes(BASE_LEN - len(data))
-    seq, t3, err, ssid, t2, sseq, t1, serr, ttl = _REFLECTOR.unpack_from(data)
+    seq, t3, err, ssid, t2, sseq, t1, serr, ttl = REFLECTOR_LAYOUT.unpack_from(data)
     rest = bytes(data[BASE_LEN:])
     if rest and not any(rest):
         tlvs, trailer = (), rest
@@ -405,7 +419,7 @@ def pack_sender_auth(p: SenderPacket, key: HmacKey | bytes, *, pad_to: int = 0) 
     """Encode an authenticated Session-Sender packet (RFC 8762 §4.2.2): 96 octets, the HMAC of
     them, then the TLVs with an HMAC TLV when there are any besides Extra Padding."""
     key = HmacKey.of(key)
-    head = _AUTH_SENDER.pack(p.seq & 0xFFFFFFFF, p.timestamp_ntp, p.error_estimate, p.ssid)
+    head = AUTH_SENDER_LAYOUT.pack(p.seq & 0xFFFFFFFF, p.timestamp_ntp, p.error_estimate, p.ssid)
     raw = head + key.base_hmac(head) + _auth_tlv_area(key, head[:4], p.tlvs)
     if len(raw) < pad_to:
         raw += bytes(pad_to - len(raw))
@@ -419,7 +433,7 @@ def unpack_sender_auth(data: bytes, key: HmacKey | bytes) -> SenderPacket:
     if not key.verify_base(data):
         raise StampAuthError(f"authenticated sender packet of {len(data)} octets: "
                              + ("too short" if len(data) < AUTH_BASE_LEN else "bad HMAC"))
-    seq, ts, err, ssid = _AUTH_SENDER.unpack_from(data)
+    seq, ts, err, ssid = AUTH_SENDER_LAYOUT.unpack_from(data)
     tlvs, _rest = _unpack_auth_tlvs(key, data, "sender")
     return SenderPacket(seq, ts, ssid, err, tlvs)
 
@@ -428,7 +442,7 @@ def pack_reflector_auth(p: ReflectorPacket, key: HmacKey | bytes) -> bytes:
     """Encode an authenticated Session-Reflector packet (RFC 8762 §4.3.2), its TLVs protected by
     an HMAC TLV (RFC 8972 §4.8), then the raw trailer."""
     key = HmacKey.of(key)
-    head = _AUTH_REFLECTOR.pack(
+    head = AUTH_REFLECTOR_LAYOUT.pack(
         p.seq & 0xFFFFFFFF, p.timestamp_ntp, p.error_estimate, p.ssid, p.receive_timestamp_ntp,
         p.sender_seq & 0xFFFFFFFF, p.sender_timestamp_ntp, p.sender_error_estimate,
         p.sender_ttl & 0xFF,
@@ -443,7 +457,7 @@ def unpack_reflector_auth(data: bytes, key: HmacKey | bytes) -> ReflectorPacket:
     if not key.verify_base(data):
         raise StampAuthError(f"authenticated reflector packet of {len(data)} octets: "
                              + ("too short" if len(data) < AUTH_BASE_LEN else "bad HMAC"))
-    seq, t3, err, ssid, t2, sseq, t1, serr, ttl = _AUTH_REFLECTOR.unpack_from(data)
+    seq, t3, err, ssid, t2, sseq, t1, serr, ttl = AUTH_REFLECTOR_LAYOUT.unpack_from(data)
     tlvs, trailer = _unpack_auth_tlvs(key, data, "reflector")
     return ReflectorPacket(seq, t3, t2, sseq, t1, ssid, err, serr, ttl, tlvs, trailer)
 

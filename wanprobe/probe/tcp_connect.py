@@ -20,9 +20,9 @@ import time
 
 from wanprobe.errors import UsageError
 from wanprobe.probe.peer import resolve_peer
+from wanprobe.probe.probe_options import check_common, probe_count
 from wanprobe.probe.probe_summary import Reply, summarize
 from wanprobe.probe.result import ProbeResult
-from wanprobe.probe.sender import _check_common, _probe_count
 
 TCP_INFO_RTT_OFFSET = 68       # tcpi_rtt, u32 µs
 TCP_INFO_TOTAL_RETRANS = 100   # tcpi_total_retrans, u32
@@ -78,8 +78,8 @@ async def probe_tcp(peer: str, *, port: int = 862, count: int | None = None,
     """TCP connect-time probes to ``peer``:``port``; probes overlap when RTT > interval."""
     if port is None:
         raise UsageError("TCP probes need --port")
-    _check_common(port, dscp, timeout_s)
-    total = _probe_count(count, duration_s, interval_s)
+    check_common(port, dscp, timeout_s)
+    total = probe_count(count, duration_s, interval_s)
     family, addr = await resolve_peer(peer)
     loop = asyncio.get_running_loop()
     started_ns = time.time_ns()

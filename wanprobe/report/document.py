@@ -8,8 +8,6 @@ hand-edited or truncated file is refused with one line naming the first problem.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -17,10 +15,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from wanprobe.errors import ConfigError
+from wanprobe.atomic_file import atomic_write
+from wanprobe.diagnose.rule import SEVERITIES, Finding, Knob  # noqa: F401 - the one Finding type
+from wanprobe.errors import ConfigError, shown
+from wanprobe.userfiles import read_json
 
 SCHEMA_VERSION = "1.0"
-SEVERITIES = ("critical", "warning", "info")
 TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
 
 
@@ -31,87 +31,44 @@ def schema() -> dict[str, Any]:
     return json.loads(text)
 
 
-def validate(data: Any) -> None:
-    """Raise ConfigError (one line) unless ``data`` is a valid report document."""
-    try:
-        import jsonschema
-    except ImportError:  # pragma: no cover - jsonschema ships with the test extra
-        _validate_minimal(data)
-        return
-    validator = jsonschema.Draft202012Validator(schema())
+def validate(data: Any, *, strict: bool = True) -> None:
+    """Raise ConfigError (one line) unless ``data`` is a valid report document.
+
+    ``strict=False`` checks only the shape (``shape_schema``): every part that is present has the
+    right container type, so a reader may rely on ``.get`` working; nothing is required."""
+    import jsonschema  # a declared dependency: every report is checked against the schema
+
+    validator = jsonschema.Draft202012Validator(schema() if strict else shape_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
-        raise ConfigError(f"not a valid wanprobe report: at {where}: {err.message}")
+        raise ConfigError(f"not a valid wanprobe report: at {shown(where)}: {err.message}")
 
 
-def _validate_minimal(data: Any) -> None:
-    """Fallback check of the required top-level keys when jsonschema is not installed."""
-    if not isinstance(data, dict):
-        raise ConfigError("not a valid wanprobe report: top level is not an object")
-    for key in schema()["required"]:
-        if key not in data:
-            raise ConfigError(f"not a valid wanprobe report: missing key {key!r}")
+_SHAPE_KEYS = ("$schema", "$id", "$ref", "items", "additionalProperties")
+_SHAPE_MAPS = ("$defs", "properties")  # name -> schema
 
 
-@dataclass(frozen=True)
-class Knob:
-    """One setting a tuner can plan: ``tuner`` names the tuners/ module, ``key`` its knob."""
-
-    tuner: str
-    key: str
-    value: str
-    reason: str
-    side: str | None = None   # "local" | "peer" | "both": which end of the path to set it on
-    iface: str | None = None  # link / roce knobs: the interface
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"tuner": self.tuner, "key": self.key, "value": self.value,
-                               "reason": self.reason}
-        if self.side is not None:
-            out["side"] = self.side
-        if self.iface is not None:
-            out["iface"] = self.iface
-        return out
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Knob:
-        return cls(tuner=d["tuner"], key=d["key"], value=d["value"], reason=d["reason"],
-                   side=d.get("side"), iface=d.get("iface"))
+def _shape(node: Any) -> Any:
+    """A schema reduced to container types (``shape_schema``)."""
+    if not isinstance(node, dict):
+        return node
+    out = {k: _shape(v) for k, v in node.items() if k in _SHAPE_KEYS}
+    out.update({k: {name: _shape(sub) for name, sub in node[k].items()}
+                for k in _SHAPE_MAPS if isinstance(node.get(k), dict)})
+    kinds = node.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds or []
+    if "object" in kinds or "array" in kinds:
+        out["type"] = node["type"]
+    return out
 
 
-@dataclass(frozen=True)
-class Finding:
-    """What is wrong, the numbers that show it, what to do and what it should buy."""
-
-    id: str
-    severity: str
-    title: str
-    evidence: Mapping[str, Any]
-    recommendation: str
-    expected_effect: str
-    knobs: tuple[Knob, ...] = ()
-    impact: float | None = None  # modelled share of the achievable rate lost (0..1)
-
-    def __post_init__(self) -> None:
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"severity {self.severity!r} not in {SEVERITIES}")
-        if self.impact is not None:
-            object.__setattr__(self, "impact", round(min(1.0, max(0.0, float(self.impact))), 4))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "severity": self.severity, "title": self.title,
-                "evidence": dict(self.evidence), "recommendation": self.recommendation,
-                "expected_effect": self.expected_effect,
-                "knobs": [k.to_json() for k in self.knobs], "impact": self.impact}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Finding:
-        return cls(id=d["id"], severity=d["severity"], title=d["title"],
-                   evidence=dict(d["evidence"]), recommendation=d["recommendation"],
-                   expected_effect=d["expected_effect"],
-                   knobs=tuple(Knob.from_json(k) for k in d["knobs"]), impact=d.get("impact"))
+@cache
+def shape_schema() -> dict[str, Any]:
+    """The report schema reduced to its containers: objects stay objects, arrays stay arrays;
+    no key is required and scalars may be of any type (hand-written and older reports)."""
+    return _shape(schema())
 
 
 @dataclass(frozen=True)
@@ -151,25 +108,24 @@ class Report:
         return self.findings[0] if self.findings else None
 
 
-def load(path: str | Path) -> Report:
-    """Read and validate a report file; every failure is one ConfigError line."""
+def load_json(path: str | Path, *, strict: bool = True) -> dict[str, Any]:
+    """The one report loader: read ``path`` as strict JSON (``wanprobe.userfiles``: no NaN, depth
+    and size bounded) and validate it (``strict``: the full schema; otherwise its shape only).
+    Every failure is one ConfigError line naming the file."""
     p = Path(path)
+    doc = read_json(p, "report")
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"report {p}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"report {p}: is a directory") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"report {p}: cannot read: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"report {p}: not JSON: {exc.msg} at line {exc.lineno}") from None
-    try:
-        return Report.from_json(data)
+        validate(doc, strict=strict)
     except ConfigError as exc:
         raise ConfigError(f"report {p}: {exc}") from None
+    return doc
+
+
+def load(path: str | Path) -> Report:
+    """Read and validate a report file into a :class:`Report`."""
+    p = Path(path)
+    try:
+        return Report.from_json(load_json(p))
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"report {p}: not a valid wanprobe report: {exc}") from None
 
@@ -178,17 +134,8 @@ def save(report: Report, path: str | Path) -> Path:
     """Write the report atomically (temp file in the same directory, then rename)."""
     p = Path(path)
     data = json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n"
-    directory = p.parent if str(p.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=directory)
+        return atomic_write(p, data, mode=0o600)
     except OSError as exc:
         raise ConfigError(f"cannot write report {p}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return p
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from wanprobe.errors import ConfigError
 from wanprobe.report.document import load
+from wanprobe.userfiles import read_json
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,10 @@ def list_reports(directory: str | Path) -> list[ReportEntry]:
             r = load(p)
         except ConfigError as exc:
             try:  # JSON that is plainly not a report (a plan, a journal) is left out
-                data = json.loads(p.read_text(encoding="utf-8"))
+                data = read_json(p, "report")
                 if not (isinstance(data, dict) and "schema_version" in data):
                     continue
-            except (OSError, ValueError):
+            except ConfigError:
                 pass
             out.append(ReportEntry(str(p), "", "", "", None, 0, error=str(exc)))
             continue

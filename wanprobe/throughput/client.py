@@ -13,7 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from wanprobe.errors import ProbeError, UsageError
+from wanprobe.errors import ProbeError, UsageError, shown
+from wanprobe.probe.peer import check_peer
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
 from wanprobe.throughput.gate import client_request
@@ -35,6 +36,7 @@ _CONNECT_TIMEOUT_S = 5.0
 _END_WAIT_S = 10.0
 
 Progress = Callable[[float, float], None]  # (elapsed_s, live bits per second)
+MAX_TEST_S = 24 * 3600.0  # no cap above a day: a longer "throughput test" is a mistake
 
 
 def validate(*, duration_s: float, streams: int, reverse: bool, bidir: bool, cc: str | None,
@@ -50,8 +52,11 @@ def validate(*, duration_s: float, streams: int, reverse: bool, bidir: bool, cc:
         raise UsageError(f"--streams must be 1-{MAX_STREAMS}")
     if reverse and bidir:
         raise UsageError("--reverse and --bidir are mutually exclusive")
-    if not interval_s > 0:
-        raise UsageError("--interval must be > 0")
+    if not 0 < interval_s <= max(duration_s, 1.0):  # one report per test at most
+        raise UsageError(f"--interval must be > 0 and at most the duration ({duration_s:g} s)")
+    if not max_duration_s <= MAX_TEST_S:
+        raise UsageError(f"--max-duration {max_duration_s:g} s is above the limit of "
+                         f"{MAX_TEST_S / 3600:g}h")
     if max_bytes <= 0:
         raise UsageError("--max-bytes must be > 0")
     if udp:
@@ -122,10 +127,12 @@ class _Client:
                  progress: Progress | None, hmac_key: bytes | None = None) -> None:
         self.peer, self.port, self.req, self.progress = peer, port, request, progress
         self.hmac_key = hmac_key
+        check_peer(peer)
         try:
             infos = socket.getaddrinfo(peer, port, type=socket.SOCK_STREAM)
-        except socket.gaierror as exc:
-            raise ProbeError(f"cannot resolve {peer!r}: {exc.strerror}") from None
+        except (socket.gaierror, UnicodeError) as exc:
+            raise ProbeError(f"cannot resolve {shown(peer)}: "
+                             f"{getattr(exc, 'strerror', None) or exc}") from None
         self.family, _, _, _, self.addr = infos[0]
         self.remote_records: list[dict] = []
         self.remote_end: dict | None = None

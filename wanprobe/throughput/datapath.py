@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wanprobe.throughput.sockopts import TCP_CONGESTION, read_tcp_info
-from wanprobe.throughput.tcp_info import TcpInfo
+from wanprobe.throughput.tcp_info import TcpInfo, tcp_info_summary
 
 CHUNK_BYTES = 1 << 20    # the payload the senders cycle through
 SEND_BYTES_ONE = 1 << 20     # per send() call when one stream sends (see the table above)
@@ -98,6 +98,9 @@ class _Pump:
                            else SEND_BYTES_MANY)
 
     def run(self) -> None:
+        """Move bytes on every stream until each is done. Long because: it is the per-read
+        hot loop of the datapath (epoll-style select over all streams, send/recv, accounting)
+        and keeps its state in locals on purpose."""
         cpu0 = time.thread_time()
         try:
             for s in self.streams:
@@ -247,8 +250,6 @@ def start_streams(streams: list[Stream], *, t_start: float, duration_s: float, m
 
 def stream_final(stream: Stream) -> dict:
     """The end-of-test report of one stream (same shape from client and server)."""
-    from wanprobe.throughput.sampler import tcp_info_summary
-
     return {"id": stream.stream_id, "direction": stream.direction, "sending": stream.sending,
             "bytes": stream.bytes, "elapsed_s": stream.elapsed_s(), "cpu_s": stream.cpu_s,
             "error": stream.error, "cc": stream.cc,

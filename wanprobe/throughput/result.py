@@ -33,7 +33,7 @@ class StreamResult:
     retransmits: int | None
     rtt_mean_ms: float | None
     rtt_max_ms: float | None
-    tcp_info: dict | None           # sender TCP_INFO at the end (see sampler.tcp_info_summary)
+    tcp_info: dict | None           # sender TCP_INFO at the end (see tcp_info.tcp_info_summary)
     error: str | None = None
 
 

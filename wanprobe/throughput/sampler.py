@@ -10,41 +10,7 @@ import psutil
 
 from wanprobe.throughput.datapath import Stream
 from wanprobe.throughput.sockopts import read_tcp_info
-from wanprobe.throughput.tcp_info import TcpInfo
-
-MAX_U64 = 2**64 - 1
-
-
-def tcp_info_summary(info: TcpInfo | None) -> dict | None:
-    """The TCP_INFO fields a throughput report carries, converted to unit-carrying names."""
-    if info is None:
-        return None
-
-    def us_to_ms(v: int | None) -> float | None:
-        return None if v is None else v / 1000.0
-
-    def rate_bits(v: int | None) -> float | None:
-        return None if v is None or v >= MAX_U64 else v * 8.0
-
-    min_rtt = info.min_rtt_us if info.min_rtt_us not in (None, 0xFFFFFFFF) else None
-    return {
-        "rtt_ms": us_to_ms(info.rtt_us),
-        "min_rtt_ms": us_to_ms(min_rtt),
-        "rttvar_ms": us_to_ms(info.rttvar_us),
-        "cwnd_packets": info.snd_cwnd,
-        "snd_mss_bytes": info.snd_mss,
-        "total_retrans_packets": info.total_retrans,
-        "bytes_retrans": info.bytes_retrans,
-        "bytes_sent": info.bytes_sent,
-        "bytes_acked": info.bytes_acked,
-        "delivery_rate_bits_per_second": rate_bits(info.delivery_rate),
-        "pacing_rate_bits_per_second": rate_bits(info.pacing_rate),
-        "busy_time_ms": us_to_ms(info.busy_time_us),
-        "rwnd_limited_ms": us_to_ms(info.rwnd_limited_us),
-        "sndbuf_limited_ms": us_to_ms(info.sndbuf_limited_us),
-        "snd_wnd_bytes": info.snd_wnd,
-        "ca_state": info.ca_state,
-    }
+from wanprobe.throughput.tcp_info import tcp_info_summary
 
 
 class CpuBusy:

@@ -89,7 +89,8 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 def decide(v: VerdictInput) -> Verdict:
     """Pick the limit with the strongest kernel evidence, in this order: cpu, receive window
     (rwnd-limited share, or the rate reaches snd_wnd/RTT with cwnd above it), send buffer,
-    pacing, congestion (loss explains the rate: Mathis), network (none of the above)."""
+    pacing, congestion (loss explains the rate: Mathis), network (none of the above).
+    Long because: one ordered decision list, read top to bottom like the table it implements."""
     rtt_s = (v.min_rtt_ms or 0) / 1000.0
     bottleneck_bps = max(v.goodput_bps, v.delivery_rate_max_bps or 0.0)
     bdp = bdp_bytes(bottleneck_bps, rtt_s)

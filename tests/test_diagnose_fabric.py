@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_FIXTURES
 
-from collectors.health import RULES, evaluate
 from collectors.rates import rates
 from collectors.snapshot import collect
+from wanprobe.diagnose.rules_fabric import COUNTER_RULES as RULES
+from wanprobe.diagnose.rules_fabric import evaluate
 
 _spec = importlib.util.spec_from_file_location(
     "mlx5_tree", Path(__file__).parent / "fixtures" / "collectors" / "mlx5_tree.py")
@@ -168,7 +169,7 @@ def test_ecn_disabled_on_roce_priority(tmp_path):
     f = h.findings()["roce.ecn_disabled"]
     assert f.evidence["roce_priorities"] == [3]
     assert f.evidence["path"].endswith("ecn/roce_np/enable/3")
-    assert f.knobs[0]["key"] == "ens1f0np0/ecn_np/3" and f.knobs[0]["tuner"] == "roce"
+    assert f.knobs[0].key == "ens1f0np0/ecn_np/3" and f.knobs[0].tuner == "roce"
 
 
 def test_ecn_follows_the_pfc_priority(tmp_path):
@@ -288,3 +289,154 @@ def test_findings_validate_against_the_report_schema(tmp_path):
     assert len(found) >= 6
     for f in found.values():
         jsonschema.validate(f.to_json(), finding_schema)
+
+
+# ------------------------------------------------ the diagnose engine on the synthetic mlx5 tree
+
+SYN = SHARED_FIXTURES / "synthetic"
+NETDEV = "ens1f0np0"
+CAPTURES = ("statistics.t0", "statistics.t1_plus10s")  # two `ethtool -S` captures 10 s apart
+
+
+def _capture(text: str, *, pfc_off: bool, bump: dict[str, int]) -> str:
+    """An `ethtool -S` capture as mlx5 prints it with PFC off on priority 3 (its pause counters
+    are not emitted), and with ``bump`` added to the named counters."""
+    out = []
+    for line in text.splitlines():
+        name, _, value = line.strip().partition(": ")
+        if pfc_off and name.startswith(("rx_prio3_pause", "tx_prio3_pause")):
+            continue
+        if name in bump:
+            line = f"     {name}: {int(value) + bump.pop(name)}"
+        out.append(line)
+    assert not bump, f"not in the capture: {bump}"
+    return "\n".join(out) + "\n"
+
+
+def counters(tmp: Path, *, pfc_off=False, ecn_off=(), hw=None, ethtool=None) -> dict:
+    """The counters document ``diagnose`` builds (run.counters_json: snapshots, rates, fabric
+    findings) from a copy of the synthetic mlx5 tree sampled twice 10 s apart. ``ecn_off`` roles
+    get 0 in ``ecn/<role>/enable/3``; ``hw`` / ``ethtool`` deltas land in the later sample."""
+    from collectors.snapshot import collect
+    from wanprobe.diagnose.run import counters_json
+
+    sys_copy = tmp / "sys"
+    shutil.copytree(SYN / "sys", sys_copy, symlinks=True)
+    for role in ecn_off:
+        (hit,) = sys_copy.glob(f"devices/**/net/{NETDEV}/ecn/{role}/enable/3")
+        hit.chmod(0o644)
+        hit.write_text("0\n")
+    snaps = []
+    for i, name in enumerate(CAPTURES):
+        eth = tmp / f"eth{i}" / NETDEV
+        eth.mkdir(parents=True)
+        text = (SYN / "ethtool" / NETDEV / name).read_text()
+        (eth / "statistics").write_text(
+            _capture(text, pfc_off=pfc_off, bump=dict(ethtool or {}) if i else {}))
+        for counter, by in (hw or {}).items() if i else ():
+            (p,) = sys_copy.glob(f"devices/**/infiniband/mlx5_0/ports/1/hw_counters/{counter}")
+            p.chmod(0o644)
+            p.write_text(f"{int(p.read_text()) + by}\n")
+        snaps.append(collect(sys_root=sys_copy, proc_root=tmp / "noproc",
+                             ethtool_root=eth.parent, dcb=False))
+    return counters_json(snaps[0], replace(snaps[1], monotonic_s=snaps[0].monotonic_s + 10.0))
+
+
+def meas(**parts) -> dict:
+    return {"path": None, "mtu": None, "throughput": None, "counters": None, **parts}
+
+
+def ids(findings) -> list[str]:
+    return [f.id for f in findings]
+
+
+def drops_pfc_off(tmp: Path):
+    return counters(tmp, pfc_off=True, hw={"packet_seq_err": 400},
+                    ethtool={"rx_discards_phy": 9000}), "roce.drops_pfc_off"
+
+
+def ecn_off(tmp: Path):
+    return counters(tmp, ecn_off=("roce_np", "roce_rp")), "roce.ecn_disabled"
+
+
+def storm(tmp: Path):
+    # a storm usually comes with ECN not reacting first: paused 40 % of 10 s, storm warnings
+    return counters(tmp, ecn_off=("roce_np", "roce_rp"),
+                    ethtool={"tx_prio3_pause_duration": 4_000_000,
+                             "tx_pause_storm_warning_events": 3}), "pfc.pause_storm"
+
+
+def test_fixture_tree_is_clean_with_pfc_on_prio3(tmp_path):
+    from collectors.snapshot import collect
+    from wanprobe.diagnose.engine import run_rules
+    from wanprobe.diagnose.fabric_counters import pfc_off, pfc_priorities
+
+    c = counters(tmp_path)
+    eth = tmp_path / "eth1"
+    nd = collect(sys_root=SYN / "sys", proc_root=tmp_path / "noproc", ethtool_root=eth,
+                 dcb=False).netdevs[NETDEV]
+    assert pfc_priorities(nd) == {3} and not pfc_off(nd, 3) and pfc_off(nd, 0)
+    assert nd.ecn.enabled_on("roce_np", 3) and nd.ecn.enabled_on("roce_rp", 3)
+    out = run_rules(meas(counters=c), None)  # clean: PFC pausing briefly is an info note
+    assert ids(out) == ["pfc.pause_active"] and out[0].severity == "info"
+
+
+def test_roce_drops_pfc_off_has_roce_knobs(tmp_path):
+    c, want = drops_pfc_off(tmp_path)
+    f = {f["id"]: f for f in c["findings"]}[want]
+    assert f["severity"] == "critical" and f["evidence"]["pfc_off"] == [NETDEV]
+    assert f["evidence"]["counter"] == "packet_seq_err" and f["evidence"]["delta"] == 400
+    assert {(k["tuner"], k["key"], k["value"]) for k in f["knobs"]} == {
+        ("roce", f"{NETDEV}/pfc", "3"), ("roce", f"{NETDEV}/trust", "dscp")}
+    assert "nic.discards" in [f["id"] for f in c["findings"]]
+
+
+def test_roce_drops_with_pfc_on_is_lossless_drops(tmp_path):
+    c = counters(tmp_path, hw={"out_of_sequence": 50})
+    f = {f["id"]: f for f in c["findings"]}
+    assert f["roce.lossless_drops"]["severity"] == "critical" and "roce.drops_pfc_off" not in f
+
+
+@pytest.mark.parametrize("make", [drops_pfc_off, ecn_off, storm])
+def test_engine_ranks_fabric_fault_first(tmp_path, make):
+    from wanprobe.diagnose.engine import run_rules
+
+    c, want = make(tmp_path)
+    out = run_rules(meas(counters=c), None)
+    assert out[0].id == want, ids(out)
+    assert len(ids(out)) == len(set(ids(out)))
+
+
+def test_storm_share_and_impact(tmp_path):
+    c = counters(tmp_path, ethtool={"rx_prio3_pause_duration": 6_500_000})  # 65 % of 10 s
+    f = {f["id"]: f for f in c["findings"]}["pfc.pause_storm"]
+    assert f["severity"] == "critical" and f["impact"] == pytest.approx(0.65, abs=0.01)
+
+
+def test_ecn_off_gives_one_finding_with_both_knobs(tmp_path):
+    from wanprobe.diagnose.engine import run_rules
+
+    out = run_rules(meas(counters=counters(tmp_path, ecn_off=("roce_np", "roce_rp"))), None)
+    assert ids(out).count("roce.ecn_disabled") == 1
+    f = out[ids(out).index("roce.ecn_disabled")]
+    assert {k.key for k in f.knobs} == {f"{NETDEV}/ecn_np/3", f"{NETDEV}/ecn_rp/3"}
+    assert f.evidence["disabled"] == ["roce_np", "roce_rp"]
+
+
+def test_counter_names_one_table_every_kind_used():
+    """Every kind in the driver table is asked for by a rule (no dead rows), and a name means
+    one kind of event only, except the uncorrectable/error subsets of phy_errors/storm_events."""
+    import inspect
+
+    from wanprobe.diagnose import counter_names, fabric_counters, rules_fabric, rules_nic
+
+    src = "".join(inspect.getsource(m) for m in (rules_fabric, rules_nic, fabric_counters))
+    kinds = {k for d in counter_names.DRIVERS.values() for k in d}
+    assert {k for k in kinds if f'"{k}"' not in src} == set()
+    subsets = {"phy_uncorrectable": "phy_errors", "storm_errors": "storm_events"}
+    seen: dict[str, str] = {}
+    for kind in sorted(kinds - set(subsets)):
+        for name in counter_names.names(kind):
+            assert seen.setdefault(name, kind) == kind, (name, kind, seen[name])
+    for sub, whole in subsets.items():
+        assert counter_names.names(sub) <= counter_names.names(whole)

@@ -1,0 +1,46 @@
+"""Parsing and describing lab link settings, shared by ``lab`` and ``lab multipath``."""
+
+from __future__ import annotations
+
+from wanprobe.units import MAX_RTT_S, format_rate, parse_duration_ms, parse_rate_bps, parse_ratio
+
+
+def _opt(text: str | None, parse):
+    return None if text is None else parse(text)
+
+
+def _ms(text: str) -> float:
+    """A delay or jitter in ms; a bare number is ms (as tc's netem); at most MAX_RTT_S."""
+    return parse_duration_ms(text, default_unit="ms", maximum_s=MAX_RTT_S)
+
+
+def settings_kwargs(*, rtt=None, jitter=None, loss=None, loss_ab=None, loss_ba=None, rate=None,
+                    black_hole_mtu=None, bleach_dscp=None, reorder=None) -> dict:
+    """Parse the CLI's unit strings into Lab keyword arguments (only those given)."""
+    out = {
+        "rtt_ms": _opt(rtt, _ms), "jitter_ms": _opt(jitter, _ms), "loss": _opt(loss, parse_ratio),
+        "loss_ab": _opt(loss_ab, parse_ratio), "loss_ba": _opt(loss_ba, parse_ratio),
+        "rate_bps": _opt(rate, parse_rate_bps), "black_hole_mtu": black_hole_mtu,
+        "bleach_dscp": bleach_dscp, "reorder": _opt(reorder, parse_ratio),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def describe(settings) -> str:
+    s = settings
+    parts = [f"rtt {s.rtt_ms:g} ms"]
+    if s.jitter_ms:
+        parts.append(f"jitter {s.jitter_ms:g} ms")
+    if s.loss_ab == s.loss_ba:
+        parts.append(f"loss {s.loss_ab * 100:g}%")
+    else:
+        parts.append(f"loss a→b {s.loss_ab * 100:g}% b→a {s.loss_ba * 100:g}%")
+    parts.append(f"rate {format_rate(s.rate_bps) if s.rate_bps else 'unlimited'}")
+    parts.append(f"mtu {s.mtu}")
+    if s.black_hole_mtu:
+        parts.append(f"black-hole mtu {s.black_hole_mtu}")
+    if s.bleach_dscp:
+        parts.append("DSCP bleached")
+    if s.reorder:
+        parts.append(f"reorder {s.reorder * 100:g}%")
+    return ", ".join(parts)

@@ -1,0 +1,144 @@
+"""CLI command ``paths``: per-flow hop lists, RTT and loss over ECMP paths (issue 16)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from wanprobe.errors import UsageError
+from wanprobe.units import parse_duration_s, parse_port
+
+
+def _parsed(option: str, parse, *args, **kw):
+    try:
+        return parse(*args, **kw)
+    except UsageError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+app = typer.Typer()
+
+
+@app.command("paths")
+def paths(
+    peer: Annotated[str, typer.Argument(help="Peer running a STAMP reflector (IPv4).")],
+    flows: Annotated[int, typer.Option("--flows", "-n", help="Flows (distinct source ports).")] = 16,
+    count: Annotated[int, typer.Option("--count", "-c", help="STAMP probes per flow.")] = 100,
+    interval: Annotated[str, typer.Option("--interval", "-i", help="Time between one flow's probes.")] = "100ms",
+    port: Annotated[str, typer.Option("--port", help="Reflector UDP port.")] = "862",
+    max_ttl: Annotated[int, typer.Option("--max-ttl", help="Farthest hop traced.")] = 16,
+    timeout: Annotated[str, typer.Option("--timeout", help="A reply later than this is lost.")] = "2s",
+    src_ports: Annotated[str | None, typer.Option(
+        "--src-ports", help="Source ports instead of ephemeral ones: a range 40000-40015 or a "
+        "list 40000,40007 (overrides --flows).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Trace and probe N flows (Paris-style, constant source ports): which ECMP paths exist,
+    each path's RTT and loss per direction, and whether the paths differ significantly."""
+    from wanprobe.probe.paths import measure_paths
+
+    result = asyncio.run(measure_paths(
+        peer, flows=flows, count=count, port=_parsed("--port", parse_port, port),
+        interval_s=_parsed("--interval", parse_duration_s, interval, default_unit="s",
+                           allow_zero=False),
+        timeout_s=_parsed("--timeout", parse_duration_s, timeout, default_unit="s",
+                          allow_zero=False),
+        max_ttl=max_ttl, src_ports=_ports(src_ports) if src_ports is not None else None))
+    doc = result.to_json()
+    doc["findings"] = _findings(doc)
+    if as_json:
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    _print(doc)
+
+
+def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool) -> None:
+    """``probe --flows K``: the probe's packets over K traced source ports (multiflow.py)."""
+    from wanprobe.probe.multiflow import probe_flows
+    from wanprobe.probe.paths import MAX_FLOWS
+    from wanprobe.probe.peer import resolve_peer
+
+    if method != "stamp":
+        raise UsageError("--flows needs --method stamp")
+    if not 1 <= flows <= MAX_FLOWS:
+        raise UsageError(f"--flows must be 1-{MAX_FLOWS}, got {flows}")
+    if kw.get("size") is not None or kw.get("dscp"):
+        raise UsageError("--flows does not take --size or --dscp yet")
+    interval_s = kw["interval_s"]
+    count = kw["count"] or (round(kw["duration_s"] / interval_s) if kw["duration_s"] else 10)
+
+    async def run() -> dict:
+        family, addr = await resolve_peer(host)
+        if family != socket.AF_INET:
+            raise UsageError("--flows traces IPv4 peers only")
+        return (await probe_flows(addr, kw["port"], flows=flows, count=count,
+                                  interval_s=interval_s, timeout_s=kw["timeout_s"],
+                                  hmac_key=kw.get("hmac_key")))[1]
+
+    doc = asyncio.run(run())
+    doc["peer"] = host
+    if as_json:
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    console = Console(highlight=False)
+    rtt, loss = doc["rtt_ms"], doc["loss"]
+    console.print(f"{host}: {loss['sent']} probes over {flows} flows, rtt p50 "
+                  f"{rtt['p50']} ms p99 {rtt['p99']} ms, loss {_pct(loss['ratio'])} (fwd "
+                  f"{_pct(loss['forward_ratio'])}, rev {_pct(loss['reverse_ratio'])})")
+    if "paths" in doc:
+        _print({"peer": host, "flows": doc["flows"], "summary": doc["paths"]})
+
+
+def _ports(text: str) -> list[int]:
+    """``40000-40015`` or ``40000,40007,...`` as a list of ports (1-65535, at most 256)."""
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            ports = list(range(lo, hi + 1))
+        else:
+            ports = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--src-ports: use a range like 40000-40015 or a list, got {text!r}") from None
+    if not 1 <= len(ports) <= 256 or not all(1 <= p <= 65535 for p in ports):
+        raise UsageError(f"--src-ports: 1-256 ports within 1-65535, got {text!r}")
+    return ports
+
+
+def _findings(doc: dict) -> list[dict]:
+    """The diagnose rule on this document: ``path.ecmp_imbalance`` when the paths differ."""
+    from wanprobe.diagnose.inputs import DiagnoseConfig
+    from wanprobe.diagnose.rules_ecmp import ecmp_imbalance
+
+    finding = ecmp_imbalance({"paths": doc}, None, DiagnoseConfig())
+    return [finding.to_json()] if finding else []
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x * 100:.2f}%"
+
+
+def _print(doc: dict) -> None:
+    console = Console(highlight=False)
+    s = doc["summary"]
+    table = Table("path", "flows", "hops", "rtt p50 ms", "rtt p99 ms", "loss", "fwd", "rev",
+                  title=f"{doc['peer']}: {s['distinct_paths']} path(s) over {len(doc['flows'])} flows")
+    for p in s["paths"]:
+        rtt = p["rtt_ms"] or {}
+        table.add_row(str(p["path"]), str(p["flows"]), " ".join(h or "*" for h in p["hops"]),
+                      f"{rtt.get('p50', 0):.3f}" if rtt else "-",
+                      f"{rtt.get('p99', 0):.3f}" if rtt else "-",
+                      _pct(p["loss_ratio"]), _pct(p["forward_ratio"]), _pct(p["reverse_ratio"]))
+    console.print(table)
+    verdict = "differ significantly" if s["differ"] else "do not differ significantly"
+    console.print(f"paths {verdict} (alpha {s['alpha']}: loss chi-square p = "
+                  f"{s['loss_test']['p_value']:.3g}, RTT Kruskal-Wallis p = "
+                  f"{s['rtt_test']['p_value']:.3g}); worst path {s['worst_path']}")
+    for f in doc["findings"]:
+        console.print(f"[bold]{f['id']}[/]: {f['title']}\n  → {f['recommendation']}")

@@ -1,0 +1,136 @@
+"""Reroute vs queueing, per peer, from each probe session's min and p99 RTT (pure; no I/O).
+
+The RTT *floor* is the minimum RTT over a window of sessions: propagation plus fixed per-hop
+costs, which only a route change moves. The *spread* is a session's p99 − min, the median over
+the window: the queueing a probe meets on the way. The two answer different questions (issue
+16; perfsonar/project#1148 asks to tie latency changes to route changes):
+
+- ``rerouted``: every one of the last ``recent`` sessions has its minimum beyond the reference
+  floor by more than the step threshold, in the same direction, and within the step threshold
+  of each other (the step *holds*), while the spread stays within its threshold of the
+  reference spread. One event per step: the reference
+  is then re-learnt from the new sessions.
+- ``queueing``: the floor is steady (within the step threshold) and the spread has risen by more
+  than its threshold (judged once the reference holds ``queueing_history`` sessions). While queueing, the reference is frozen so the queue is not learnt as
+  normal; ``queueing_cleared`` when the spread is back under half the threshold.
+
+The reference is the ``window`` sessions before the last ``recent`` (as baseline.py does).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PathWatchSettings:
+    window: int = 20
+    recent: int = 5
+    min_history: int = 5
+    floor_step_min_ms: float = 2.0
+    floor_step_ratio: float = 0.1       # of the reference floor
+    spread_rise_min_ms: float = 2.0
+    spread_rise_ratio: float = 2.0      # of the reference spread (2.0: it tripled)
+    queueing_history: int = 10          # reference sessions needed to call queueing
+
+
+@dataclass(frozen=True)
+class PathEvent:
+    """A change of a peer's path: ``rerouted``, ``queueing`` or ``queueing_cleared``."""
+
+    peer: str
+    event: str
+    old_floor_ms: float
+    new_floor_ms: float
+    old_spread_ms: float
+    new_spread_ms: float
+    floor_threshold_ms: float
+    spread_threshold_ms: float
+    sessions: int
+
+    def to_json(self) -> dict:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class _Peer:
+    history: deque
+    recent: deque
+    queueing: bool = False
+    floor_ms: float | None = None
+    spread_ms: float | None = None
+    hops: dict = field(default_factory=dict)
+
+
+class PathWatch:
+    """Feed (min, p99) per session; get :class:`PathEvent` back. See the module docstring."""
+
+    def __init__(self, settings: PathWatchSettings | None = None) -> None:
+        self.s = settings or PathWatchSettings()
+        self._peers: dict[str, _Peer] = {}
+
+    def _peer(self, peer: str) -> _Peer:
+        st = self._peers.get(peer)
+        if st is None:
+            st = self._peers[peer] = _Peer(deque(maxlen=self.s.window), deque(maxlen=self.s.recent))
+        return st
+
+    def current(self, peer: str) -> tuple[float | None, float | None]:
+        """(floor, spread) in ms over the last ``recent`` sessions, for the gauges."""
+        st = self._peers.get(peer)
+        return (st.floor_ms, st.spread_ms) if st else (None, None)
+
+    def forget(self, peer: str) -> None:
+        self._peers.pop(peer, None)
+
+    def observe(self, peer: str, min_ms: float | None, p99_ms: float | None) -> list[PathEvent]:
+        """Add one session's RTT min and p99 (ms); sessions without replies are skipped."""
+        if min_ms is None or p99_ms is None:
+            return []
+        st = self._peer(peer)
+        if len(st.recent) == st.recent.maxlen and not st.queueing:
+            st.history.append(st.recent[0])
+        st.recent.append((float(min_ms), max(0.0, float(p99_ms) - float(min_ms))))
+        st.floor_ms = min(m for m, _ in st.recent)
+        st.spread_ms = statistics.median(s for _, s in st.recent)
+        if len(st.history) < self.s.min_history or len(st.recent) < self.s.recent:
+            return []
+        return self._judge(peer, st)
+
+    def _judge(self, peer: str, st: _Peer) -> list[PathEvent]:
+        s = self.s
+        ref_floor = min(m for m, _ in st.history)
+        ref_spread = statistics.median(x for _, x in st.history)
+        step = max(s.floor_step_min_ms, s.floor_step_ratio * ref_floor)
+        rise = max(s.spread_rise_min_ms, s.spread_rise_ratio * ref_spread)
+        cur_floor, cur_spread = st.floor_ms, st.spread_ms
+
+        def event(name: str) -> PathEvent:
+            return PathEvent(peer, name, ref_floor, cur_floor, ref_spread, cur_spread, step, rise,
+                             len(st.recent))
+
+        mins = [m for m, _ in st.recent]
+        # held: every recent session is off the old floor on the same side and they agree on
+        # the new one (a session that straddles the change, with packets that went out on the
+        # old route and came back on the new, sits in between and must leave the window first)
+        held = (all(m > ref_floor + step for m in mins) or all(m < ref_floor - step for m in mins)) \
+            and max(mins) - min(mins) <= step
+        if held and cur_spread <= ref_spread + rise:
+            ev = event("rerouted")
+            st.history = deque(st.recent, maxlen=s.window)   # the new path is the new reference
+            st.recent = deque(maxlen=s.recent)
+            st.queueing = False
+            return [ev]
+        steady = abs(cur_floor - ref_floor) <= step
+        # a spread is noisier than a floor: judge it against a full reference only (not the 5
+        # sessions a reroute left), so a busy moment on the new path is not called a queue
+        if not st.queueing and steady and cur_spread > ref_spread + rise \
+                and len(st.history) >= s.queueing_history:
+            st.queueing = True
+            return [event("queueing")]
+        if st.queueing and cur_spread < ref_spread + rise / 2:
+            st.queueing = False
+            return [event("queueing_cleared")]
+        return []
