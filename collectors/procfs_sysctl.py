@@ -21,6 +21,7 @@ SYSCTLS = (
     "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_slow_start_after_idle",
     "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_adv_win_scale",
     "net.ipv4.tcp_moderate_rcvbuf", "net.ipv4.udp_mem", "net.ipv4.tcp_mem",
+    "net.ipv4.tcp_base_mss",
 )
 
 

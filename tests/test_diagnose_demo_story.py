@@ -25,3 +25,8 @@ def test_demo_story_after_beats_before_and_rollback_restores():
     assert {"net.ipv4.tcp_congestion_control", "net.ipv4.tcp_rmem"} <= keys
     assert all(n > 0 for n in doc["plan"]["applied"].values())
     assert doc["rollback"]["restored"], doc["rollback"]["differences"]
+    # issue 13: tuned at both ends from measurement, the path is full and the network limits
+    # (after = `tune apply --verify`, ramp-up omitted)
+    assert doc["after"]["bits_per_second"] >= 0.85 * 100e6, doc["after"]
+    assert doc["after"]["limited_by"] == "network", doc["after"]
+    assert {c["host"] for c in doc["plan"]["changes"]} == {"local", "peer"}

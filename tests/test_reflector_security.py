@@ -305,3 +305,19 @@ def test_udp_test_whose_client_never_reads_stays_small_and_ends():
     finally:
         server.kill()
         server.wait(5)
+
+
+def test_host_facts_are_served_only_through_the_gate():
+    """The read-only host description (issue 13) is one more op behind the key: a keyed client
+    gets it (the reply's MAC checked), an unkeyed or wrong-key client is refused and counted."""
+    from wanprobe.throughput import host_facts_op
+
+    with ServedThroughput(hmac_key=KEY) as server:
+        facts = host_facts_op.fetch("127.0.0.1", server.port, hmac_key=KEY)
+        assert facts.tcp_rmem_bytes is not None
+        with pytest.raises(ProbeError, match="sent no host facts .*requires authentication"):
+            host_facts_op.fetch("127.0.0.1", server.port)
+        with pytest.raises(ProbeError, match="sent no host facts .*authentication failed"):
+            host_facts_op.fetch("127.0.0.1", server.port, hmac_key=WRONG_KEY)
+        refused = server.refusals()
+        assert refused.get("unauthenticated", 0) >= 1 and refused.get("bad_key", 0) >= 1

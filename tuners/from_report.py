@@ -7,6 +7,7 @@ NCCL knobs are not host settings: they become a manual step pointing at ``wanpro
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -53,16 +54,73 @@ def slow_nic(report: Mapping[str, Any]) -> str | None:
     return None
 
 
+def knob_host(knob: Mapping[str, Any]) -> str | None:
+    """The host a knob is for: its ``host`` (report 1.1), else its legacy ``side`` ("both" or
+    none: either end, None here)."""
+    for field in ("host", "side"):
+        if knob.get(field) in ("local", "peer"):
+            return knob[field]
+    return None
+
+
+def host_address(report: Mapping[str, Any], which: str) -> str | None:
+    """The address of ``which`` end as the measuring host saw it (report 1.1), else None."""
+    if which == "peer":
+        addr = (report.get("peer") or {}).get("address")
+    else:
+        addr = (report.get("host") or {}).get("address")
+    try:
+        return str(ipaddress.ip_address(str(addr))) if addr else None
+    except ValueError:
+        return None  # a host name: the address check is skipped, the host id still applies
+
+
+def check_capacity(report: Mapping[str, Any], path: str | Path | None = None) -> None:
+    """A 1.1 report with buffer knobs must carry the path capacity they were sized from."""
+    if str(report.get("schema_version", "1.0")) in ("1.0",):
+        return
+    if not any(k["key"] in BUFFER_KEYS for k in knobs_of(report)):
+        return
+    meas_path = (report.get("measurements") or {}).get("path") or {}
+    if not meas_path.get("capacity_bits_per_second"):
+        why = meas_path.get("capacity_source") or "no path measurement"
+        raise ConfigError(f"report {path or report.get('id', '')} has no path capacity ({why}): "
+                          "buffer sizes would be guesses; re-run diagnose with its throughput "
+                          "test or --link-rate")
+
+
+def unknown_of(report: Mapping[str, Any], which: str) -> tuple[str, ...]:
+    """What a plan for ``which`` could not know because that host sent no facts."""
+    meas = report.get("measurements") or {}
+    if which != "peer" or "peer_facts" not in meas or meas.get("peer_facts"):
+        return ()
+    why = (meas.get("errors") or {}).get("peer_facts") or "the peer sent no host facts"
+    return (f"the peer's current tcp_rmem, tcp_wmem, tcp_mem, congestion control, MTU and qdisc "
+            f"({why}); its values are read and validated when the plan is applied there",)
+
+
+def _plan_remote(knob: Mapping[str, Any]) -> Change | Skip:
+    """A change for a host that is not this one: validated when applied there."""
+    return Change(knob["tuner"], str(knob["key"]), None, str(knob.get("value")),
+                  knob["reason"] + " (validated when applied on that host)")
+
+
 def build_plan(report: Mapping[str, Any], tuners: Mapping[str, Tuner], *, host_id: str,
-               report_path: Path | None = None, side: str = "local") -> Plan:
+               report_path: Path | None = None, side: str = "local",
+               local_addresses: frozenset[str] | None = None) -> Plan:
     """Plan the knobs meant for ``side`` ("local": the host that ran diagnose; "peer": the far
-    end, planned there from the same report). Knobs without a side, or "both", go to either."""
+    end). Knobs without a host, or "both", go to either. When the plan's host address is known
+    and is not one of ``local_addresses`` (this host), the changes are left for the target host
+    to validate at apply time and the plan is bound to that address instead of a host id."""
     if side not in ("local", "peer"):
-        raise ConfigError(f"side must be local or peer, got {side!r}")
+        raise ConfigError(f"host must be local or peer, got {side!r}")
+    address = host_address(report, side)
+    remote = address is not None and local_addresses is not None and \
+        address not in local_addresses
     changes: list[Change] = []
     skipped: list[Skip] = []
     manual: list[Manual] = []
-    slow = slow_nic(report)
+    slow = slow_nic(report) if side == "local" else None
     decided: set[tuple[str, str]] = set()
     pending_skips: dict[tuple[str, str], Skip] = {}
     for knob in knobs_of(report):
@@ -72,22 +130,27 @@ def build_plan(report: Mapping[str, Any], tuners: Mapping[str, Tuner], *, host_i
         if slow and tname == "sysctl" and key in BUFFER_KEYS:
             pending_skips.setdefault((tname, key), Skip(tname, key, slow))
             continue
-        if knob.get("side") not in (None, "both", side):
+        target = knob_host(knob)
+        if target not in (None, side):
             pending_skips.setdefault((tname, key), Skip(
-                tname, key, f"meant for the {knob.get('side')} side; plan it there with --side {knob.get('side')}"))
+                tname, key, f"meant for the {target} host; plan it with --host {target} "
+                f"(--side {target})"))
             continue
         if tname == "nccl":
             manual.append(Manual("nccl", key, str(value), reason,
                                  (f"wanprobe nccl-env --report {report_path or 'REPORT'} --format nccl.conf",)))
             continue
         tuner = tuners.get(tname)
-        if tuner is None:
+        if remote:
+            result = _plan_remote(knob)
+        elif tuner is None:
             skipped.append(Skip(tname, key, f"no {tname} tuner available here"))
             continue
-        try:
-            result = tuner.plan(key, value, reason)
-        except WanprobeError as exc:
-            result = Skip(tname, key, str(exc))
+        else:
+            try:
+                result = tuner.plan(key, value, reason)
+            except WanprobeError as exc:
+                result = Skip(tname, key, str(exc))
         if isinstance(result, Skip):
             pending_skips.setdefault((tname, key), result)  # an alternative may still work
             continue
@@ -95,6 +158,7 @@ def build_plan(report: Mapping[str, Any], tuners: Mapping[str, Tuner], *, host_i
         (changes if isinstance(result, Change) else manual).append(result)
     skipped += [s for ident, s in pending_skips.items() if ident not in decided]
     ref = report_ref(report_path, dict(report)) if report_path else {"id": report.get("id", "")}
-    return Plan(host_id=host_id, netns_inode=current_inode(), created_at=now_iso(),
-                changes=tuple(changes), skipped=tuple(skipped), manual=tuple(manual),
-                source_report=ref)
+    return Plan(host_id="" if remote else host_id, netns_inode=0 if remote else current_inode(),
+                created_at=now_iso(), changes=tuple(changes), skipped=tuple(skipped),
+                manual=tuple(manual), source_report=ref, for_host=side, host_address=address,
+                unknown=unknown_of(report, side))

@@ -59,6 +59,10 @@ class PathFacts:
     dscp: int | None = None
     ecmp: bool = False
     nccl_knobs: tuple[tuple[str, str, str], ...] = ()
+    # issue 13: the far end's buffers (host_facts) and the per-stream rates diagnose measured
+    peer_tcp_rmem_max: int | None = None
+    peer_tcp_wmem_max: int | None = None
+    per_stream_bps: tuple[tuple[int, float], ...] = ()  # (streams, rate per stream)
 
 
 def _num(x: Any) -> float | None:
@@ -73,6 +77,33 @@ def _pick(d: Any, *keys: str) -> float | None:
         if v is not None:
             return v
     return None
+
+
+def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list]:
+    """From the report's findings: the training DSCP a dscp knob asks for, whether a finding
+    asked for more QPs (ECMP), and the NCCL knobs with their reasons."""
+    dscp, ecmp, knobs = None, False, []
+    for f in report.get("findings") or []:
+        for k in (f or {}).get("knobs") or []:
+            if not isinstance(k, dict):
+                continue
+            reason = k.get("reason") or f.get("title", "")
+            if k.get("tuner") == "dscp" and dscp is None:
+                v = k.get("value")
+                if isinstance(v, str) and v.lstrip().startswith(("[", "{")):
+                    try:
+                        v = json.loads(v)
+                    except json.JSONDecodeError:
+                        v = None
+                first = (v[0] if isinstance(v, list) and v else v) or {}
+                if isinstance(first, dict) and isinstance(first.get("dscp"), int | str):
+                    from wanprobe.units import parse_dscp
+                    dscp = parse_dscp(first["dscp"])
+            if k.get("tuner") == "nccl":
+                knobs.append((str(k.get("key")), str(k.get("value")), f"[{f.get('id', '?')}] {reason}"))
+                if k.get("key") == "NCCL_IB_QPS_PER_CONNECTION":
+                    ecmp = True
+    return dscp, ecmp, knobs
 
 
 def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
@@ -107,28 +138,24 @@ def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
         except (KeyError, ValueError, IndexError):
             return None
 
-    dscp, ecmp, knobs = None, bool(path.get("ecmp") or (_num(path.get("ecmp_paths")) or 0) > 1), []
-    for f in report.get("findings") or []:
-        for k in (f or {}).get("knobs") or []:
-            if not isinstance(k, dict):
-                continue
-            reason = k.get("reason") or f.get("title", "")
-            if k.get("tuner") == "dscp" and dscp is None:
-                v = k.get("value")
-                if isinstance(v, str) and v.lstrip().startswith(("[", "{")):
-                    try:
-                        v = json.loads(v)
-                    except json.JSONDecodeError:
-                        v = None
-                first = (v[0] if isinstance(v, list) and v else v) or {}
-                if isinstance(first, dict) and isinstance(first.get("dscp"), int | str):
-                    from wanprobe.units import parse_dscp
-                    dscp = parse_dscp(first["dscp"])
-            if k.get("tuner") == "nccl":
-                knobs.append((str(k.get("key")), str(k.get("value")), f"[{f.get('id', '?')}] {reason}"))
-                if k.get("key") == "NCCL_IB_QPS_PER_CONNECTION":
-                    ecmp = True
+    dscp, ecmp_knob, knobs = _report_knobs(report)
+    ecmp = ecmp_knob or bool(path.get("ecmp") or (_num(path.get("ecmp_paths")) or 0) > 1)
+    cap = _num(path.get("capacity_bits_per_second"))
+    if cap and str(path.get("capacity_source", "")).startswith(("udp_burst", "operator")):
+        link = cap  # measured (or the operator's) path capacity beats the NIC speed
+    peer = meas.get("peer_facts") or {}
+
+    def peer_max(key: str) -> int | None:
+        v = peer.get(key) if isinstance(peer, dict) else None
+        return int(v[2]) if isinstance(v, list) and len(v) == 3 and isinstance(v[2], int) else None
+
+    scan = tuple((int(r["streams"]), float(r["per_stream_bits_per_second"]))
+                 for r in meas.get("streams_scan") or []
+                 if isinstance(r, dict) and _num(r.get("streams")) and
+                 _num(r.get("per_stream_bits_per_second")))
     return PathFacts(iface=iface, rtt_ms=rtt, loss=loss, link_bps=link,
+                     peer_tcp_rmem_max=peer_max("tcp_rmem_bytes"),
+                     peer_tcp_wmem_max=peer_max("tcp_wmem_bytes"), per_stream_bps=scan,
                      tcp_rmem_max=field_max("net.ipv4.tcp_rmem"), tcp_wmem_max=field_max("net.ipv4.tcp_wmem"),
                      mtu=int(info["mtu"]) if isinstance(info.get("mtu"), int) else None,
                      cc=sysctls.get("net.ipv4.tcp_congestion_control"), dscp=dscp, ecmp=ecmp,
@@ -167,12 +194,16 @@ def sockets_needed(f: PathFacts) -> tuple[int, float] | None:
 
     rtt_s = f.rtt_ms / 1e3
     ceiling = f.link_bps
-    bufs = [b for b in (f.tcp_rmem_max, f.tcp_wmem_max) if b]
+    # both directions of an all-reduce: each end's receive and send buffers bound a socket
+    bufs = [b for b in (f.tcp_rmem_max, f.tcp_wmem_max, f.peer_tcp_rmem_max,
+                        f.peer_tcp_wmem_max) if b]
     if bufs:
         ceiling = min(ceiling, window_limited_rate_bps(window_from_buffer_bytes(min(bufs)), rtt_s))
     if f.loss:
         mss = (f.mtu or 1500) - 52
         ceiling = min(ceiling, cc_limited_rate_bps(f.cc or "cubic", f.link_bps, mss, rtt_s, min(f.loss, 1.0)))
+    if f.per_stream_bps:  # measured: the best one stream reached on this path
+        ceiling = min(ceiling, max(bps for _, bps in f.per_stream_bps))
     if ceiling <= 0:
         return MAX_SOCKETS + 1, 0.0
     return max(1, math.ceil(f.link_bps / ceiling)), ceiling
@@ -246,7 +277,34 @@ def compute(facts: PathFacts, sys_root: Path = Path("/sys"), *,
         if name.startswith("NCCL_") and reason.strip():  # e.g. BUFFSIZE/ALGO/PROTO: only with a reason
             out.append(EnvVar(name, value, reason))
             have.add(name)
+    buffsize = buffsize_var(facts)
+    if buffsize and buffsize.name not in have and (not rdma or transport == "socket"):
+        out.append(buffsize)
     return out
+
+
+NCCL_BUFFSIZE_DEFAULT = 4 * 2**20
+NCCL_BUFFSIZE_MAX = 64 * 2**20
+
+
+def buffsize_var(f: PathFacts) -> EnvVar | None:
+    """NCCL_BUFFSIZE on a long path: a channel keeps at most about BUFFSIZE in flight, so it
+    carries ≤ BUFFSIZE/RTT (fleet-multipath.md §4, NVIDIA "NCCL Deep Dive: Cross Data Center",
+    2025; an inference from the protocol, to verify on a build). Raised to the BDP (power of
+    two, ≤ 64 MiB) when the default bound is below the path capacity."""
+    if not f.rtt_ms or not f.link_bps:
+        return None
+    rtt_s = f.rtt_ms / 1e3
+    bound = NCCL_BUFFSIZE_DEFAULT * 8 / rtt_s
+    if bound >= f.link_bps:
+        return None
+    bdp = f.link_bps * rtt_s / 8
+    size = min(NCCL_BUFFSIZE_MAX, 2 ** math.ceil(math.log2(bdp)))
+    return EnvVar("NCCL_BUFFSIZE", str(size),
+                  f"the default 4 MiB per channel carries ≤ {bound / 1e6:.0f} Mbit/s at "
+                  f"{f.rtt_ms:.3g} ms, below the path's {f.link_bps / 1e6:.0f} Mbit/s; "
+                  f"{size / 2**20:g} MiB covers its BDP (fleet-multipath.md §4; verify on your "
+                  "NCCL build)")
 
 
 def _roce_vars(roce: list[RdmaPort], iface: str | None, facts: PathFacts, sys_root: Path,

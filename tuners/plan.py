@@ -8,6 +8,7 @@ re-validated before the first write: one line says what is wrong and nothing cha
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import socket
@@ -58,6 +59,9 @@ class Plan:
     manual: tuple[Manual, ...] = ()
     source_report: dict[str, Any] = field(default_factory=dict)
     version: int = PLAN_VERSION
+    for_host: str = "local"            # "local" | "peer": the end of the measured path
+    host_address: str | None = None    # that host's address as the measuring host saw it
+    unknown: tuple[str, ...] = ()      # what the planner could not know (peer sent no facts)
 
     @property
     def id(self) -> str:
@@ -73,6 +77,8 @@ class Plan:
             "changes": [c.to_json() for c in self.changes],
             "skipped": [s.to_json() for s in self.skipped],
             "manual": [m.to_json() for m in self.manual],
+            "for_host": self.for_host, "host_address": self.host_address,
+            "unknown": list(self.unknown),
         }
 
     @classmethod
@@ -109,7 +115,10 @@ class Plan:
                         for s in d.get("skipped") or [] if isinstance(s, dict))
         plan = cls(host_id=str(d["host_id"]), netns_inode=int(d.get("netns_inode") or 0),
                    created_at=str(d.get("created_at", "")), changes=changes, skipped=skipped,
-                   manual=manual, source_report=dict(d.get("source_report") or {}))
+                   manual=manual, source_report=dict(d.get("source_report") or {}),
+                   for_host=str(d.get("for_host") or "local"),
+                   host_address=_address(d.get("host_address")),
+                   unknown=tuple(str(u) for u in d.get("unknown") or ()))
         return plan  # a stale "id" after a hand edit is recomputed; the content is re-validated
 
 
@@ -128,8 +137,30 @@ def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def _address(value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return str(ipaddress.ip_address(str(value)))
+    except ValueError:
+        raise ConfigError(f"plan host_address {value!r} is not an IP address") from None
+
+
+def check_address(plan: Plan, addresses: frozenset[str] | None = None) -> None:
+    """Refuse a plan whose ``host_address`` is not one of this host's addresses."""
+    if plan.host_address is None:
+        return
+    if addresses is None:
+        from collectors.route import local_addresses
+        addresses = local_addresses()
+    if plan.host_address not in addresses:
+        raise ConfigError(f"plan is for the {plan.for_host} host {plan.host_address}, which is "
+                          "not an address of this host; apply it on that host")
+
+
 def check_host(plan: Plan, expected_host_id: str) -> None:
-    if plan.host_id != expected_host_id:
+    check_address(plan)
+    if plan.host_id and plan.host_id != expected_host_id:
         raise ConfigError(f"plan was made for host {shown(plan.host_id)}, this is {shown(expected_host_id)}; "
                           "make a new plan here")
 

@@ -33,7 +33,6 @@ UNTUNED = {"net.ipv4.tcp_congestion_control": "reno",
            "net.ipv4.tcp_wmem": "4096 16384 262144"}
 WATCHED = (*UNTUNED, "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_no_metrics_save",
            "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_mtu_probing")
-LINK_RATE = "100mbit"
 
 
 def _wanprobe(end, *args: str, timeout_s: float = 180) -> dict:
@@ -105,8 +104,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                 console.print("measuring before …")
                 doc["before"] = _throughput(lab, duration_s)
                 console.print("diagnosing …")
-                report = _wanprobe(lab.a, "diagnose", lab.b.addr, "--quick",
-                                   "--link-rate", LINK_RATE)
+                report = _wanprobe(lab.a, "diagnose", lab.b.addr, "--quick")
                 report_path = state / "report.json"
                 report_path.write_text(json.dumps(report))
                 doc["findings"] = [{k: f[k] for k in ("id", "severity", "title",
@@ -114,19 +112,29 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                                    for f in report["findings"]]
                 originals = {end.name: _sysctls(end) for end in (lab.a, lab.b)}
                 plans, journals = {}, {}
-                for end in (lab.a, lab.b):
-                    plan_path = state / f"plan-{end.name}.json"
-                    plans[end.name] = _wanprobe(end, "tune", "plan", "--report", str(report_path),
+                # Both plans are made here, from the one report; each names its host's address.
+                # The peer's goes first so that the local apply's --verify sees both ends tuned.
+                for end, which in ((lab.b, "peer"), (lab.a, "local")):
+                    plan_path = state / f"plan-{which}.json"
+                    plans[end.name] = _wanprobe(lab.a, "tune", "plan", "--report",
+                                                str(report_path), "--host", which,
                                                 "-o", str(plan_path))
+                    verify = ("--verify", lab.b.addr) if which == "local" else ()
                     journals[end.name] = _wanprobe(end, "tune", "apply", str(plan_path), "--yes",
-                                                   *env_state)
-                doc["plan"] = {"changes": plans[lab.a.name]["changes"],
-                               "skipped": plans[lab.a.name]["skipped"],
-                               "manual": plans[lab.a.name]["manual"],
-                               "applied": {n: len(j["journal"]["entries"])
-                                           for n, j in journals.items()}}
-                console.print(f"applied {doc['plan']['applied']} change(s); measuring after …")
-                doc["after"] = _throughput(lab, duration_s)
+                                                   *env_state, *verify)
+                doc["plan"] = {k: [{**x, "host": p["for_host"]} for p in plans.values()
+                                   for x in p[k]] for k in ("changes", "skipped", "manual")}
+                doc["plan"]["unknown"] = [u for p in plans.values() for u in p["unknown"]]
+                doc["plan"]["applied"] = {n: len((j["journal"] or {}).get("entries") or [])
+                                          for n, j in journals.items()}
+                console.print(f"applied {doc['plan']['applied']} change(s); measured again by "
+                              "`tune apply --verify`")
+                checked = journals[lab.a.name]["verify"]
+                doc["after"] = {"bits_per_second": checked["bits_per_second_after_omit"]
+                                or checked["bits_per_second"],
+                                "bits_per_second_with_ramp_up": checked["bits_per_second"],
+                                "omit_s": checked["omit_s"], "limited_by": checked["verdict"],
+                                "next_step": checked["next_step"], "cc": checked["cc"]}
                 for end in (lab.a, lab.b):
                     _wanprobe(end, "tune", "rollback", *env_state)
                 restored = {end.name: _sysctls(end) for end in (lab.a, lab.b)}
@@ -155,7 +163,9 @@ def _print_table(console: Console, doc: dict) -> None:
         t.add_row(name, format_rate(row["bits_per_second"]), str(row["limited_by"]),
                   str(row["cc"]))
     console.print(t)
-    console.print(f"ratio after/before: [bold]{doc['ratio']}×[/]")
+    console.print(f"ratio after/before: [bold]{doc['ratio']}×[/] (after: the first "
+                  f"{doc['after']['omit_s']:g} s of ramp-up left out, as iperf3 --omit)")
+    console.print(escape(f"next step: {doc['after']['next_step']}"))
     for f in doc["findings"][:3]:
         console.print(escape(f"  [{f['severity']}] {f['title']}: {f['expected_effect']}"))
     console.print("rollback restored every value" if doc["rollback"]["restored"]

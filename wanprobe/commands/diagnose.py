@@ -53,6 +53,7 @@ def diagnose(
     link_rate: Annotated[str | None, typer.Option("--link-rate", help="Rate the path should carry, e.g. 10gbit (sizes buffers).")] = None,
     dscp: Annotated[str, typer.Option(help="DSCP to test for bleaching (training class).")] = "AF31",
     no_throughput: Annotated[bool, typer.Option("--no-throughput", help="Skip the throughput test.")] = False,
+    flows: Annotated[int, typer.Option("--flows", min=1, max=4096, help="TCP flows each host carries at once (NCCL sockets × peers): splits its tcp_mem budget.")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report JSON to this file.")] = None,
     hmac_key_file: Annotated[str | None, typer.Option(
@@ -74,12 +75,12 @@ def diagnose(
     opts = DiagnoseOptions(
         peer=peer, port=parse_port(port), mode="full" if full else "quick",
         link_rate_bps=parse_rate_bps(link_rate) if link_rate else None,
-        dscp=parse_dscp(dscp), throughput=not no_throughput,
+        dscp=parse_dscp(dscp), throughput=not no_throughput, concurrent_flows=flows,
         hmac_key=read_hmac_key_file(hmac_key_file))
     err = Console(stderr=True, highlight=False)
     if netns is not None:
         argv = [peer, "--full" if full else "--quick", "--port", str(opts.port),
-                "--dscp", str(opts.dscp)]
+                "--dscp", str(opts.dscp), "--flows", str(flows)]
         if link_rate:
             argv += ["--link-rate", link_rate]
         if no_throughput:

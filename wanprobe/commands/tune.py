@@ -78,13 +78,14 @@ def _diff_table(rows: list[dict[str, Any]], title: str) -> Table:
 def plan_cmd(
     report: Annotated[str, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose`.")],
     output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan here.")] = None,
-    side: Annotated[str, typer.Option("--side", help="local: the host that ran diagnose; peer: the far end.")] = "local",
+    side: Annotated[str, typer.Option("--host", "--side", help="local: the host that ran diagnose; peer: the far end (the plan is bound to its address).")] = "local",
     netns: Netns = None, state_dir: StateDir = None,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
     """Turn a report's findings into a validated plan (changes nothing, except finishing the
     rollback of an apply that crashed here, so the plan is made from the real originals)."""
-    from tuners.from_report import build_plan, load_report
+    from collectors.route import local_addresses
+    from tuners.from_report import build_plan, check_capacity, load_report
     from tuners.plan import host_id, save
 
     if output:
@@ -92,7 +93,11 @@ def plan_cmd(
     tuners = _setup(netns, proc_root, sys_root)
     _recover(_store(state_dir), tuners)
     data = load_report(report)
-    plan = build_plan(data, tuners, host_id=host_id(), report_path=Path(report), side=side)
+    check_capacity(data, report)
+    plan = build_plan(data, tuners, host_id=host_id(), report_path=Path(report), side=side,
+                      local_addresses=local_addresses())
+    for note in plan.unknown:
+        typer.echo(f"wanprobe: note: this plan could not know {note}", err=True)
     if output:
         save(plan, output)
     if as_json:
@@ -115,6 +120,8 @@ def apply_cmd(
     yes: Annotated[bool, typer.Option("--yes", help="Really change the host; without it: a diff only.")] = False,
     persist: Annotated[bool, typer.Option("--persist", help="Also write <sysctl.d>/90-wanprobe.conf.")] = False,
     sysctl_d: Annotated[str | None, typer.Option("--sysctl-d", help="sysctl.d directory for --persist (default $WANPROBE_SYSCTL_D or /etc/sysctl.d).")] = None,
+    verify: Annotated[str | None, typer.Option("--verify", help="After applying, measure the path to this peer again (ramp-up omitted) and say what limits it now.")] = None,
+    hmac_key_file: Annotated[str | None, typer.Option("--hmac-key-file", help="The reflector's shared key for --verify (file, >= 16 characters).")] = None,
     netns: Netns = None, state_dir: StateDir = None,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
@@ -122,7 +129,9 @@ def apply_cmd(
     from tuners import plan as plan_mod
     from tuners import transaction
     from tuners.netns import is_init_netns
+    from wanprobe.commands.probe import read_hmac_key_file
 
+    key = read_hmac_key_file(hmac_key_file)  # a bad key file is refused before anything changes
     tuners = _setup(netns, proc_root, sys_root)
     plan = plan_mod.load(plan_file)
     store = _store(state_dir)
@@ -152,9 +161,15 @@ def apply_cmd(
     _recover(store, tuners)
     journal, prep = transaction.apply_plan(plan, tuners, store, host_id=plan_mod.host_id(),
                                            persist_dir=persist_dir)
+    checked = _verify(verify, key)
     if as_json:
-        _emit({"journal": journal.to_json() if journal else None, "skipped": [s.to_json() for s in prep.skipped]})
+        _emit({"journal": journal.to_json() if journal else None, "skipped": [s.to_json() for s in prep.skipped],
+               "verify": checked.to_json() if checked else None})
         return
+    if checked:
+        console.print(escape(f"  verify: {checked.bits_per_second_after_omit or checked.bits_per_second:,.0f} bit/s "
+                             f"after {checked.omit_s:g} s ramp-up, limited by {checked.verdict}; "
+                             f"{'path full' if checked.fixed else 'still limited by the host'}: next step: {checked.next_step}"))
     for s in prep.skipped:
         console.print(escape(f"  skipped {s.tuner} {s.key}: {s.reason}"))
     if journal is None:
@@ -169,6 +184,20 @@ def apply_cmd(
             console.print(f"  note: tuned profile {escape(active)} is active; with reapply_sysctl=1 it may override these")
     console.print(f"applied {len(journal.entries)} change(s); journal {journal.id} in "
                   f"{store.dir}; undo with `wanprobe tune rollback {journal.id}`")
+
+
+def _verify(peer: str | None, hmac_key: bytes | None = None):
+    """The closed loop of ``apply --verify PEER`` (None without it)."""
+    if not peer:
+        return None
+    from wanprobe.diagnose.verify import verify_path
+    from wanprobe.errors import WanprobeError
+
+    try:
+        return verify_path(peer, hmac_key=hmac_key)
+    except WanprobeError as exc:  # the plan is applied (journalled); only the re-measure failed
+        typer.echo(f"wanprobe: applied, but --verify could not measure {peer}: {exc}", err=True)
+        return None
 
 
 @app.command("rollback")

@@ -5,14 +5,16 @@ then by rule order (path before host before fabric; measured before configured).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from wanprobe.diagnose import rules_ecmp, rules_fabric, rules_host, rules_path
 from wanprobe.diagnose.inputs import DiagnoseConfig
-from wanprobe.diagnose.rule import Finding, RuleFn
+from wanprobe.diagnose.rule import Finding, Knob, RuleFn
 
 ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_ecmp.RULES, *rules_fabric.RULES,
                                   *rules_host.RULES)
+BUFFER_KEYS = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 # A host-config finding restates what a measured finding already shows: keep the measured one
@@ -25,12 +27,18 @@ SUPERSEDED_BY = {
 
 
 def _merge(kept: Finding, dropped: Finding) -> Finding:
-    keys = {(k.tuner, k.key, k.iface) for k in kept.knobs}
-    extra = tuple(k for k in dropped.knobs if (k.tuner, k.key, k.iface) not in keys)
+    # The measured finding already says which host each of its knobs is for: a host-config
+    # knob on the same key restates it and is not carried over — except a buffer for the other
+    # host: a measured buffer finding is about one direction, and the other end's buffers
+    # carry the other direction.
+    def ident(k: Knob) -> tuple:
+        return (k.tuner, k.key, k.iface) + ((k.for_host,) if k.key in BUFFER_KEYS else ())
+
+    keys = {ident(k) for k in kept.knobs}
+    extra = tuple(k for k in dropped.knobs if ident(k) not in keys)
     if not extra:
         return kept
-    return Finding(kept.id, kept.severity, kept.title, kept.evidence, kept.recommendation,
-                   kept.expected_effect, kept.knobs + extra, kept.impact)
+    return replace(kept, knobs=kept.knobs + extra)
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
@@ -80,4 +88,21 @@ def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
             found.append(result)
         elif isinstance(result, list):
             found.extend(result)
-    return rank(_dedupe(found))
+    return rank(_dedupe([_with_hosts(f) for f in found]))
+
+
+def _with_hosts(f: Finding) -> Finding:
+    """Every knob names the host it is for. A rule that left it implicit meant this host, or,
+    with ``side="both"``, both ends of the path: that knob is given once per host (the far
+    end's plan re-validates it against its own live values when applied there)."""
+    if all(k.host for k in f.knobs):
+        return f
+    knobs: list[Knob] = []
+    for k in f.knobs:
+        if k.host:
+            knobs.append(k)
+        elif k.side == "both":
+            knobs += [replace(k, host="local"), replace(k, host="peer")]
+        else:
+            knobs.append(replace(k, host=k.for_host))
+    return replace(f, knobs=tuple(knobs))

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SYSCTLS = (
-    "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.core.rmem_max", "net.core.wmem_max",
-    "net.ipv4.tcp_congestion_control", "net.core.default_qdisc", "net.ipv4.tcp_mtu_probing",
-    "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_notsent_lowat",
-    "net.core.netdev_max_backlog", "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_ecn",
-    "net.ipv4.tcp_mem", "net.ipv4.tcp_base_mss",
-)
+# One key list, the collectors' (issue 12): diagnose reads what `wanprobe counters` reads.
+from collectors.procfs_sysctl import SYSCTLS
 
 
 @dataclass(frozen=True)
@@ -64,17 +57,16 @@ def _read_int(path: Path) -> int | None:
 
 
 def read_sysctls(proc_root: Path, names: tuple[str, ...] = SYSCTLS) -> dict[str, str]:
-    """Dotted sysctl name -> normalised value, for those present under ``proc_root/sys``."""
-    out: dict[str, str] = {}
-    for name in names:
-        value = _read(Path(proc_root, "sys", *name.split(".")))
-        if value is not None:
-            out[name] = value
-    return out
+    """Dotted sysctl name -> normalised value, for those present under ``proc_root/sys``
+    (collectors.procfs_sysctl reads them; unreadable ones are left out here)."""
+    from collectors.procfs_sysctl import read_sysctls as collect
+
+    return collect(Path(proc_root), names)[0]
 
 
 def parse_tc_qdisc_json(text: str) -> dict[str, str]:
-    """``tc -j qdisc show`` output -> {dev: root qdisc kind} (pure; mq children are ignored)."""
+    """``tc -j qdisc show`` output -> {dev: root qdisc kind} (pure; mq children are ignored).
+    Not used to read the host (rtnetlink is): the independent view tests compare against."""
     try:
         rows = json.loads(text or "[]")
     except json.JSONDecodeError:
@@ -87,16 +79,18 @@ def parse_tc_qdisc_json(text: str) -> dict[str, str]:
 
 
 def read_root_qdiscs() -> dict[str, str]:
-    """Root qdisc per device in the current network namespace (via ``tc -j``); {} if unknown."""
-    tc = shutil.which("tc")
-    if tc is None:
-        return {}
+    """Root qdisc per device in the current network namespace, over rtnetlink (the collectors'
+    reader, collectors.qdisc); {} if unknown."""
+    from collectors.qdisc import read_qdiscs_raw
+    from collectors.rtnl_raw import dump_links
+
     try:
-        res = subprocess.run([tc, "-j", "qdisc", "show"], capture_output=True, text=True,
-                             timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
+        names = {row["ifindex"]: row["name"] for row in dump_links()}
+    except (OSError, ValueError):
         return {}
-    return parse_tc_qdisc_json(res.stdout) if res.returncode == 0 else {}
+    qdiscs, _ = read_qdiscs_raw(names)
+    return {dev: q["kind"] for dev, rows in qdiscs.items() for q in rows
+            if q["parent"] == "root" and q.get("kind")}
 
 
 def read_rings(ifname: str) -> dict[str, int]:

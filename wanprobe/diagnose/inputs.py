@@ -23,6 +23,8 @@ class DiagnoseConfig:
 
     link_rate_bps: float | None = None
     flows: int = 1
+    # flows expected at once per host for the memory budget (NCCL sockets × peers; R-4)
+    concurrent_flows: int = 16
     roce_prio: int = 3
     dscp: int | None = None  # the DSCP training traffic is meant to carry
 
@@ -70,9 +72,14 @@ def rtt_s(m: Mapping[str, Any]) -> tuple[float | None, str | None]:
 
 def link_rate_bps(m: Mapping[str, Any], host: Mapping[str, Any] | None,
                   config: DiagnoseConfig) -> tuple[float | None, str | None]:
-    """The rate the path should carry: the operator's figure, else the egress NIC speed."""
+    """The rate the path should carry: the operator's figure, else the measured path capacity
+    (UDP bursts, throughput/capacity.py), else the egress NIC speed (an upper bound only)."""
     if config.link_rate_bps:
         return float(config.link_rate_bps), "operator (--link-rate)"
+    path = section(m, "path") or {}
+    cap = num(path, "capacity_bits_per_second")
+    if cap and path.get("capacity_source") != "operator (--link-rate)":
+        return cap, f"measured path capacity ({path.get('capacity_source')})"
     mtu = section(m, "mtu") or {}
     iface = mtu.get("iface")
     ifaces = (host or {}).get("ifaces") or {}

@@ -11,6 +11,7 @@ from wanprobe.diagnose import inputs as I
 from wanprobe.diagnose.inputs import DiagnoseConfig, section
 from wanprobe.diagnose.rule import mbit, mib, rule
 from wanprobe.diagnose.rules_path import RTT_FOR_BBR_S, buffer_knobs
+from wanprobe.diagnose.rules_transfer import host_model_buffer
 from wanprobe.models.bdp import (
     bdp_bytes,
     buffer_needed_bytes,
@@ -42,8 +43,10 @@ def buffers_below_bdp(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | 
         return None
     smallest = min(t[2] for _, t in short)
     cap = window_limited_rate_bps(window_from_buffer_bytes(smallest), rtt) * flows
-    knobs, clamped = buffer_knobs(host, need, f"2×BDP for {mbit(target)} at {rtt * 1e3:.0f} ms "
-                                              "(R-1)", names=tuple(n for n, _ in short))
+    model = host_model_buffer(m, host, config)
+    size, why = model if model and model[0] > need else (
+        need, f"2×BDP for {mbit(target)} at {rtt * 1e3:.0f} ms (R-1)")
+    knobs, clamped = buffer_knobs(host, size, why, names=tuple(n for n, _ in short))
     severity = "info" if assumed else ("warning" if cap >= 0.5 * target else "critical")
     verdict = I.verdict(m)
     if verdict is not None and verdict not in ("receive_window", "send_buffer"):

@@ -8,10 +8,7 @@ rules that need it stay silent; the diagnosis itself never crashes on it.
 
 from __future__ import annotations
 
-import json
-import shutil
 import socket
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -46,6 +43,9 @@ class DiagnoseOptions:
     throughput: bool = True
     counters: bool = True
     hmac_key: bytes | None = field(default=None, repr=False)  # the reflector's shared key
+    reverse: bool = True           # also measure peer → this host (issue 13: both ends)
+    capacity: bool = True          # measure the path capacity with UDP bursts
+    concurrent_flows: int = 16     # flows per host for the memory budget (NCCL sockets × peers)
 
     @property
     def probe_count(self) -> int:
@@ -73,32 +73,20 @@ def now_iso() -> str:
 
 
 def parse_route_get(text: str) -> dict[str, Any]:
-    """``ip -j route get ADDR`` -> {"iface", "route_mtu"}; route_mtu is the PMTU the kernel
-    learned from ICMP "fragmentation needed" (a cached route exception), None without one."""
-    try:
-        rows = json.loads(text or "[]")
-    except json.JSONDecodeError:
-        return {}
-    row = rows[0] if isinstance(rows, list) and rows and isinstance(rows[0], dict) else {}
-    mtu = None
-    for metric in row.get("metrics") or []:
-        if isinstance(metric, dict) and isinstance(metric.get("mtu"), int):
-            mtu = metric["mtu"]
-    if isinstance(row.get("mtu"), int):
-        mtu = row["mtu"]
-    return {"iface": row.get("dev"), "route_mtu": mtu}
+    """``ip -j route get ADDR`` -> {"iface", "route_mtu"} (collectors.route parses it);
+    route_mtu is the PMTU the kernel learned from ICMP "fragmentation needed", else None."""
+    from collectors.route import parse_route_get as parse
+
+    r = parse(text)
+    return {} if r is None else {"iface": r.iface, "route_mtu": r.route_mtu_bytes}
 
 
 def route_to(peer: str) -> dict[str, Any]:
-    ip = shutil.which("ip")
-    if ip is None:
-        return {}
-    try:
-        res = subprocess.run([ip, "-j", "route", "get", peer], capture_output=True, text=True,
-                             timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    return parse_route_get(res.stdout) if res.returncode == 0 else {}
+    from collectors.route import route_get
+
+    r = route_get(peer)
+    return {} if r is None else {"iface": r.iface, "route_mtu": r.route_mtu_bytes,
+                                 "source_address": r.source_address}
 
 
 def _guard(errors: dict[str, str], part: str, fn: Callable[[], Any]) -> Any:
@@ -146,12 +134,78 @@ def measure_mtu(opts: DiagnoseOptions) -> dict:
     return doc
 
 
-def measure_throughput(opts: DiagnoseOptions) -> dict:
+def measure_throughput(opts: DiagnoseOptions, reverse: bool = False) -> dict:
     from wanprobe.throughput.client import run_throughput
 
     res = run_throughput(opts.peer, port=opts.port, duration_s=opts.throughput_s, streams=1,
-                         max_bytes=opts.throughput_max_bytes, hmac_key=opts.hmac_key)
+                         max_bytes=opts.throughput_max_bytes, reverse=reverse,
+                         hmac_key=opts.hmac_key)
     return res.to_json()
+
+
+SCAN_STREAMS = (1, 2, 4, 8)
+
+
+def measure_streams_scan(opts: DiagnoseOptions) -> list[dict]:
+    """Per-stream rates at 1, 2, 4 and 8 parallel streams (full mode): the measured per-stream
+    ceiling that nccl-env sizes NCCL's socket count from (nccl-tests#83: the slowest socket ×
+    the socket count)."""
+    from wanprobe.throughput.client import run_throughput
+
+    out = []
+    for n in SCAN_STREAMS:
+        res = run_throughput(opts.peer, port=opts.port, duration_s=opts.throughput_s / 2,
+                             streams=n, max_bytes=opts.throughput_max_bytes, hmac_key=opts.hmac_key)
+        out.append({"streams": n, "bits_per_second": res.bits_per_second,
+                    "per_stream_bits_per_second": res.bits_per_second / n})
+    return out
+
+
+def measure_capacity(opts: DiagnoseOptions, tcp_bps: float | None,
+                     nic_bps: float | None) -> dict:
+    """UDP bursts from above what TCP reached up to the NIC speed (an upper bound only)."""
+    from wanprobe.throughput.capacity import DEFAULT_MAX_BPS
+    from wanprobe.throughput.capacity import measure_capacity as bursts
+
+    start = max(2 * (tcp_bps or 0.0), 20e6)
+    upper = nic_bps or DEFAULT_MAX_BPS
+    return bursts(opts.peer, opts.port, start_bps=min(start, upper), max_bps=upper,
+                  max_bytes=opts.throughput_max_bytes, dscp=0, hmac_key=opts.hmac_key).to_json()
+
+
+def fetch_peer_facts(opts: DiagnoseOptions) -> dict:
+    from wanprobe.throughput.host_facts_op import fetch
+
+    return fetch(opts.peer, opts.port, hmac_key=opts.hmac_key).to_json()
+
+
+def local_facts(opts: DiagnoseOptions, proc_root: Path) -> dict:
+    from collectors.host_facts import read_host_facts
+
+    return read_host_facts(opts.peer, proc_root=proc_root).to_json()
+
+
+def _capacity(opts: DiagnoseOptions, errors: dict[str, str], path: dict, tputs: list,
+              host: dict, iface: str | None, say: Progress) -> dict | None:
+    """Fill ``path.capacity_bits_per_second``/``capacity_source``; return the burst detail."""
+    speed = ((host.get("ifaces") or {}).get(iface) or {}).get("speed_mbps") if iface else None
+    nic_bps = speed * 1e6 if speed else None
+    if opts.link_rate_bps:
+        path.update(capacity_bits_per_second=opts.link_rate_bps,
+                    capacity_source="operator (--link-rate)")
+        return None
+    detail = None
+    if opts.capacity and opts.throughput:
+        say("measuring the path capacity (UDP bursts)")
+        tcp = max((t.get("bits_per_second") or 0.0 for t in tputs if t), default=None)
+        detail = _guard(errors, "capacity", lambda: measure_capacity(opts, tcp, nic_bps))
+    if detail:
+        path.update(capacity_bits_per_second=detail["capacity_bits_per_second"],
+                    capacity_source=detail["capacity_source"])
+    else:
+        path.update(capacity_bits_per_second=None,
+                    capacity_source="not measured: " + errors.get("capacity", "skipped"))
+    return detail
 
 
 def snapshot(sys_root: Path, proc_root: Path) -> Any:
@@ -173,6 +227,31 @@ def counters_json(first: Any, second: Any) -> dict:
     return doc
 
 
+def _transfers(opts: DiagnoseOptions, errors: dict[str, str], path: dict | None,
+               say: Progress) -> tuple[Any, Any, Any, Any]:
+    """The peer's host facts and the TCP tests: forward, reverse and (--full) the 1/2/4/8
+    stream scan; each None where not measured (the reason in ``errors``)."""
+    tput = tput_rev = peer_facts = scan = None
+    if path is not None:
+        say("asking the peer for its host facts")
+        peer_facts = _guard(errors, "peer_facts", lambda: fetch_peer_facts(opts))
+    else:
+        errors.setdefault("peer_facts", "skipped: the peer's reflector did not answer")
+    if opts.throughput and path is not None:
+        say(f"throughput test ({opts.throughput_s:.0f} s, capped)")
+        tput = _guard(errors, "throughput", lambda: measure_throughput(opts))
+        if opts.reverse:
+            say(f"reverse throughput test ({opts.throughput_s:.0f} s, capped)")
+            tput_rev = _guard(errors, "throughput_reverse",
+                              lambda: measure_throughput(opts, reverse=True))
+    elif opts.throughput:
+        errors.setdefault("throughput", "skipped: the peer's reflector did not answer")
+    if opts.throughput and path is not None and opts.mode == "full":
+        say("per-stream rates at 1, 2, 4, 8 streams")
+        scan = _guard(errors, "streams_scan", lambda: measure_streams_scan(opts))
+    return peer_facts, tput, tput_rev, scan
+
+
 def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
              sys_root: Path = Path("/sys"), progress: Progress | None = None) -> Report:
     """Measure the path to ``opts.peer`` and this host, run the rules, return the report."""
@@ -189,6 +268,9 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
     errors: dict[str, str] = {}
     say("reading host configuration")
     host = read_host_config(proc_root, sys_root).to_json()
+    route = route_to(opts.peer)
+    host["address"] = route.get("source_address")
+    host["facts"] = _guard(errors, "host_facts", lambda: local_facts(opts, proc_root))
     before = None
     if opts.counters:
         say("sampling counters")
@@ -199,12 +281,10 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
     mtu = _guard(errors, "mtu", lambda: measure_mtu(opts)) if path is not None else None
     if path is None:
         errors.setdefault("mtu", "skipped: the peer's reflector did not answer")
-    tput = None
-    if opts.throughput and path is not None:
-        say(f"throughput test ({opts.throughput_s:.0f} s, capped)")
-        tput = _guard(errors, "throughput", lambda: measure_throughput(opts))
-    elif opts.throughput:
-        errors.setdefault("throughput", "skipped: the peer's reflector did not answer")
+    peer_facts, tput, tput_rev, scan = _transfers(opts, errors, path, say)
+    capacity = None
+    if path is not None:
+        capacity = _capacity(opts, errors, path, [tput, tput_rev], host, route.get("iface"), say)
     counters = None
     if before is not None:
         if tput is None:
@@ -212,11 +292,12 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
         after = _guard(errors, "counters", lambda: snapshot(sys_root, proc_root))
         if after is not None:
             counters = _guard(errors, "counters", lambda: counters_json(before, after))
-    measurements = {"path": path, "mtu": mtu, "throughput": tput, "counters": counters,
-                    "errors": errors}
+    measurements = {"path": path, "mtu": mtu, "throughput": tput,
+                    "throughput_reverse": tput_rev, "capacity": capacity, "streams_scan": scan,
+                    "peer_facts": peer_facts, "counters": counters, "errors": errors}
     say("evaluating rules")
-    findings = run_rules(measurements, host, DiagnoseConfig(link_rate_bps=opts.link_rate_bps,
-                                                            dscp=opts.dscp))
+    findings = run_rules(measurements, host, DiagnoseConfig(
+        link_rate_bps=opts.link_rate_bps, dscp=opts.dscp, concurrent_flows=opts.concurrent_flows))
     return Report(
         id=uuid.uuid4().hex[:16], created_at=started,
         tool={"name": "wanprobe", "version": __version__}, host=host,

@@ -20,7 +20,11 @@ from wanprobe.diagnose.rule import SEVERITIES, Finding, Knob  # noqa: F401 - the
 from wanprobe.errors import ConfigError, shown
 from wanprobe.userfiles import read_json
 
-SCHEMA_VERSION = "1.0"
+# 1.1 (issue 13): knobs carry "host"; findings may carry "host" and "direction";
+# measurements add "throughput_reverse", "peer_facts", "capacity"; path adds
+# "capacity_bits_per_second"/"capacity_source"; host adds "facts" and "address". Only optional
+# keys were added, so 1.0 readers still read 1.1 documents.
+SCHEMA_VERSION = "1.1"
 TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
 
 

@@ -28,10 +28,11 @@ def finding_panel(i: int, f: Finding) -> Panel:
         parts.append(t)
     if f.knobs:
         k = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for col in ("tuner", "key", "value", "reason"):
+        for col in ("host", "tuner", "key", "value", "reason"):
             k.add_column(col)
         for knob in f.knobs:
-            k.add_row(*(Text(c) for c in (knob.tuner, knob.key, knob.value, knob.reason)))
+            k.add_row(*(Text(c) for c in (knob.for_host, knob.tuner, knob.key, knob.value,
+                                          knob.reason)))
         parts.append(k)
     title = Text.assemble((f"{i}. {f.severity.upper()} ", STYLE[f.severity]), f.title,
                           (f"  [{f.id}]", "dim"))
@@ -50,9 +51,15 @@ def render_rich(report: Report, console: Console) -> None:
         head.add_row("rtt min/p50/p99 ms", " / ".join(_fmt("rtt_ms", path["rtt_ms"].get(k))
                                                       for k in ("min", "p50", "p99")),
                      "loss", str((path.get("loss") or {}).get("ratio")))
-    if tput.get("bits_per_second") is not None:
-        head.add_row("throughput", format_rate(tput["bits_per_second"]),
-                     "limited by", str((tput.get("limited_by") or {}).get("verdict")))
+    rev = (r.measurements or {}).get("throughput_reverse") or {}
+    for name, t in (("throughput", tput), ("reverse (peer sends)", rev)):
+        if t.get("bits_per_second") is not None:
+            head.add_row(name, format_rate(t["bits_per_second"]),
+                         "limited by", str((t.get("limited_by") or {}).get("verdict")))
+    if path.get("capacity_source"):
+        cap = path.get("capacity_bits_per_second")
+        head.add_row("path capacity", format_rate(cap) if cap else "unknown",
+                     "from", str(path["capacity_source"]))
     console.print(Panel(head, title="wanprobe diagnose", title_align="left"))
     for part, why in ((r.measurements or {}).get("errors") or {}).items():
         console.print(Text(f"not measured: {part}: {why}", style="dim"))

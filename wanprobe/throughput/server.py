@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from wanprobe.errors import ProbeError, WanprobeError
 from wanprobe.probe.access import AllowList
+from wanprobe.throughput import host_facts_op
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
 from wanprobe.throughput.gate import Refused, Session, read_request
@@ -90,7 +91,8 @@ class ThroughputServer:
         self.quota = Quota()
         self._refused: Counter[str] = Counter()
         self._connections = 0
-        self._ops = {"test": self._op_test}  # every op is reached through the gate only
+        # every op is reached through the gate only (host_facts: issue 13, read-only)
+        self._ops = {"test": self._op_test, host_facts_op.OP: host_facts_op.serve}
         self._tests: dict[bytes, _Test] = {}
         self._lsock: socket.socket | None = None
         self._usock: socket.socket | None = None
