@@ -228,3 +228,51 @@ def test_sessions_of_many_peers_start_on_a_shared_grid():
     wakeups = 1 + sum(1 for a, b in zip(ordered, ordered[1:], strict=False) if b - a > 0.002)
     print(f"\n{len(starts)} sessions in {wakeups} wake-ups")
     assert wakeups <= 2.5 / 0.05 + 5, wakeups
+
+
+class FakeStampProber:
+    """Stands in for daemon/prober.py's MeshProber: records what the scheduler hands it and
+    reports one result per peer through the callbacks the scheduler set."""
+
+    def __init__(self):
+        self.applied, self.closed = [], False
+        self.on_done = self.on_failed = None
+
+    def apply(self, peers, settings):
+        self.applied.append(tuple(p.name for p in peers))
+        for p in peers:
+            (self.on_failed if p.name == "bad" else self.on_done)(
+                p, 1.0, *(("send refused",) if p.name == "bad" else (_doc(),)))
+
+    def close(self):
+        self.closed = True
+
+
+def test_stamp_to_numeric_peers_goes_to_the_stamp_prober_and_the_rest_to_tasks():
+    peers = (Peer("num", "198.18.0.2"), Peer("bad", "198.18.0.5"),
+             Peer("named", "peer.invalid"), Peer("mixed", "198.18.0.3", methods=("stamp", "tcp")))
+    calls = []
+
+    async def prober(peer, method, s):
+        calls.append((peer.name, method))
+        return _doc()
+
+    async def main():
+        sink, fake = Sink(), FakeStampProber()
+        settings = ProbeSettings(interval_s=0.2, jitter_s=0.0, count=1, packet_interval_s=0.01,
+                                 timeout_s=0.1)
+        sch = Scheduler(sink, prober, probe=settings, throughput=ThroughputSettings(),
+                        stamp_prober=fake)
+        sch.apply(peers, settings, ThroughputSettings())
+        await asyncio.sleep(0.5)
+        assert {p.name for p in sch.peers} == {p.name for p in peers}  # throughput sees all
+        sch.apply(peers[:1], settings, ThroughputSettings())
+        await sch.stop()
+        return sink, fake
+
+    sink, fake = asyncio.run(main())
+    assert fake.applied == [("num", "bad", "mixed"), ("num",)] and fake.closed
+    assert {n for n, m in calls} == {"named", "mixed"}
+    assert {m for n, m in calls if n == "mixed"} == {"tcp"}  # its stamp runs in the prober
+    assert ("num", 1.0) in sink.done and ("mixed", 1.0) in sink.done
+    assert sink.failed == [("bad", 1.0, "send refused")]

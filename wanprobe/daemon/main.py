@@ -28,6 +28,7 @@ from wanprobe.daemon.config import DaemonConfig, Peer, load_config
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
 from wanprobe.daemon.path_findings import path_finding
 from wanprobe.daemon.path_watch import PathEvent, PathWatch
+from wanprobe.daemon.prober import MeshProber
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.state_dir import check_state_dir
@@ -79,6 +80,9 @@ class Daemon:
         self.cfg, self.peers, self.config_path = cfg, peers, config_path
         # peers share the key: their reflectors drop unauthenticated probes (RFC 8762 §4.4)
         self.prober = adapters.prober_for(cfg.hmac_key) if prober is adapters.probe else prober
+        # the real STAMP prober: every peer on one timer (prober.py); injected fakes run per task
+        self.stamp_prober = MeshProber(self.probe_done, self.probe_failed,
+                                       hmac_key=cfg.hmac_key) if prober is adapters.probe else None
         self.throughput_fn = (adapters.throughput_for(cfg.hmac_key)
                               if throughput_fn is adapters.throughput else throughput_fn)
         self.reflector = (reflector if reflector is not None
@@ -139,7 +143,8 @@ class Daemon:
         self._check_auto_apply()
         self.scheduler = Scheduler(self, self.prober, probe=self.cfg.probe,
                                    throughput=self.cfg.throughput, throughput_fn=self.throughput_fn,
-                                   budget_used=self.store.throughput_bytes_since)
+                                   budget_used=self.store.throughput_bytes_since,
+                                   stamp_prober=self.stamp_prober)
         self.scheduler.apply(self.peers, self.cfg.probe, self.cfg.throughput)
         self.metrics.set_peers(self.peers)
         self._tasks = [asyncio.create_task(every(lambda: FLUSH_INTERVAL_S, self.flush)),

@@ -4,6 +4,9 @@
   (uniform, so a fleet restarted together does not probe in lock-step); the first at a random
   offset inside the first interval. A session is bounded by its own deadline (packets × spacing
   + timeout + 1 s), so a peer that is down costs one timeout and never delays the others.
+  With a ``stamp_prober`` (the daemon's :class:`wanprobe.daemon.prober.MeshProber`), STAMP to
+  peers with a numeric address runs there instead, on one timer for all peers, with the same
+  schedule and the same sink; the per-peer task then runs only the peer's other methods.
 - one throughput task: tests run one at a time (never two at once on any link, so never two on
   the same one), only inside the allowed windows, each peer at most once per interval, and only
   when the test's byte cap still fits in the rolling 24 h budget.
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from wanprobe.daemon.config import Peer, ProbeSettings, ThroughputSettings, TimeWindow
+from wanprobe.daemon.prober import numeric_family
 
 T = TypeVar("T")
 ProbeFn = Callable[[Peer, str, ProbeSettings], Awaitable[dict[str, Any]]]
@@ -92,7 +96,7 @@ def in_windows(windows: tuple[TimeWindow, ...], ts: float) -> bool:
 @dataclass
 class _Session:
     peer: Peer
-    task: asyncio.Task
+    task: asyncio.Task | None   # None: every method of the peer runs in the stamp prober
 
 
 class Scheduler:
@@ -101,8 +105,10 @@ class Scheduler:
     def __init__(self, sink: Sink, prober: ProbeFn, *, probe: ProbeSettings,
                  throughput: ThroughputSettings, throughput_fn: ThroughputFn | None = None,
                  budget_used: Callable[[float], int] | None = None,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None) -> None:
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+                 stamp_prober: Any = None) -> None:
         self.sink = sink
+        self.stamp_prober = stamp_prober
         self.prober = prober
         self.probe_settings = probe
         self.throughput_settings = throughput
@@ -128,22 +134,46 @@ class Scheduler:
         diff: dict[str, list[str]] = {"added": [], "removed": [], "restarted": []}
         for name in list(self.sessions):
             if name not in wanted:
-                self.sessions.pop(name).task.cancel()
+                _cancel(self.sessions.pop(name))
                 diff["removed"].append(name)
         for name, peer in wanted.items():
             old = self.sessions.get(name)
             if old is not None and old.peer == peer and not settings_changed:
                 continue
             if old is not None:
-                old.task.cancel()
+                _cancel(old)
                 diff["restarted"].append(name)
             else:
                 diff["added"].append(name)
-            self.sessions[name] = _Session(peer, asyncio.create_task(
-                self._peer_loop(peer), name=f"probe-{name}"))
+            task = None
+            if self.task_methods(peer):
+                task = asyncio.create_task(self._peer_loop(peer), name=f"probe-{name}")
+            self.sessions[name] = _Session(peer, task)
+        if self.stamp_prober is not None:
+            self.stamp_prober.on_done = self._prober_done
+            self.stamp_prober.on_failed = self._prober_failed
+            self.stamp_prober.apply([p for p in peers if self.in_prober(p)], probe)
         if self._tput_task is None or self._tput_task.done():
             self._tput_task = asyncio.create_task(self._throughput_loop(), name="throughput")
         return diff
+
+    def in_prober(self, peer: Peer) -> bool:
+        """True when the peer's STAMP sessions run in the stamp prober: a numeric address and
+        one flow (a peer spread over several source ports, ``flows`` > 1, keeps its task)."""
+        return (self.stamp_prober is not None and "stamp" in peer.methods
+                and peer.flows == 1 and numeric_family(peer.address) is not None)
+
+    def task_methods(self, peer: Peer) -> tuple[str, ...]:
+        """The methods the peer's own task runs (all but the stamp prober's)."""
+        if self.in_prober(peer):
+            return tuple(m for m in peer.methods if m != "stamp")
+        return peer.methods
+
+    def _prober_done(self, peer: Peer, ts: float, doc: dict[str, Any]) -> None:
+        self._deliver(self.sink.probe_done, peer, "stamp", ts, doc)
+
+    def _prober_failed(self, peer: Peer, ts: float, error: str) -> None:
+        self._deliver(self.sink.probe_failed, peer, "stamp", ts, error)
 
     @property
     def peers(self) -> tuple[Peer, ...]:
@@ -154,7 +184,9 @@ class Scheduler:
         ``wait_for`` can swallow a cancellation (gh-86296), so the loops also check a flag and a
         task that ignores cancel is re-cancelled rather than awaited forever."""
         self._stopping = True
-        tasks = [s.task for s in self.sessions.values()]
+        if self.stamp_prober is not None:
+            self.stamp_prober.close()
+        tasks = [s.task for s in self.sessions.values() if s.task is not None]
         if self._tput_task is not None:
             tasks.append(self._tput_task)
         deadline = time.monotonic() + timeout_s
@@ -172,10 +204,11 @@ class Scheduler:
             started = time.monotonic()
             # methods of one peer run side by side (own sockets), so adding icmp/tcp to a
             # peer does not stretch its stamp interval
-            if len(peer.methods) == 1:
-                await self.probe_once(peer, peer.methods[0])
+            methods = self.task_methods(peer)
+            if len(methods) == 1:
+                await self.probe_once(peer, methods[0])
             else:
-                await asyncio.gather(*(self.probe_once(peer, m) for m in peer.methods))
+                await asyncio.gather(*(self.probe_once(peer, m) for m in methods))
             elapsed = time.monotonic() - started
             await self._sleep_on_grid(next_delay_s(self.probe_settings, self.rng) - elapsed)
 
@@ -256,6 +289,11 @@ class Scheduler:
                 self._deliver(self.sink.throughput_done, peer, ts, doc, None)
             finally:
                 self.throughput_running = None
+
+
+def _cancel(session: _Session) -> None:
+    if session.task is not None:
+        session.task.cancel()
 
 
 async def every(interval_s: Callable[[], float], fn: Callable[[], Awaitable[None]]) -> None:

@@ -46,11 +46,10 @@ def summarize(*, method: str, peer: str, port: int | None, started_ns: int, dura
     sequence number to the kernel transmit time the reflector reported later (RFC 8972 §4.7); it
     replaces T3 read before sendmsg."""
     follow_up_ns = follow_up_ns or {}
-    arrival = [r.sseq for r in replies]
-    first: dict[int, Reply] = {}
-    for r in replies:
-        first.setdefault(r.sseq, r)
+    arrival = [r[0] for r in replies]
+    first: dict[int, Reply] = {r[0]: r for r in reversed(replies)}  # the first copy of each
     seqs: list[int] = []
+    kept: list[Reply] = []
     rtts_ms: list[float] = []
     fwd_ms: list[float] = []
     rev_ms: list[float] = []
@@ -58,29 +57,31 @@ def summarize(*, method: str, peer: str, port: int | None, started_ns: int, dura
     late = 0
     for seq in sorted(first):
         r = first[seq]
+        _s, rx_ns, rseq, t2, t3, _tos, _cos, _rxc = r  # unpacked: thousands per second
         t1 = tx_kernel_ns.get(seq)
         if t1 is None:
             t1 = tx_user_ns[seq]
         else:
             kernel_tx += 1
-        raw = r.rx_ns - t1
+        raw = rx_ns - t1
         residence = 0
-        t3 = r.t3_ns
-        precise = follow_up_ns.get(r.reflector_seq) if r.reflector_seq is not None else None
-        if precise is not None and r.t2_ns is not None and 0 <= precise - r.t2_ns < raw:
-            t3 = precise
-        if r.t2_ns is not None and t3 is not None and 0 <= t3 - r.t2_ns < raw:
-            residence = t3 - r.t2_ns
+        if t2 is not None:
+            precise = follow_up_ns.get(rseq) if rseq is not None and follow_up_ns else None
+            if precise is not None and 0 <= precise - t2 < raw:
+                t3 = precise
+            if t3 is not None and 0 <= t3 - t2 < raw:
+                residence = t3 - t2
         if raw > timeout_ns:
             late += 1
             continue
         seqs.append(seq)
+        kept.append(r)
         rtts_ms.append((raw - residence) / 1e6)
-        if r.t2_ns is not None and t3 is not None:
-            fwd_ms.append((r.t2_ns - t1) / 1e6)
-            rev_ms.append((r.rx_ns - t3) / 1e6)
+        if t2 is not None and t3 is not None:
+            fwd_ms.append((t2 - t1) / 1e6)
+            rev_ms.append((rx_ns - t3) / 1e6)
     received = len(seqs)
-    loss = _loss(sent, received, late, [first[s] for s in seqs])
+    loss = _loss(sent, received, late, kept)
     summary = stats.rtt_summary_ms(rtts_ms)
     have_oneway = len(fwd_ms) == len(seqs)
     jitter, jitter_fwd, jitter_rev = stats.ipdv_many_ms(seqs, rtts_ms, fwd_ms, rev_ms)
@@ -88,7 +89,7 @@ def summarize(*, method: str, peer: str, port: int | None, started_ns: int, dura
         method=method, peer=peer, port=port, started_at=iso_utc(started_ns),
         duration_s=duration_s, interval_s=interval_s, size_bytes=size_bytes,
         rtt=RttStats(**summary) if summary else None, loss=loss,
-        dscp=_dscp(dscp, [first[s] for s in seqs]),
+        dscp=_dscp(dscp, kept),
         jitter_ms=jitter, jitter_forward_ms=jitter_fwd if have_oneway else None,
         jitter_reverse_ms=jitter_rev if have_oneway else None,
         reordered=stats.count_reordered(arrival), duplicates=stats.count_duplicates(arrival),
@@ -102,7 +103,7 @@ def _loss(sent: int, received: int, late: int, answered: list[Reply]) -> LossSta
     ci = stats.wilson_interval(sent - received, sent)
     if not answered:
         return LossStats(sent, received, ci, late=late)
-    last = max(answered, key=lambda r: r.sseq)
+    last = answered[-1]  # in sequence order
     reached = None
     if last.reflector_rx_count is not None:
         reached = last.reflector_rx_count

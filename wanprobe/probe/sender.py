@@ -27,7 +27,6 @@ import contextlib
 import errno
 import heapq
 import hmac
-import itertools
 import random
 import socket
 import struct
@@ -46,12 +45,12 @@ from wanprobe.probe.probe_options import (
     renamed,
     shared_sender,
 )
-from wanprobe.probe.probe_summary import Reply, summarize
+from wanprobe.probe.probe_summary import Reply
 from wanprobe.probe.probe_tlvs import OWN_LAYOUT_LEN
 from wanprobe.probe.probe_tlvs import own_tlvs as _own_tlvs
-from wanprobe.probe.probe_tlvs import probe_template as _template
 from wanprobe.probe.probe_tlvs import slow_tlvs as _slow_tlvs
 from wanprobe.probe.result import ProbeResult
+from wanprobe.probe.sender_session import session_result, template_for
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     BASE_LEN,
@@ -66,6 +65,7 @@ from wanprobe.probe.stamp_packet import AUTH_REFLECTOR_LAYOUT as _AUTH_REFL
 from wanprobe.probe.stamp_packet import AUTH_SENDER_LAYOUT as _AUTH_BASE
 from wanprobe.probe.stamp_packet import REFLECTOR_LAYOUT as _REFL
 from wanprobe.probe.stamp_packet import SENDER_LAYOUT as _BASE
+from wanprobe.probe.timer_heap import TimerHeap
 
 STAMP_PORT = 862
 UDP_HEADER = 8
@@ -127,6 +127,8 @@ class _Session:
     auth: HmacKey | None = None                   # authenticated mode (RFC 8762 §4.4)
     auth_rejected: int = 0                        # replies dropped: too short or bad HMAC
     tlv_rejected: int = 0                         # replies whose TLVs failed RFC 8972 §4.8
+    size_bytes: int = 0
+    started_ns: int = 0                           # wall clock when the session was opened
 
     def pending(self) -> int:
         return len(self.tx_user_ns) - len(self.answered)
@@ -136,20 +138,18 @@ class StampSender:
     """One UDP socket serving any number of concurrent STAMP sessions in the running loop."""
 
     def __init__(self, family: int = socket.AF_INET, *, tx_timestamps: bool = True,
-                 source_port: int = 0) -> None:
+                 source_port: int = 0, polled: bool = False) -> None:
         self.family = family
         self.source_port = source_port  # fixed: one ECMP flow (paths.py); 0: any
         self.tx_timestamps = tx_timestamps
+        self.polled = polled   # True: no reader on the loop, the owner calls poll() instead
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._by_ssid: dict[int, _Session] = {}
         self._next_ssid = random.randint(1, 0xFFFF)
         self._tx_stamps = ts.TxStampTracker()  # OPT_ID -> (session, seq)
         self._buf = bytearray(65536)
-        self._heap: list = []
-        self._tiebreak = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_due: float | None = None
+        self._timers = TimerHeap(self._tick)   # every session's next probe, one loop timer
         self._paused = False
         self._n_auth = 0   # authenticated sessions on this socket: replies get the auth demux
 
@@ -170,7 +170,8 @@ class StampSender:
             sock.close()
             raise ProbeError(f"cannot open a UDP socket for STAMP: {exc}") from None
         self._sock = sock
-        self._loop.add_reader(sock.fileno(), self._on_readable)
+        if not self.polled:
+            self._loop.add_reader(sock.fileno(), self._on_readable)
 
     def close(self) -> None:
         if self._sock is not None:
@@ -188,6 +189,31 @@ class StampSender:
         """Run one session against ``peer`` (an address of this sender's family); with
         ``hmac_key`` in authenticated mode (RFC 8762 §4.2.2)."""
         total = probe_count(count, duration_s, interval_s)
+        sess = self.open_session(peer, port, total=total, interval_s=interval_s, size=size,
+                                 dscp=dscp, timeout_s=timeout_s, hmac_key=hmac_key)
+        sess.on_progress = on_progress
+        loop = self._loop
+        t0 = sess.t0
+        sess.all_sent = loop.create_future()
+        try:
+            self._push(sess, t0)
+            await sess.all_sent
+            if sess.pending() > 0:
+                sess.done.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sess.done.wait(), timeout_s)
+        finally:
+            self.end_session(sess)
+        if on_progress is not None:
+            on_progress(total, len(sess.answered), total)
+        return session_result(sess, loop.time() - t0)
+
+    def open_session(self, peer: str, port: int, *, total: int, interval_s: float,
+                     size: int | None, dscp: int, timeout_s: float,
+                     hmac_key: bytes | str | HmacKey | None) -> _Session:
+        """Register a session on this socket (own SSID, probe template), its clock started; the
+        caller sends its probes (``_push`` or :meth:`send_probe`) and ends it with
+        :meth:`end_session`."""
         try:
             auth = HmacKey.of(hmac_key)
         except ValueError as exc:
@@ -207,54 +233,39 @@ class StampSender:
         self._by_ssid[sess.ssid] = sess
         if auth is not None:
             self._n_auth += 1
-        sess.template = _template(sess)
+        sess.template = template_for(sess)
         sess.cmsgs = [ts.tos_cmsg(self.family, dscp << 2)] if dscp else []
         sess.dest = (peer, port)
         sess.total = total
         sess.interval_s = interval_s
-        sess.on_progress = on_progress
-        loop = self._loop
-        started_ns = time.time_ns()
-        t0 = sess.t0 = loop.time()
-        sess.all_sent = loop.create_future()
-        try:
-            self._push(sess, t0)
-            await sess.all_sent
-            if sess.pending() > 0:
-                sess.done.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(sess.done.wait(), timeout_s)
-        finally:
-            sess.sending = False
-            sess.cancelled = True
-            if self._by_ssid.pop(sess.ssid, None) is not None and auth is not None:
-                self._n_auth -= 1
-            self._tx_stamps.forget(sess)
-        if on_progress is not None:
-            on_progress(total, len(sess.answered), total)
-        return summarize(
-            method="stamp", peer=peer, port=port, started_ns=started_ns,
-            duration_s=loop.time() - t0, interval_s=interval_s, size_bytes=size, dscp=dscp,
-            sent=len(sess.tx_user_ns), tx_user_ns=sess.tx_user_ns,
-            tx_kernel_ns=sess.tx_kernel_ns, replies=sess.replies, timeout_ns=sess.timeout_ns,
-            follow_up_ns=sess.follow_up_ns,
-        )
+        sess.size_bytes = size
+        sess.started_ns = time.time_ns()
+        sess.t0 = self._loop.time()
+        return sess
+
+    def send_probe(self, sess: _Session) -> None:
+        """Send ``sess``'s next probe now (ProbeError when the socket refuses it for good)."""
+        self._send(sess, sess.next_seq, sess.template)
+        sess.next_seq += 1
+
+    def end_session(self, sess: _Session) -> None:
+        """Stop sending for ``sess`` and release its SSID; replies after this are ignored."""
+        sess.sending = False
+        sess.cancelled = True
+        if self._by_ssid.pop(sess.ssid, None) is not None and sess.auth is not None:
+            self._n_auth -= 1
+        self._tx_stamps.forget(sess)
 
     # -- one timer for all sessions: sends every probe that is due, then re-arms ------------------
     def _push(self, sess: _Session, due: float) -> None:
-        heapq.heappush(self._heap, (due, next(self._tiebreak), sess))
-        if self._timer_due is None or due < self._timer_due:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = self._loop.call_at(due, self._tick)
-            self._timer_due = due
+        self._timers.push(self._loop, due, sess)
 
     def _tick(self) -> None:
-        self._timer = self._timer_due = None
-        heap = self._heap
+        heap = self._timers.heap
         many = len(self._by_ssid) > COALESCE_SESSIONS
-        horizon = self._loop.time() + (COALESCE_S if many else SEND_AHEAD_S)
-        send, pop, push, tiebreak = self._send, heapq.heappop, heapq.heappush, self._tiebreak
+        loop = self._loop
+        horizon = loop.time() + (COALESCE_S if many else SEND_AHEAD_S)
+        send, pop, push = self._send, heapq.heappop, self._timers.push
         while heap and heap[0][0] <= horizon:
             sess = pop(heap)[2]
             if sess.cancelled:
@@ -272,15 +283,11 @@ class StampSender:
             if sess.on_progress is not None:
                 sess.on_progress(seq, len(sess.answered), sess.total)
             if seq < sess.total:
-                push(heap, (sess.t0 + seq * sess.interval_s, next(tiebreak), sess))
+                push(loop, sess.t0 + seq * sess.interval_s, sess)
             else:
                 sess.sending = False
                 if not sess.all_sent.done():
                     sess.all_sent.set_result(None)
-        if heap:
-            due = heap[0][0]
-            self._timer = self._loop.call_at(due, self._tick)
-            self._timer_due = due
 
     def _alloc_ssid(self) -> int:
         for _ in range(0x10000):
@@ -321,9 +328,10 @@ class StampSender:
             self._tx_stamps.sent((sess, seq))
 
     # -- receive path --------------------------------------------------------------------------
-    def _on_readable(self) -> None:
-        """Drain replies and TX stamps. Long because: the per-packet receive path is kept inline;
-        a helper call per reply costs CPU at hundreds of sessions (bench/probe_scale.py)."""
+    def _on_readable(self, limit: int = 256) -> None:
+        """Drain replies and TX stamps (at most ``limit`` datagrams). Long because: the per-packet
+        receive path is kept inline; a helper call per reply costs CPU at hundreds of sessions
+        (bench/probe_scale.py)."""
         sock = self._sock
         if sock is None:
             return
@@ -335,7 +343,7 @@ class StampSender:
         anc_size = ts.ANC_BUFSIZE
         scm_ts, ip_tos, ipv6_tclass = ts.SCM_TIMESTAMPING, ts.IP_TOS, ts.IPV6_TCLASS
         buf = self._buf
-        for _ in range(256):
+        for _ in range(limit):
             try:
                 n, ancdata, _flags, addr = recv([buf], anc_size)
             except (BlockingIOError, InterruptedError):
@@ -391,10 +399,15 @@ class StampSender:
             answered.add(sseq)
             if not sess.sending and len(sess.tx_user_ns) <= len(answered):
                 sess.done.set()
-        if len(self._by_ssid) > COALESCE_SESSIONS and not self._paused:
+        if len(self._by_ssid) > COALESCE_SESSIONS and not self._paused and not self.polled:
             self._paused = True
             self._loop.remove_reader(sock.fileno())
             self._loop.call_later(COALESCE_S, self._resume)
+
+    def poll(self) -> None:
+        """Read every reply and TX stamp waiting now (a ``polled`` sender's owner calls this,
+        once per wake-up: no batch limit, so nothing that arrived is left for later)."""
+        self._on_readable(1 << 16)
 
     def _resume(self) -> None:
         self._paused = False

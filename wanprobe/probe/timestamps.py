@@ -171,6 +171,9 @@ def read_tx_timestamps(sock: socket.socket, limit: int = 1024) -> list[tuple[int
     return out
 
 
+REORDER_SLACK = 64   # stamps may arrive this many ids out of order before one counts as lost
+
+
 class TxStampTracker:
     """Pairs kernel TX software stamps with what was sent (sender, ICMP sender and reflector).
 
@@ -197,13 +200,30 @@ class TxStampTracker:
 
     def drain(self, sock: socket.socket, limit: int = 1024) -> list[tuple[object, int]]:
         """Read the stamps waiting on ``sock``: [(what, tx_ns), ...] for the ones we sent."""
-        pop = self.pending.pop
+        pending = self.pending
+        pop = pending.pop
         out = []
+        opt_id = None
         for opt_id, tx_ns in read_tx_timestamps(sock, limit):
             what = pop(opt_id, None)
             if what is not None:
                 out.append((what, tx_ns))
+        if opt_id is not None:
+            self._drop_lost(opt_id)
         return out
+
+    def _drop_lost(self, newest_id: int) -> None:
+        """Stamps leave one socket's error queue in send order; one that has not come while
+        stamps of datagrams sent ``REORDER_SLACK`` later have, was dropped by the kernel (error
+        queue over the receive buffer, net/core/skbuff.c sock_queue_err_skb): forget it, so the
+        map (in send order) never grows and ``forget`` stays cheap. That probe falls back to the
+        clock read before sendmsg."""
+        pending = self.pending
+        while pending:
+            oldest = next(iter(pending))
+            if not REORDER_SLACK <= (newest_id - oldest) & 0xFFFFFFFF < 0x80000000:
+                return
+            del pending[oldest]
 
     def forget(self, owner: object) -> None:
         """Drop pending entries ``(owner, ...)`` whose stamps nobody will wait for any more."""

@@ -1,0 +1,198 @@
+"""The daemon's STAMP prober: every peer's sessions driven by one timer on shared sockets.
+
+A session per peer every ``interval`` ± ``jitter`` (``count`` probes ``packet_interval`` apart,
+the last one waited for ``timeout``), as :func:`wanprobe.probe.sender.probe_stamp` runs it, but
+without a task, a future and a timeout per session: one heap of due actions (start a session,
+send its next probe, summarise it) and one loop timer, re-armed for the earliest action. With many
+peers, actions due within ``COALESCE_S`` run in the same wake-up (kernel TX/RX timestamps make
+this free for accuracy). The sockets, the codec, the reply demultiplexing and the TX-stamp
+pairing are :class:`wanprobe.probe.sender.StampSender`'s (one per address family); each session
+keeps its own SSID (RFC 8972 §3), so the reflector's per-session counters, and with them loss per
+direction (RFC 8972 §4.5), mean exactly what they mean for ``probe_stamp``.
+
+Only numeric peer addresses are handled here (no DNS on the timer); the scheduler keeps a task for
+peers named by host name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import random
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from wanprobe.daemon.config import Peer, ProbeSettings
+from wanprobe.errors import WanprobeError
+from wanprobe.probe.sender import COALESCE_S, COALESCE_SESSIONS, SEND_AHEAD_S, StampSender
+from wanprobe.probe.sender_session import session_result as _result
+from wanprobe.probe.timer_heap import TimerHeap
+
+DoneFn = Callable[[Peer, float, dict[str, Any]], None]
+FailedFn = Callable[[Peer, float, str], None]
+_START, _SEND, _FINISH = 0, 1, 2
+
+
+def numeric_family(address: str) -> int | None:
+    """AF_INET/AF_INET6 for a literal address, None for a host name."""
+    text = address.strip().strip("[]")
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, text)
+            return family
+        except OSError:
+            pass
+    return None
+
+
+@dataclass(eq=False)
+class _PeerRun:
+    """One peer's schedule; ``stopped`` once removed or replaced (its heap entries are skipped)."""
+
+    peer: Peer
+    family: int
+    address: str
+    open: dict = field(default_factory=dict)   # SSID -> (session, wall-clock start)
+    stopped: bool = False
+
+
+class MeshProber:
+    """STAMP sessions for many peers on one event loop; results go to ``on_done``/``on_failed``
+    (the scheduler's sink), with the wall-clock time the session started."""
+
+    def __init__(self, on_done: DoneFn, on_failed: FailedFn, *,
+                 hmac_key: bytes | None = None, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None) -> None:
+        self.on_done, self.on_failed = on_done, on_failed
+        self.hmac_key = hmac_key
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.settings = ProbeSettings()
+        self.runs: dict[str, _PeerRun] = {}
+        self._senders: dict[int, StampSender] = {}
+        self._timers = TimerHeap(self._tick)   # every peer's next action, one loop timer
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- plan -----------------------------------------------------------------------------------
+    def apply(self, peers: tuple[Peer, ...] | list[Peer], settings: ProbeSettings) -> None:
+        """Probe exactly ``peers`` (numeric addresses) with ``settings``; a peer that is new or
+        changed, or every peer when the settings changed, starts afresh at a random offset
+        inside the first interval (a fleet restarted together does not probe in lock-step)."""
+        self._loop = asyncio.get_running_loop()
+        changed = settings != self.settings
+        self.settings = settings
+        wanted = {p.name: p for p in peers}
+        for name in list(self.runs):
+            if changed or name not in wanted or self.runs[name].peer != wanted[name]:
+                self._stop_run(self.runs.pop(name))
+        now = self._loop.time()
+        for name, peer in wanted.items():
+            if name in self.runs:
+                continue
+            family = numeric_family(peer.address)
+            if family is None:
+                raise WanprobeError(f"peer {name}: {peer.address!r} is not a numeric address")
+            run = self.runs[name] = _PeerRun(peer, family, peer.address.strip().strip("[]"))
+            self._push(now + self.rng.uniform(0, settings.interval_s), _START, run, None)
+
+    def close(self) -> None:
+        """Drop every session in flight (no result) and close the sockets."""
+        for run in self.runs.values():
+            self._stop_run(run)
+        self.runs.clear()
+        self._timers.clear()
+        for sender in self._senders.values():
+            sender.close()
+        self._senders.clear()
+
+    def _stop_run(self, run: _PeerRun) -> None:
+        run.stopped = True
+        for sess, _ts in run.open.values():
+            self._senders[run.family].end_session(sess)
+        run.open.clear()
+
+    # -- the timer --------------------------------------------------------------------------------
+    def _push(self, due: float, action: int, run: _PeerRun, sess: Any) -> None:
+        self._timers.push(self._loop, due, action, run, sess)
+
+    def _tick(self) -> None:
+        # The sockets have no reader of their own: every tick reads them first, so one wake-up
+        # sends, reads and summarises. Replies wait at most until the next action (a send, at
+        # most a packet interval away while a session is open, or its end), which costs no
+        # accuracy (kernel RX stamps), and a session that ends in this tick has every reply
+        # that arrived before it; what waits is bounded by what one tick sent.
+        for sender in self._senders.values():
+            sender.poll()
+        heap, pop = self._timers.heap, heapq.heappop
+        horizon = self._loop.time() + (COALESCE_S if len(self.runs) > COALESCE_SESSIONS
+                                       else SEND_AHEAD_S)
+        while heap and heap[0][0] <= horizon:
+            due, _t, action, run, sess = pop(heap)
+            if run.stopped:
+                continue
+            if action == _SEND:
+                self._send(due, run, sess)
+            elif action == _START:
+                self._start(due, run)
+            else:
+                self._finish(run, sess)
+
+    def _start(self, due: float, run: _PeerRun) -> None:
+        """Open the peer's next session, send its first probe, schedule the one after it."""
+        s = self.settings
+        delay = max(0.0, s.interval_s + self.rng.uniform(-s.jitter_s, s.jitter_s))
+        self._push(due + delay, _START, run, None)
+        ts = self.clock()
+        try:
+            sender = self._sender(run.family)
+            sess = sender.open_session(run.address, run.peer.port, total=s.count,
+                                       interval_s=s.packet_interval_s, size=None, dscp=s.dscp,
+                                       timeout_s=s.timeout_s, hmac_key=self.hmac_key)
+        except WanprobeError as exc:
+            self.on_failed(run.peer, ts, " ".join(str(exc).split()))
+            return
+        sess.t0 = due
+        run.open[sess.ssid] = (sess, ts)
+        self._send(due, run, sess)
+
+    def _send(self, due: float, run: _PeerRun, sess: Any) -> None:
+        if sess.cancelled:
+            return
+        try:
+            self._senders[run.family].send_probe(sess)
+        except WanprobeError as exc:
+            self._senders[run.family].end_session(sess)
+            _sess, ts = run.open.pop(sess.ssid)
+            self.on_failed(run.peer, ts, " ".join(str(exc).split()))
+            return
+        if sess.next_seq < sess.total:
+            self._push(sess.t0 + sess.next_seq * sess.interval_s, _SEND, run, sess)
+        else:
+            sess.sending = False
+            # a tick may run actions up to COALESCE_S early: never end before the timeout
+            self._push(due + self.settings.timeout_s + COALESCE_S, _FINISH, run, sess)
+
+    def _finish(self, run: _PeerRun, sess: Any) -> None:
+        """The last probe's timeout has passed: end the session and hand over its summary."""
+        if sess.cancelled:
+            return
+        _sess, ts = run.open.pop(sess.ssid)
+        self._senders[run.family].end_session(sess)
+        try:
+            doc = _result(sess, self._loop.time() - sess.t0).to_json()
+        except Exception as exc:  # noqa: BLE001 - a summary bug must not stop every peer
+            self.on_failed(run.peer, ts, f"summary failed: {exc}")
+            return
+        doc["peer"] = run.peer.address   # as configured, like probe_stamp's result ("[::1]")
+        self.on_done(run.peer, ts, doc)
+
+    def _sender(self, family: int) -> StampSender:
+        sender = self._senders.get(family)
+        if sender is None:
+            sender = self._senders[family] = StampSender(family, polled=True)
+            sender.open()
+        return sender
+
