@@ -47,7 +47,8 @@ FLOATS = {"nan": "nan", "inf": "inf", "1e309": "1e309", "1e300": "1e300", "negat
 # Options whose value may legitimately be any name-like text (a lab, a peer): only the universal
 # text classes apply; "nan" or "1000h" would be a valid name there.
 FREE_NAMES = {("lab", "up", "name"), ("lab", "down", "name"), ("lab", "update", "name"),
-              ("lab", "exec", "name"), ("history", "peer"), ("tune", "rollback", "journal_id"),
+              ("lab", "exec", "name"), ("lab", "multipath", "name"), ("lab", "reroute", "name"),
+              ("lab", "path", "name"), ("history", "peer"), ("tune", "rollback", "journal_id"),
               ("lab", "exec", "command"), ("nccl-env", "iface")}
 # (command path, option, class) where the "hostile" value is in fact valid: a server given a valid
 # cap serves until stopped (so it would "not finish"), and these caps are legitimately small/big.
@@ -286,15 +287,20 @@ def warm_imports():
 
 @pytest.fixture(scope="module", autouse=True)
 def no_stray_lab():
-    """`lab up` must refuse every hostile value; should one slip through, its lab is removed."""
+    """No command may bring a lab up on a hostile value: any lab (two-namespace or multipath)
+    that appears while this module runs is removed, and the run fails."""
+    from wanprobe.lab import Lab, list_labs
+    from wanprobe.lab.multipath import MultipathLab
+
+    before = {lab.get("name") for lab in list_labs()}
     yield
-    from wanprobe.lab import list_labs
-
-    if any(lab.get("name") == LAB_NAME for lab in list_labs()):
-        from wanprobe.lab import Lab
-
-        Lab(LAB_NAME, rtt_ms=0).down()
-        pytest.fail(f"a hostile value brought lab {LAB_NAME} up")
+    new = [lab for lab in list_labs() if lab.get("name") not in before]
+    for lab in new:
+        if lab.get("kind") == "multipath":
+            MultipathLab.attach(lab["name"]).down()
+        else:
+            Lab(lab["name"], rtt_ms=0).down()
+    assert not new, f"hostile values brought labs up: {[lab.get('name') for lab in new]}"
 
 
 @pytest.fixture(scope="module")
