@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import random
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any
 
 from wanprobe.daemon.config import Peer, ProbeSettings
 from wanprobe.errors import WanprobeError
+from wanprobe.probe.peer import numeric_family as peer_family
 from wanprobe.probe.sender import COALESCE_S, COALESCE_SESSIONS, SEND_AHEAD_S, StampSender
 from wanprobe.probe.sender_session import session_result as _result
 from wanprobe.probe.timer_heap import TimerHeap
@@ -37,15 +37,9 @@ _START, _SEND, _FINISH = 0, 1, 2
 
 
 def numeric_family(address: str) -> int | None:
-    """AF_INET/AF_INET6 for a literal address, None for a host name."""
-    text = address.strip().strip("[]")
-    for family in (socket.AF_INET, socket.AF_INET6):
-        try:
-            socket.inet_pton(family, text)
-            return family
-        except OSError:
-            pass
-    return None
+    """AF_INET/AF_INET6 for a literal address (``[::1]`` as the config writes it), None for a
+    host name."""
+    return peer_family(address.strip().strip("[]"))
 
 
 @dataclass(eq=False)
