@@ -41,6 +41,20 @@ enabled = false
 {peer_tables}""")
 
 
+def wait_sessions(metrics_port: int, at_least: int, timeout: float = 20.0) -> None:
+    """Wait until the daemon's wanprobe_probe_sessions_total (all peers) reaches ``at_least``."""
+    deadline = time.monotonic() + timeout
+    total = 0.0
+    while time.monotonic() < deadline:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        total = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                    if line.startswith("wanprobe_probe_sessions_total{"))
+        if total >= at_least:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"only {total:g} probe sessions after {timeout} s")
+
+
 class DaemonProcess:
     """``wanprobe daemon`` in a subprocess with NOTIFY_SOCKET bound by the test."""
 
@@ -220,6 +234,7 @@ max_bytes_per_test = "2GiB"
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
     assert any(line.startswith("wanprobe_throughput_bits_per_second{") and 'peer="self-0"' in line
                for line in metrics.splitlines()), metrics
+    wait_sessions(mport, 4)  # the throughput test may finish before the 4th probe session
     d.proc.send_signal(signal.SIGTERM)
     assert d.proc.wait(10) == 0
     r = subprocess.run([sys.executable, "-m", "wanprobe", "history", "self-0", "--state-dir",
