@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from wanprobe.errors import PermissionRequired, ProbeError, UsageError
 from wanprobe.probe import timestamps as ts
 from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
-from wanprobe.probe.probe_options import check_common, probe_count, renamed, shared_sender
+from wanprobe.probe.probe_options import (
+    check_common,
+    close_socket,
+    probe_count,
+    ready_socket,
+    renamed,
+    shared_sender,
+)
 from wanprobe.probe.probe_summary import Reply, summarize
 from wanprobe.probe.result import ProbeResult
 
@@ -82,19 +89,13 @@ class IcmpSender:
             sock = socket.socket(self.family, socket.SOCK_RAW, proto)
         except PermissionError:
             raise PermissionRequired("ICMP probes need root or CAP_NET_RAW") from None
-        ts.enable_rx_metadata(sock, timestamping=True, tx_timestamps=self.tx_timestamps,
-                              ttl_and_dst=False)
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        sock.setblocking(False)
+        ready_socket(sock, tx_timestamps=self.tx_timestamps)
         self._sock = sock
         self._loop.add_reader(sock.fileno(), self._on_readable)
 
     def close(self) -> None:
         if self._sock is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(self._sock.fileno())
-            self._sock.close()
+            close_socket(self._loop, self._sock)
             self._sock = None
 
     async def run(self, peer: str, *, count: int | None = None, duration_s: float | None = None,

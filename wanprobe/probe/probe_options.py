@@ -1,11 +1,13 @@
 """What every probe method (STAMP, ICMP, TCP connect) shares around its sender: checking the
-options, the number of probes they mean, and one socket per (event loop, key) shared by the
-concurrent sessions of that loop."""
+options, the number of probes they mean, one socket per (event loop, key) shared by the
+concurrent sessions of that loop, and how such a socket is set up and torn down (the STAMP
+reflector's socket too)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -13,9 +15,11 @@ from typing import Any
 
 from wanprobe.errors import UsageError
 from wanprobe.probe import limits
+from wanprobe.probe import timestamps as ts
 from wanprobe.probe.result import ProbeResult
 
 DEFAULT_COUNT = 10
+RCVBUF_BYTES = 4 << 20   # replies of many sessions between two reads of the loop
 
 
 def probe_count(count: int | None, duration_s: float | None, interval_s: float) -> int:
@@ -69,3 +73,21 @@ def shared_sender(registry: weakref.WeakKeyDictionary, key: Any,
         if entry[1] == 0:
             entry[0].close()
             per_loop.pop(key, None)
+
+
+def ready_socket(sock: socket.socket, *, tx_timestamps: bool, ttl_and_dst: bool = False) -> None:
+    """Kernel RX (and, with ``tx_timestamps``, TX) timestamps and the received TOS on ``sock``
+    (``timestamps.enable_rx_metadata``), a RCVBUF_BYTES receive buffer where the kernel allows
+    it, and non-blocking mode for the event loop. OSError when the kernel refuses an option."""
+    ts.enable_rx_metadata(sock, timestamping=True, tx_timestamps=tx_timestamps,
+                          ttl_and_dst=ttl_and_dst)
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+    sock.setblocking(False)
+
+
+def close_socket(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Stop ``loop`` reading ``sock`` (whether or not it was) and close it."""
+    with contextlib.suppress(Exception):
+        loop.remove_reader(sock.fileno())
+    sock.close()

@@ -19,7 +19,6 @@ send path out of the turnaround time as well.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from wanprobe.errors import ProbeError
 from wanprobe.probe import timestamps as ts
 from wanprobe.probe.access import AllowList, DscpPolicy
+from wanprobe.probe.probe_options import close_socket, ready_socket
 from wanprobe.probe.reflect_logic import build_reply
 from wanprobe.probe.session_table import MAX_SESSIONS, PER_SOURCE, SessionTable
 from wanprobe.probe.stamp_packet import (
@@ -138,11 +138,8 @@ class Reflector:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-            ts.enable_rx_metadata(sock, timestamping=True, tx_timestamps=True)
+            ready_socket(sock, tx_timestamps=True, ttl_and_dst=True)
             sock.bind((host, port))
-            sock.setblocking(False)
         except OSError as exc:
             sock.close()
             raise ProbeError(f"cannot listen on UDP {host}:{port}: {exc.strerror or exc}") from None
@@ -151,9 +148,7 @@ class Reflector:
 
     async def close(self) -> None:
         if self._sock is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(self._sock.fileno())
-            self._sock.close()
+            close_socket(self._loop, self._sock)
             self._sock = None
 
     def stats(self) -> ReflectorStats:

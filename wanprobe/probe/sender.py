@@ -41,7 +41,9 @@ from wanprobe.probe import timestamps as ts
 from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
 from wanprobe.probe.probe_options import (
     check_common,
+    close_socket,
     probe_count,
+    ready_socket,
     renamed,
     shared_sender,
 )
@@ -160,12 +162,8 @@ class StampSender:
         self._loop = asyncio.get_running_loop()
         sock = socket.socket(self.family, socket.SOCK_DGRAM)
         try:
-            ts.enable_rx_metadata(sock, timestamping=True, tx_timestamps=self.tx_timestamps,
-                                  ttl_and_dst=False)
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            ready_socket(sock, tx_timestamps=self.tx_timestamps)
             sock.bind(("::" if self.family == socket.AF_INET6 else "0.0.0.0", self.source_port))
-            sock.setblocking(False)
         except OSError as exc:
             sock.close()
             raise ProbeError(f"cannot open a UDP socket for STAMP: {exc}") from None
@@ -175,9 +173,7 @@ class StampSender:
 
     def close(self) -> None:
         if self._sock is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(self._sock.fileno())
-            self._sock.close()
+            close_socket(self._loop, self._sock)
             self._sock = None
 
     # -- session ------------------------------------------------------------------------------
