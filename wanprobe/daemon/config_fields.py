@@ -6,6 +6,7 @@ Used by :mod:`wanprobe.daemon.config` (and the mesh file); units go through :mod
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,48 +86,28 @@ class FieldReader:
         return self._convert(t, key, default, conv)
 
     def integer(self, t: dict, key: str, default: int, *, lo: int, hi: int) -> int:
-        def conv(x: Any) -> int:
-            if isinstance(x, bool) or not isinstance(x, int):
-                raise TypeError(f"must be an integer, not {x!r}")
+        def in_range(x: int) -> int:
             if not lo <= x <= hi:
                 raise ValueError(f"{x} out of range {lo}-{hi}")
             return x
-        return self._convert(t, key, default, conv)
+        return self._convert(t, key, default, _scalar((int,), "an integer", in_range))
 
     def duration(self, t: dict, key: str, default: float, *, positive: bool = False) -> float:
-        def conv(x: Any) -> float:
-            if isinstance(x, bool) or not isinstance(x, (int, float, str)):
-                raise TypeError(f"must be a duration such as \"10s\" or \"500ms\", not {x!r}")
-            return units.parse_duration_s(str(x), default_unit="s", allow_zero=not positive)
-        return self._convert(t, key, default, conv)
+        return self._convert(t, key, default, _scalar(
+            (int, float, str), 'a duration such as "10s" or "500ms"',
+            lambda x: units.parse_duration_s(str(x), default_unit="s", allow_zero=not positive)))
 
     def ratio(self, t: dict, key: str, default: float) -> float:
-        def conv(x: Any) -> float:
-            if isinstance(x, bool) or not isinstance(x, (int, float, str)):
-                raise TypeError(f"must be a ratio such as \"1%\" or 0.01, not {x!r}")
-            return units.parse_ratio(str(x))
-        return self._convert(t, key, default, conv)
+        return self._convert(t, key, default, _RATIO)
 
     def size(self, t: dict, key: str, default: int) -> int:
-        def conv(x: Any) -> int:
-            if isinstance(x, bool) or not isinstance(x, (int, str)):
-                raise TypeError(f"must be a size such as \"10GiB\", not {x!r}")
-            return units.parse_bytes(str(x))
-        return self._convert(t, key, default, conv)
+        return self._convert(t, key, default, _SIZE)
 
     def dscp(self, t: dict, key: str, default: int) -> int:
-        def conv(x: Any) -> int:
-            if isinstance(x, bool) or not isinstance(x, (int, str)):
-                raise TypeError(f"must be a DSCP number or name, not {x!r}")
-            return units.parse_dscp(x)
-        return self._convert(t, key, default, conv)
+        return self._convert(t, key, default, _DSCP)
 
     def port(self, t: dict, key: str, default: int) -> int:
-        def conv(x: Any) -> int:
-            if isinstance(x, bool) or not isinstance(x, int):
-                raise TypeError(f"must be an integer port, not {x!r}")
-            return units.parse_port(x)
-        return self._convert(t, key, default, conv)
+        return self._convert(t, key, default, _PORT)
 
     def path(self, t: dict, key: str, default: Path | None) -> Path | None:
         def conv(x: Any) -> Path:
@@ -227,6 +208,25 @@ def _hhmm(s: str) -> int:
     if not (0 <= h <= 24 and 0 <= m < 60) or (h == 24 and m):
         raise ValueError(s)
     return h * 60 + m
+
+
+def _scalar(types: tuple[type, ...], what: str,
+            parse: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A converter for ``FieldReader._convert``: a value not of ``types`` is a TypeError "must be
+    <what>" (so is a boolean, although Python's bool is an int); the rest is ``parse``d."""
+    def conv(x: Any) -> Any:
+        if isinstance(x, bool) or not isinstance(x, types):
+            raise TypeError(f"must be {what}, not {x!r}")
+        return parse(x)
+    return conv
+
+
+# values with units: units.py is their one parser (a TOML number goes in as its text)
+_RATIO = _scalar((int, float, str), 'a ratio such as "1%" or 0.01',
+                 lambda x: units.parse_ratio(str(x)))
+_SIZE = _scalar((int, str), 'a size such as "10GiB"', lambda x: units.parse_bytes(str(x)))
+_DSCP = _scalar((int, str), "a DSCP number or name", units.parse_dscp)
+_PORT = _scalar((int,), "an integer port", units.parse_port)
 
 
 def _toml_type(x: Any) -> str:
