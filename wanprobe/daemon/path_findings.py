@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from wanprobe.daemon.path_watch import PathEvent
+from wanprobe.diagnose.rule import Finding
 from wanprobe.models.impact import Job, Path, collective_time_s, gradient_bytes
 
 # The daemon knows no job: a reference one (1 B parameters, bf16, 2 sites × 8 GPUs, flat ring)
@@ -29,35 +30,36 @@ def step_impact(old_rtt_ms: float, new_rtt_ms: float, link_bps: float | None) ->
             "link_bps": link, "link_assumed": link_bps is None}
 
 
+# what each event means for the operator: (recommendation, expected effect)
+_ADVICE = {
+    "rerouted": ("Traffic moved to a different route (a cut or a failover): ask the carrier "
+                 "which segment failed and when it returns; re-size TCP buffers for the new RTT "
+                 "(wanprobe tune) while it lasts.",
+                 "Every synchronous step pays the longer RTT per latency-bound phase, and a "
+                 "window sized for the old RTT caps throughput."),
+    "queueing": ("A queue is building on the path (congestion, not a route change): check "
+                 "utilisation of the busiest hop, use DSCP/ECN or pace bulk transfers; rerouting "
+                 "will not help.",
+                 "Tail RTT stalls synchronous collectives at their slowest step."),
+}
+
+
 def path_finding(peer_name: str, address: str, ev: PathEvent, *, hops_before=None, hops_after=None,
                  link_bps: float | None = None) -> dict[str, Any]:
-    """The finding (report schema) for a ``rerouted`` or ``queueing`` event."""
+    """The finding (report schema) for a ``rerouted`` or ``queueing`` event. A reroute moves the
+    floor, so the step is costed at the floor; a queue at floor + spread."""
     evidence = {"peer": peer_name, "address": address, **ev.to_json(),
                 "hops_before": hops_before, "hops_after": hops_after}
     if ev.event == "rerouted":
-        evidence["training_step"] = step_impact(ev.old_floor_ms, ev.new_floor_ms, link_bps)
-        return {
-            "id": "path.rerouted", "severity": "warning",
-            "title": f"Path to {peer_name} rerouted: RTT floor {ev.old_floor_ms:.2f} → "
-                     f"{ev.new_floor_ms:.2f} ms with the spread unchanged",
-            "evidence": evidence,
-            "recommendation": "Traffic moved to a different route (a cut or a failover): ask the "
-                              "carrier which segment failed and when it returns; re-size TCP "
-                              "buffers for the new RTT (wanprobe tune) while it lasts.",
-            "expected_effect": "Every synchronous step pays the longer RTT per latency-bound "
-                               "phase, and a window sized for the old RTT caps throughput.",
-            "knobs": [], "impact": None,
-        }
-    evidence["training_step"] = step_impact(ev.old_floor_ms + ev.old_spread_ms,
-                                            ev.new_floor_ms + ev.new_spread_ms, link_bps)
-    return {
-        "id": "path.queueing", "severity": "warning",
-        "title": f"Queueing on the path to {peer_name}: RTT spread {ev.old_spread_ms:.2f} → "
-                 f"{ev.new_spread_ms:.2f} ms over a steady {ev.new_floor_ms:.2f} ms floor",
-        "evidence": evidence,
-        "recommendation": "A queue is building on the path (congestion, not a route change): "
-                          "check utilisation of the busiest hop, use DSCP/ECN or pace bulk "
-                          "transfers; rerouting will not help.",
-        "expected_effect": "Tail RTT stalls synchronous collectives at their slowest step.",
-        "knobs": [], "impact": None,
-    }
+        kind, old_ms, new_ms = "rerouted", ev.old_floor_ms, ev.new_floor_ms
+        title = (f"Path to {peer_name} rerouted: RTT floor {ev.old_floor_ms:.2f} → "
+                 f"{ev.new_floor_ms:.2f} ms with the spread unchanged")
+    else:
+        kind = "queueing"
+        old_ms, new_ms = ev.old_floor_ms + ev.old_spread_ms, ev.new_floor_ms + ev.new_spread_ms
+        title = (f"Queueing on the path to {peer_name}: RTT spread {ev.old_spread_ms:.2f} → "
+                 f"{ev.new_spread_ms:.2f} ms over a steady {ev.new_floor_ms:.2f} ms floor")
+    evidence["training_step"] = step_impact(old_ms, new_ms, link_bps)
+    recommendation, effect = _ADVICE[kind]
+    return Finding(id=f"path.{kind}", severity="warning", title=title, evidence=evidence,
+                   recommendation=recommendation, expected_effect=effect).to_json()
