@@ -25,14 +25,25 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class Threshold:
+    """A change that counts: larger than ``min_ms`` and than ``ratio`` of the reference."""
+
+    min_ms: float
+    ratio: float
+
+    def of(self, reference_ms: float) -> float:
+        return max(self.min_ms, self.ratio * reference_ms)
+
+
+@dataclass(frozen=True)
 class PathWatchSettings:
+    """Window sizes in sessions and the two thresholds (module docstring)."""
+
     window: int = 20
     recent: int = 5
     min_history: int = 5
-    floor_step_min_ms: float = 2.0
-    floor_step_ratio: float = 0.1       # of the reference floor
-    spread_rise_min_ms: float = 2.0
-    spread_rise_ratio: float = 2.0      # of the reference spread (2.0: it tripled)
+    floor_step: Threshold = Threshold(min_ms=2.0, ratio=0.1)    # of the reference floor
+    spread_rise: Threshold = Threshold(min_ms=2.0, ratio=2.0)   # of the reference spread (tripled)
     queueing_history: int = 10          # reference sessions needed to call queueing
 
 
@@ -103,8 +114,8 @@ class PathWatch:
         s = self.s
         ref_floor = min(m for m, _ in st.history)
         ref_spread = statistics.median(x for _, x in st.history)
-        step = max(s.floor_step_min_ms, s.floor_step_ratio * ref_floor)
-        rise = max(s.spread_rise_min_ms, s.spread_rise_ratio * ref_spread)
+        step = s.floor_step.of(ref_floor)
+        rise = s.spread_rise.of(ref_spread)
         cur_floor, cur_spread = st.floor_ms, st.spread_ms
 
         def event(name: str) -> PathEvent:
