@@ -50,6 +50,10 @@ PROBE_COLUMNS = ("ts", "peer", "method", "resolution_s", "sessions", "sent", "re
                  "rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_max_ms", "rtt_mean_ms",
                  "jitter_ms", "error")
 
+# what throughput() and findings() select (a finding's id is stored as finding_id)
+_THROUGHPUT_SELECT = ("ts", "peer", "bits_per_second", "bytes", "duration_s", "limited_by", "error")
+_FINDINGS_SELECT = ("ts", "peer", "finding_id AS id", "severity", "title", "evidence", "report_path")
+
 _INSERT_PROBE = (f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) VALUES "
                  f"({', '.join('?' * len(PROBE_COLUMNS))})")
 
@@ -232,13 +236,7 @@ class Store:
         return [ProbeRow(**dict(zip(PROBE_COLUMNS, r, strict=True))) for r in reversed(rows)]
 
     def throughput(self, peer: str | None = None, *, since: float | None = None) -> list[dict]:
-        where, params = _where(peer=peer, since=since)
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT ts, peer, bits_per_second, bytes, duration_s, limited_by, error FROM "
-                f"throughput {where} ORDER BY ts", params).fetchall()
-        keys = ("ts", "peer", "bits_per_second", "bytes", "duration_s", "limited_by", "error")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
+        return self._dicts("throughput", _THROUGHPUT_SELECT, peer=peer, since=since)
 
     def throughput_bytes_since(self, since: float) -> int:
         with self._lock:
@@ -246,16 +244,21 @@ class Store:
                                         "WHERE ts >= ?", (since,)).fetchone()[0])
 
     def findings(self, peer: str | None = None, *, since: float | None = None) -> list[dict]:
-        where, params = _where(peer=peer, since=since)
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT ts, peer, finding_id, severity, title, evidence, report_path FROM "
-                f"findings {where} ORDER BY ts", params).fetchall()
-        keys = ("ts", "peer", "id", "severity", "title", "evidence", "report_path")
-        out = [dict(zip(keys, r, strict=True)) for r in rows]
+        out = self._dicts("findings", _FINDINGS_SELECT, peer=peer, since=since)
         for f in out:
             f["evidence"] = json.loads(f["evidence"]) if f["evidence"] else None
         return out
+
+    def _dicts(self, table: str, columns: tuple[str, ...], *, peer: str | None,
+               since: float | None) -> list[dict]:
+        """Rows of ``table``, oldest first, as dicts keyed by column name (or its ``AS`` name)."""
+        where, params = _where(peer=peer, since=since)
+        with self._lock:
+            cur = self._db.execute(f"SELECT {', '.join(columns)} FROM {table} {where} ORDER BY ts",
+                                   params)
+            keys = tuple(d[0] for d in cur.description)
+            rows = cur.fetchall()
+        return [dict(zip(keys, r, strict=True)) for r in rows]
 
     def count(self, table: str) -> int:
         if table not in ("probes", "throughput", "counter_rates", "findings"):
