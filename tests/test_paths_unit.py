@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from wanprobe.probe.path_groups import FlowSample, group_paths, summarize
+from wanprobe.probe.result import LossStats
 from wanprobe.probe.significance import chi2_independence, chi2_sf, gamma_q, kruskal_wallis
 
 
@@ -68,8 +69,9 @@ def test_group_paths_unknown_hop_joins_matching_path():
 
 
 def _flow(port, hops, lost, sent=100, rtt=40.0):
-    return FlowSample(port, hops, sent, sent - lost, lost, sent, 0, sent - lost,
-                      tuple(rtt + 0.01 * (i % 7) for i in range(sent - lost)))
+    loss = LossStats(sent, sent - lost, (0.0, 0.0), forward_lost=lost, forward_of=sent,
+                     reverse_lost=0, reverse_of=sent - lost)
+    return FlowSample(port, hops, loss, tuple(rtt + 0.01 * (i % 7) for i in range(sent - lost)))
 
 
 def test_summary_finds_the_lossy_path():

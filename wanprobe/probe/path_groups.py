@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from wanprobe.probe.result import LossStats
 from wanprobe.probe.significance import chi2_independence, kruskal_wallis
 from wanprobe.probe.stats import rtt_summary_ms
 
@@ -22,16 +23,11 @@ MIN_SHIFT_RATIO = 0.02
 
 @dataclass(frozen=True)
 class FlowSample:
-    """What the summary needs of one flow: its hops, counts and RTT samples."""
+    """What the summary needs of one flow: its hops, its session's loss counts and RTT samples."""
 
     src_port: int
     hops: tuple[str | None, ...]
-    sent: int
-    received: int
-    forward_lost: int | None
-    forward_of: int | None
-    reverse_lost: int | None
-    reverse_of: int | None
+    loss: LossStats
     rtt_samples_ms: tuple[float, ...]
 
 
@@ -77,10 +73,11 @@ def path_entry(index: int, members: Sequence[FlowSample], total_flows: int) -> d
     hops: list[str | None] = list(members[0].hops)
     for m in members[1:]:
         hops = [x if x is not None else y for x, y in zip(hops, m.hops, strict=True)]
-    sent = sum(m.sent for m in members)
-    received = sum(m.received for m in members)
-    f_lost, f_of = _sum(m.forward_lost for m in members), _sum(m.forward_of for m in members)
-    r_lost, r_of = _sum(m.reverse_lost for m in members), _sum(m.reverse_of for m in members)
+    losses = [m.loss for m in members]
+    sent = sum(x.sent for x in losses)
+    received = sum(x.received for x in losses)
+    f_lost, f_of = _sum(x.forward_lost for x in losses), _sum(x.forward_of for x in losses)
+    r_lost, r_of = _sum(x.reverse_lost for x in losses), _sum(x.reverse_of for x in losses)
     rtt = rtt_summary_ms([x for m in members for x in m.rtt_samples_ms])
     return {
         "path": index, "hops": hops, "src_ports": [m.src_port for m in members],

@@ -33,9 +33,7 @@ class FlowResult:
     probe: ProbeResult
 
     def sample(self) -> FlowSample:
-        loss = self.probe.loss
-        return FlowSample(self.trace.src_port, self.trace.hops, loss.sent, loss.received,
-                          loss.forward_lost, loss.forward_of, loss.reverse_lost, loss.reverse_of,
+        return FlowSample(self.trace.src_port, self.trace.hops, self.probe.loss,
                           self.probe.rtt_samples_ms)
 
     def to_json(self, path: int) -> dict:
