@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe.errors import WanprobeError
+from wanprobe.probe.result import RTT_KEYS
 
 SCHEMA_VERSION = 1
 
@@ -53,6 +54,13 @@ PROBE_COLUMNS = ("ts", "peer", "method", "resolution_s", "sessions", "sent", "re
 # what throughput() and findings() select (a finding's id is stored as finding_id)
 _THROUGHPUT_SELECT = ("ts", "peer", "bits_per_second", "bytes", "duration_s", "limited_by", "error")
 _FINDINGS_SELECT = ("ts", "peer", "finding_id AS id", "severity", "title", "evidence", "report_path")
+
+# probe columns <- (object, key) in ProbeResult.to_json(): its RttStats (but stdev) and LossStats
+_FROM_PROBE_JSON = {
+    "sent": ("loss", "sent"), "received": ("loss", "received"), "loss_ratio": ("loss", "ratio"),
+    "loss_forward_ratio": ("loss", "forward_ratio"), "loss_reverse_ratio": ("loss", "reverse_ratio"),
+    **{f"rtt_{k}_ms": ("rtt_ms", k) for k in RTT_KEYS if k != "stdev"},
+}
 
 _INSERT_PROBE = (f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) VALUES "
                  f"({', '.join('?' * len(PROBE_COLUMNS))})")
@@ -91,15 +99,9 @@ class ProbeRow:
     @classmethod
     def from_probe_json(cls, ts: float, peer: str, method: str, doc: dict[str, Any]) -> ProbeRow:
         """Flatten a ProbeResult ``to_json()`` (``rtt_ms.*``, ``loss.*``, ``jitter_ms``)."""
-        rtt = doc.get("rtt_ms") or {}
-        loss = doc.get("loss") or {}
-        return cls(ts=ts, peer=peer, method=method, sent=loss.get("sent"),
-                   received=loss.get("received"), loss_ratio=loss.get("ratio"),
-                   loss_forward_ratio=loss.get("forward_ratio"),
-                   loss_reverse_ratio=loss.get("reverse_ratio"),
-                   rtt_min_ms=rtt.get("min"), rtt_p50_ms=rtt.get("p50"), rtt_p90_ms=rtt.get("p90"),
-                   rtt_p99_ms=rtt.get("p99"), rtt_max_ms=rtt.get("max"),
-                   rtt_mean_ms=rtt.get("mean"), jitter_ms=doc.get("jitter_ms"))
+        return cls(ts=ts, peer=peer, method=method, jitter_ms=doc.get("jitter_ms"),
+                   **{column: (doc.get(part) or {}).get(key)
+                      for column, (part, key) in _FROM_PROBE_JSON.items()})
 
 
 class Store:
