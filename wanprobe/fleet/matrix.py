@@ -14,20 +14,13 @@ import math
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from wanprobe.errors import WanprobeError
 from wanprobe.fleet.rules import RuleSettings, site_pair_queries
 
 MAX_REPLY_BYTES = 32 * 2**20
-FIELDS = {  # matrix field <- recording rule
-    "rtt_p50_seconds": "site_pair:wanprobe_rtt_p50:seconds",
-    "rtt_p99_seconds": "site_pair:wanprobe_rtt_p99:seconds",
-    "loss_forward_ratio": "site_pair:wanprobe_loss_forward:ratio",
-    "loss_reverse_ratio": "site_pair:wanprobe_loss_reverse:ratio",
-    "throughput_bits_per_second": "site_pair:wanprobe_throughput:bits_per_second",
-}
 ANY_SITE = "any"  # dst_site of alerts about a whole daemon (down, stale)
 
 
@@ -37,20 +30,31 @@ class PrometheusError(WanprobeError):
     exit_code = 5
 
 
+def _figure(record: str) -> Any:
+    """A matrix figure, read from the recording rule ``record``; None: no data."""
+    return field(default=None, metadata={"record": record})
+
+
 @dataclass(frozen=True)
 class SitePair:
+    """One src → dst cell of the matrix: its figures and the alerts firing for it."""
+
     src_site: str
     dst_site: str
-    rtt_p50_seconds: float | None = None
-    rtt_p99_seconds: float | None = None
-    loss_forward_ratio: float | None = None
-    loss_reverse_ratio: float | None = None
-    throughput_bits_per_second: float | None = None
+    rtt_p50_seconds: float | None = _figure("site_pair:wanprobe_rtt_p50:seconds")
+    rtt_p99_seconds: float | None = _figure("site_pair:wanprobe_rtt_p99:seconds")
+    loss_forward_ratio: float | None = _figure("site_pair:wanprobe_loss_forward:ratio")
+    loss_reverse_ratio: float | None = _figure("site_pair:wanprobe_loss_reverse:ratio")
+    throughput_bits_per_second: float | None = _figure(
+        "site_pair:wanprobe_throughput:bits_per_second")
     alerts: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"src_site": self.src_site, "dst_site": self.dst_site,
                 **{k: getattr(self, k) for k in FIELDS}, "alerts": list(self.alerts)}
+
+
+FIELDS = {f.name: f.metadata["record"] for f in fields(SitePair) if "record" in f.metadata}
 
 
 def query(url: str, promql: str, *, timeout_s: float = 10.0) -> list[tuple[dict[str, str], float]]:
@@ -95,11 +99,11 @@ def assemble(figures: dict[str, list[tuple[dict[str, str], float]]],
              alerts: list[dict[str, str]]) -> list[SitePair]:
     """Pure: site pairs from per-figure samples and firing alert labels, sorted by pair."""
     cells: dict[tuple[str, str], dict[str, Any]] = {}
-    for field, samples in figures.items():
+    for name, samples in figures.items():
         for labels, value in samples:
             if "src_site" in labels and "dst_site" in labels:
                 pair = (labels["src_site"], labels["dst_site"])
-                cells.setdefault(pair, {})[field] = value if math.isfinite(value) else None
+                cells.setdefault(pair, {})[name] = value if math.isfinite(value) else None
     names: dict[tuple[str, str], set[str]] = {p: set() for p in cells}
     for a in alerts:
         src, dst, name = a.get("src_site"), a.get("dst_site"), a.get("alertname", "?")
@@ -116,8 +120,8 @@ def assemble(figures: dict[str, list[tuple[dict[str, str], float]]],
 def site_matrix(url: str, settings: RuleSettings, *, timeout_s: float = 10.0) -> list[SitePair]:
     """Query every figure and the firing alerts, then :func:`assemble`."""
     queries = site_pair_queries(settings)
-    figures = {field: query(url, queries[record], timeout_s=timeout_s)
-               for field, record in FIELDS.items()}
+    figures = {name: query(url, queries[record], timeout_s=timeout_s)
+               for name, record in FIELDS.items()}
     alerts = [labels for labels, _ in query(url, 'ALERTS{alertstate="firing"}', timeout_s=timeout_s)
               if labels.get("alertname", "").startswith("Wanprobe")]
     return assemble(figures, alerts)
