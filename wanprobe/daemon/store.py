@@ -15,12 +15,11 @@ import itertools
 import json
 import sqlite3
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from wanprobe.errors import WanprobeError
-from wanprobe.probe.result import RTT_KEYS
 
 SCHEMA_VERSION = 1
 
@@ -46,52 +45,57 @@ CREATE TABLE IF NOT EXISTS findings (
 CREATE INDEX IF NOT EXISTS findings_ts ON findings(ts);
 """
 
-PROBE_COLUMNS = ("ts", "peer", "method", "resolution_s", "sessions", "sent", "received",
-                 "loss_ratio", "loss_forward_ratio", "loss_reverse_ratio", "rtt_min_ms",
-                 "rtt_p50_ms", "rtt_p90_ms", "rtt_p99_ms", "rtt_max_ms", "rtt_mean_ms",
-                 "jitter_ms", "error")
-
 # what throughput() and findings() select (a finding's id is stored as finding_id)
 _THROUGHPUT_SELECT = ("ts", "peer", "bits_per_second", "bytes", "duration_s", "limited_by", "error")
 _FINDINGS_SELECT = ("ts", "peer", "finding_id AS id", "severity", "title", "evidence", "report_path")
-
-# probe columns <- (object, key) in ProbeResult.to_json(): its RttStats (but stdev) and LossStats
-_FROM_PROBE_JSON = {
-    "sent": ("loss", "sent"), "received": ("loss", "received"), "loss_ratio": ("loss", "ratio"),
-    "loss_forward_ratio": ("loss", "forward_ratio"), "loss_reverse_ratio": ("loss", "reverse_ratio"),
-    **{f"rtt_{k}_ms": ("rtt_ms", k) for k in RTT_KEYS if k != "stdev"},
-}
-
-_INSERT_PROBE = (f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) VALUES "
-                 f"({', '.join('?' * len(PROBE_COLUMNS))})")
 
 
 class StoreError(WanprobeError):
     """The history database cannot be opened or written."""
 
 
+def _column(source: tuple[str, ...], fold: str, **default: Any) -> Any:
+    """A column of ``probes``: the keys to it in ``ProbeResult.to_json()`` (empty: not from the
+    result) and the SQL aggregate that downsample() folds a bucket of rows into."""
+    return field(metadata={"source": source, "fold": fold}, **default)
+
+
+def _pick(doc: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    """``doc[k0][k1]...``, None where a level is missing or None."""
+    for key in keys:
+        doc = (doc or {}).get(key)
+    return doc
+
+
 @dataclass(frozen=True)
 class ProbeRow:
-    """One probe session summary (or a downsampled bucket when ``resolution_s`` > 0)."""
+    """One probe session summary (or a downsampled bucket when ``resolution_s`` > 0). The
+    fields are the columns of ``probes`` in their order, each with its source and its fold
+    (``:b`` is the bucket length in seconds): the one list of them."""
 
-    ts: float
-    peer: str
-    method: str
-    sent: int | None = None
-    received: int | None = None
-    loss_ratio: float | None = None
-    loss_forward_ratio: float | None = None
-    loss_reverse_ratio: float | None = None
-    rtt_min_ms: float | None = None
-    rtt_p50_ms: float | None = None
-    rtt_p90_ms: float | None = None
-    rtt_p99_ms: float | None = None
-    rtt_max_ms: float | None = None
-    rtt_mean_ms: float | None = None
-    jitter_ms: float | None = None
-    error: str | None = None
-    resolution_s: float = 0.0
-    sessions: int = 1
+    ts: float = _column((), "CAST(ts / :b AS INTEGER) * :b")
+    peer: str = _column((), "peer")
+    method: str = _column((), "method")
+    resolution_s: float = _column((), ":b", default=0.0)
+    sessions: int = _column((), "count(*)", default=1)
+    sent: int | None = _column(("loss", "sent"), "sum(sent)", default=None)
+    received: int | None = _column(("loss", "received"), "sum(received)", default=None)
+    loss_ratio: float | None = _column(
+        ("loss", "ratio"), "CASE WHEN sum(sent) > 0 THEN 1.0 - 1.0 * sum(received) / sum(sent) END",
+        default=None)
+    loss_forward_ratio: float | None = _column(("loss", "forward_ratio"),
+                                               "avg(loss_forward_ratio)", default=None)
+    loss_reverse_ratio: float | None = _column(("loss", "reverse_ratio"),
+                                               "avg(loss_reverse_ratio)", default=None)
+    rtt_min_ms: float | None = _column(("rtt_ms", "min"), "min(rtt_min_ms)", default=None)
+    rtt_p50_ms: float | None = _column(("rtt_ms", "p50"), "avg(rtt_p50_ms)", default=None)
+    rtt_p90_ms: float | None = _column(("rtt_ms", "p90"), "max(rtt_p90_ms)", default=None)
+    rtt_p99_ms: float | None = _column(("rtt_ms", "p99"), "max(rtt_p99_ms)", default=None)
+    rtt_max_ms: float | None = _column(("rtt_ms", "max"), "max(rtt_max_ms)", default=None)
+    rtt_mean_ms: float | None = _column(("rtt_ms", "mean"), "avg(rtt_mean_ms)", default=None)
+    jitter_ms: float | None = _column(("jitter_ms",), "avg(jitter_ms)", default=None)
+    error: str | None = _column(
+        (), "CASE WHEN count(error) > 0 THEN count(error) || ' errors' END", default=None)
 
     def to_json(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in PROBE_COLUMNS}
@@ -99,9 +103,17 @@ class ProbeRow:
     @classmethod
     def from_probe_json(cls, ts: float, peer: str, method: str, doc: dict[str, Any]) -> ProbeRow:
         """Flatten a ProbeResult ``to_json()`` (``rtt_ms.*``, ``loss.*``, ``jitter_ms``)."""
-        return cls(ts=ts, peer=peer, method=method, jitter_ms=doc.get("jitter_ms"),
-                   **{column: (doc.get(part) or {}).get(key)
-                      for column, (part, key) in _FROM_PROBE_JSON.items()})
+        return cls(ts=ts, peer=peer, method=method, **{
+            f.name: _pick(doc, f.metadata["source"]) for f in fields(cls) if f.metadata["source"]})
+
+
+PROBE_COLUMNS = tuple(f.name for f in fields(ProbeRow))
+_INSERT_PROBE = (f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) VALUES "
+                 f"({', '.join('?' * len(PROBE_COLUMNS))})")
+_DOWNSAMPLE_PROBES = (  # one row per peer, method and bucket of :b seconds, from rows before :cut
+    f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) "
+    f"SELECT {', '.join(f.metadata['fold'] for f in fields(ProbeRow))} "
+    "FROM probes WHERE resolution_s = 0 AND ts < :cut GROUP BY peer, method, CAST(ts / :b AS INTEGER)")
 
 
 class Store:
@@ -185,18 +197,7 @@ class Store:
             try:
                 n = self._db.execute("SELECT count(*) FROM probes WHERE resolution_s = 0 "
                                      "AND ts < ?", (cutoff,)).fetchone()[0]
-                self._db.execute(
-                    f"""INSERT INTO probes ({', '.join(PROBE_COLUMNS)})
-                    SELECT CAST(ts / :b AS INTEGER) * :b, peer, method, :b, count(*),
-                      sum(sent), sum(received),
-                      CASE WHEN sum(sent) > 0 THEN 1.0 - 1.0 * sum(received) / sum(sent) END,
-                      avg(loss_forward_ratio), avg(loss_reverse_ratio), min(rtt_min_ms),
-                      avg(rtt_p50_ms), max(rtt_p90_ms), max(rtt_p99_ms), max(rtt_max_ms),
-                      avg(rtt_mean_ms), avg(jitter_ms),
-                      CASE WHEN count(error) > 0 THEN count(error) || ' errors' END
-                    FROM probes WHERE resolution_s = 0 AND ts < :cut
-                    GROUP BY peer, method, CAST(ts / :b AS INTEGER)""",
-                    {"b": bucket_s, "cut": cutoff})
+                self._db.execute(_DOWNSAMPLE_PROBES, {"b": bucket_s, "cut": cutoff})
                 self._db.execute("DELETE FROM probes WHERE resolution_s = 0 AND ts < ?", (cutoff,))
                 self._db.execute("COMMIT")
             except sqlite3.Error:
