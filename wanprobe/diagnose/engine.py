@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from wanprobe.diagnose import rules_ecmp, rules_fabric, rules_host, rules_path
+from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.rule import Finding, Knob, RuleFn
 
@@ -73,14 +74,16 @@ def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
               config: DiagnoseConfig | None = None,
               rules: Iterable[RuleFn] = ALL_RULES) -> list[Finding]:
     """All findings for these measurements, deduplicated and ranked (main fault first).
+    ``host`` is the report's host dict, typed once here for every rule.
 
     A rule that raises does not stop the others: it becomes an ``engine.rule_error`` finding.
     """
     config = config or DiagnoseConfig()
+    local = Host.from_report(host)
     found: list[Finding] = []
     for fn in rules:
         try:
-            result = fn(measurements, host, config)
+            result = fn(measurements, local, config)
         except Exception as exc:  # one broken rule must not cost the whole diagnosis
             found.append(_rule_error(fn, exc))
             continue
