@@ -297,6 +297,30 @@ def peer_facts(cc: str, available=("reno", "cubic", "bbr"), qdisc="pfifo_fast") 
                      iface="wan0", iface_mtu_bytes=1500, iface_qdisc=qdisc).to_json()
 
 
+def test_peer_default_cc_is_judged_from_its_host_facts():
+    """A bbr host measuring a cubic peer: the cc rule judges the peer on the facts it sent, and
+    its finding and knob name the peer. Its qdisc is not judged (the facts cannot say whether
+    sch_fq exists there)."""
+    cfg = DiagnoseConfig(link_rate_bps=10e9)
+    out = run_rules(meas(path=probe(60), peer_facts=peer_facts("cubic")), host(), cfg)
+    f = next(f for f in out if f.id == "host.loss_based_default_cc")
+    assert f.host == "peer" and "peer host" in f.title
+    assert f.evidence["tcp_congestion_control"] == "cubic"
+    assert f.evidence["sources"]["tcp_congestion_control"] == "peer host facts cc_current"
+    assert [(k.key, k.value, k.host) for k in f.knobs] == [
+        ("net.ipv4.tcp_congestion_control", "bbr", "peer")]
+    assert [g.host for g in out if g.id == "host.no_fq_pacing"] == []
+    for quiet in (peer_facts("bbr"), peer_facts("cubic", available=("reno", "cubic")), None):
+        out = run_rules(meas(path=probe(60), peer_facts=quiet), host(), cfg)
+        assert "host.loss_based_default_cc" not in ids(out)
+    # both ends on a loss-based cc: one finding each, the local one as before (for both ends)
+    out = run_rules(meas(path=probe(60), peer_facts=peer_facts("cubic")),
+                    host(net__ipv4__tcp_congestion_control="cubic"), cfg)
+    both = [f for f in out if f.id == "host.loss_based_default_cc"]
+    assert sorted(str(f.host) for f in both) == ["None", "peer"]
+    assert next(f for f in both if f.host is None).knobs[0].side == "both"
+
+
 # ---------------------------------------------------------------- engine: top finding names it
 
 def untuned_host() -> dict:

@@ -72,24 +72,29 @@ def buffers_below_bdp(m: Meas, host: Host | None, config: DiagnoseConfig) -> Fin
 
 @rule("host.loss_based_default_cc")
 def loss_based_default_cc(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
-    """Default cc reno/cubic on a long path (RTT > 20 ms) where bbr is offered (R-9, R-11)."""
+    """Default cc reno/cubic on a long path (RTT > 20 ms) where bbr is offered (R-9, R-11).
+    Judges the peer too, from the cc it reported in its host facts (a finding for ``peer``)."""
     if host is None:
         return None
     cc, avail = host.cc_current, host.cc_available
     rtt, rtt_src = I.rtt_s(m)
     if cc not in ("reno", "cubic") or rtt is None or rtt <= RTT_FOR_BBR_S or "bbr" not in avail:
         return None
+    peer = host.which == "peer"
     return Finding(
         id="host.loss_based_default_cc", severity="warning",
-        title=f"Default congestion control is {cc} on a {rtt * 1e3:.0f} ms path",
+        title=(f"Default congestion control{' of the peer host' if peer else ''} is {cc} on a "
+               f"{rtt * 1e3:.0f} ms path"),
         evidence={"tcp_congestion_control": cc, "available_cc": list(avail), "rtt_ms": rtt * 1e3,
                   "sources": {"rtt_ms": rtt_src,
-                              "tcp_congestion_control": "sysctl net.ipv4"}},
+                              "tcp_congestion_control": "peer host facts cc_current" if peer
+                              else "sysctl net.ipv4"}},
         recommendation="Use bbr for the training flows (per socket or namespace default).",
         expected_effect=("loss-based cc falls about 10× at 0.1 % loss on long paths while bbr "
                          "holds (1-p)·link (ACM Queue 2016, Fig. 10)"),
         knobs=(Knob("sysctl", "net.ipv4.tcp_congestion_control", "bbr",
-                    "long RTT, loss-insensitive cc (R-9)", side="both"),))
+                    "long RTT, loss-insensitive cc (R-9)", side="peer" if peer else "both"),),
+        host="peer" if peer else None)
 
 
 @rule("host.no_fq_pacing")
@@ -230,5 +235,10 @@ def rings_below_max(m: Meas, host: Host | None, config: DiagnoseConfig) -> Findi
                          iface=n) for n, ks in sorted(short.items()) for k, v in ks.items()))
 
 
+# The rules that also judge the far end, on the HostFacts it sent: its default cc. Not
+# no_fq_pacing: the facts carry one interface's root qdisc but neither net.core.default_qdisc nor
+# whether sch_fq exists, so the rule would claim what is not known. Not the buffer and flag
+# rules: the path rules size the peer's buffers from the transfers, and the facts carry no flags.
+PEER_RULES = (loss_based_default_cc,)
 RULES = (buffers_below_bdp, loss_based_default_cc, no_fq_pacing, mtu_probing_off,
          slow_start_after_idle, notsent_lowat_unlimited, metrics_saved, rings_below_max)
