@@ -12,23 +12,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.host_facts import FactsError, HostFacts, parse_triple
+from collectors.ethtool_ioctl import RingParams
+from collectors.host_facts import FactsError, HostFacts, parse_int, parse_triple
 
 Triple = tuple[int, int, int]
 
 
 @dataclass(frozen=True)
 class Iface:
-    """One interface: ``/sys/class/net/<name>`` values, its root qdisc and (ethtool -g) rings."""
+    """One interface: ``/sys/class/net/<name>`` values, its root qdisc and its rings (ethtool -g;
+    None where the driver has none)."""
 
     name: str
     mtu_bytes: int | None = None
     qdisc: str | None = None
     speed_mbps: float | None = None
-    rx_ring: int | None = None
-    rx_ring_max: int | None = None
-    tx_ring: int | None = None
-    tx_ring_max: int | None = None
+    rings: RingParams | None = None
 
 
 @dataclass(frozen=True)
@@ -66,11 +65,7 @@ class Host:
             return str(value) if value is not None else None
 
         def number(name: str) -> int | None:
-            value = text(name)
-            try:
-                return int(value) if value is not None else None
-            except ValueError:
-                return None
+            return parse_int(text(name))
 
         fq = host.get("fq_available")
         return cls(
@@ -133,8 +128,8 @@ def _iface(name: str, info: Mapping[str, Any]) -> Iface:
     ok_speed = isinstance(speed, int | float) and not isinstance(speed, bool) \
         and math.isfinite(speed)
     qdisc = info.get("qdisc")
+    rings = [_int(info.get(k)) for k in ("rx_ring", "tx_ring", "rx_ring_max", "tx_ring_max")]
     return Iface(name=str(name), mtu_bytes=_int(info.get("mtu")),
                  qdisc=str(qdisc) if qdisc else None,
                  speed_mbps=float(speed) if ok_speed else None,
-                 rx_ring=_int(info.get("rx_ring")), rx_ring_max=_int(info.get("rx_ring_max")),
-                 tx_ring=_int(info.get("tx_ring")), tx_ring_max=_int(info.get("tx_ring_max")))
+                 rings=RingParams(*rings) if None not in rings else None)

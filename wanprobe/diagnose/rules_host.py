@@ -215,18 +215,20 @@ def rings_below_max(m: Meas, host: Host | None, config: DiagnoseConfig) -> Findi
     """NIC rings smaller than the driver allows (R-18: rings to max on transfer hosts), so a
     burst overflows the RX ring (rx_out_of_buffer / rx_missed_errors) before NAPI drains it."""
     short: dict[str, dict[str, int]] = {}
-    ifaces = {i.name: i for i in host.ifaces} if host else {}
-    for name, i in ifaces.items():
-        for d, cur, top in (("rx", i.rx_ring, i.rx_ring_max), ("tx", i.tx_ring, i.tx_ring_max)):
-            if cur is not None and top is not None and cur < top:
+    rings = {i.name: i.rings for i in host.ifaces if i.rings} if host else {}
+    for name, r in rings.items():
+        for d, cur, top in (("rx", r.rx_pending, r.rx_max_pending),
+                            ("tx", r.tx_pending, r.tx_max_pending)):
+            if cur < top:
                 short.setdefault(name, {})[f"{d}_ring"] = top
     if not short:
         return None
     return Finding(
         id="host.rings_below_max", severity="info",
         title=f"NIC rings below their maximum on {', '.join(sorted(short))}",
-        evidence={n: {k: getattr(ifaces[n], k) for k in ("rx_ring", "rx_ring_max", "tx_ring",
-                                                         "tx_ring_max")} for n in short}
+        evidence={n: {"rx_ring": rings[n].rx_pending, "rx_ring_max": rings[n].rx_max_pending,
+                      "tx_ring": rings[n].tx_pending, "tx_ring_max": rings[n].tx_max_pending}
+                  for n in short}
         | {"sources": {n: "SIOCETHTOOL ETHTOOL_GRINGPARAM" for n in short}},
         recommendation="Raise the RX/TX rings to the driver maximum (`ethtool -G`).",
         expected_effect="more descriptors absorb line-rate bursts without rx_out_of_buffer drops "
