@@ -8,11 +8,18 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from wanprobe.commands.lab_settings import (
+    JsonOpt,
+    NewJitter,
+    NewLoss,
+    NewRtt,
+    describe,
+    settings_kwargs,
+)
 from wanprobe.errors import UsageError
 
 console = Console(highlight=False)
 NameArg = Annotated[str, typer.Argument(help="Lab name; namespaces are wp-NAME-a, -r1, -r2, -b.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 
 def _indices(text: str) -> list[int]:
@@ -23,7 +30,6 @@ def _indices(text: str) -> list[int]:
 
 
 def _describe(state: dict) -> str:
-    from wanprobe.commands.lab_settings import describe
     from wanprobe.lab.settings import LinkSettings
 
     lines = []
@@ -47,7 +53,6 @@ def multipath(
     json_out: JsonOpt = False,
 ) -> None:
     """Bring up a multi-path lab: a → r1 ⇉ K delay lines (ECMP, L4 hash) ⇉ r2 → b."""
-    from wanprobe.commands.lab_settings import settings_kwargs
     from wanprobe.lab.multipath import MultipathLab
     from wanprobe.lab.settings import LinkSettings
 
@@ -91,16 +96,15 @@ def reroute(
 def path(
     name: NameArg,
     index: Annotated[int, typer.Argument(help="Path number.")],
-    rtt: Annotated[str | None, typer.Option(help="New round-trip delay.")] = None,
-    jitter: Annotated[str | None, typer.Option(help="New jitter.")] = None,
-    loss: Annotated[str | None, typer.Option(help="New loss, both directions.")] = None,
+    rtt: NewRtt = None,
+    jitter: NewJitter = None,
+    loss: NewLoss = None,
     loss_ab: Annotated[str | None, typer.Option("--loss-ab", help="Loss r1→r2 (a→b).")] = None,
     loss_ba: Annotated[str | None, typer.Option("--loss-ba", help="Loss r2→r1 (b→a).")] = None,
     queue: Annotated[str | None, typer.Option(help="Mean queueing delay at this hop, e.g. 15ms.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Change one path's impairments live."""
-    from wanprobe.commands.lab_settings import describe, settings_kwargs
     from wanprobe.lab.multipath import MultipathLab
 
     kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab, loss_ba=loss_ba)
