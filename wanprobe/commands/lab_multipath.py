@@ -8,14 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from wanprobe.commands.lab_settings import (
-    JsonOpt,
-    NewJitter,
-    NewLoss,
-    NewRtt,
-    describe,
-    settings_kwargs,
-)
+from wanprobe.commands.lab_settings import JsonOpt, NewJitter, NewLoss, NewRtt
 from wanprobe.errors import UsageError
 
 console = Console(highlight=False)
@@ -30,6 +23,7 @@ def _indices(text: str) -> list[int]:
 
 
 def _describe(state: dict) -> str:
+    from wanprobe.commands.lab_settings import describe
     from wanprobe.lab.settings import LinkSettings
 
     lines = []
@@ -53,6 +47,7 @@ def multipath(
     json_out: JsonOpt = False,
 ) -> None:
     """Bring up a multi-path lab: a → r1 ⇉ K delay lines (ECMP, L4 hash) ⇉ r2 → b."""
+    from wanprobe.commands.lab_settings import settings_kwargs
     from wanprobe.lab.multipath import MultipathLab
     from wanprobe.lab.settings import LinkSettings
 
@@ -105,6 +100,7 @@ def path(
     json_out: JsonOpt = False,
 ) -> None:
     """Change one path's impairments live."""
+    from wanprobe.commands.lab_settings import describe, settings_kwargs
     from wanprobe.lab.multipath import MultipathLab
 
     kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab, loss_ba=loss_ba)
