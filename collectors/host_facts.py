@@ -138,7 +138,8 @@ def parse_triple(text: str | None) -> tuple[int, int, int] | None:
     return a, b, c
 
 
-def _to_int(text: str | None) -> int | None:
+def parse_int(text: str | None) -> int | None:
+    """``"212992"`` → 212992; None when absent or not an integer."""
     try:
         return int(text) if text is not None else None
     except ValueError:
@@ -160,8 +161,8 @@ def facts_from(sysctls: Mapping[str, str], tcp_counters: Mapping[str, int],
         tcp_wmem_bytes=parse_triple(sysctls.get("net.ipv4.tcp_wmem")),
         tcp_mem_pages=parse_triple(sysctls.get("net.ipv4.tcp_mem")),
         page_size_bytes=page_size_bytes,
-        rmem_max_bytes=_to_int(sysctls.get("net.core.rmem_max")),
-        wmem_max_bytes=_to_int(sysctls.get("net.core.wmem_max")),
+        rmem_max_bytes=parse_int(sysctls.get("net.core.rmem_max")),
+        wmem_max_bytes=parse_int(sysctls.get("net.core.wmem_max")),
         iface=iface, iface_mtu_bytes=(link or {}).get("mtu"),
         iface_qdisc=(link or {}).get("qdisc"),
         iface_rx_dropped_packets=stats.get("rx_dropped"),

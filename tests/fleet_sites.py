@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import daemon_toml as toml
+
 from wanprobe.lab import Lab
 from wanprobe.lab.netns import Endpoint
 
@@ -68,22 +70,10 @@ def mesh_toml(sites: list[Site], metrics_port: int) -> str:
 
 
 def daemon_toml(site: Site, state: Path, mesh: Path, metrics_port: int) -> str:
-    return f"""[daemon]
-state_dir = "{state}"
-hostname = "{site.host}"
-site = "{site.name}"
-mesh_file = "{mesh}"
-metrics_listen = "{site.addr}:{metrics_port}"
-reflector_listen = ["{site.addr}:862"]
-[probe]
-interval = "500ms"
-jitter = "50ms"
-count = 20
-packet_interval = "10ms"
-timeout = "800ms"
-[counters]
-enabled = false
-"""
+    return toml.daemon_toml(
+        {"state_dir": state, "hostname": site.host, "site": site.name, "mesh_file": mesh,
+         "metrics_listen": f"{site.addr}:{metrics_port}", "reflector_listen": [f"{site.addr}:862"]},
+        probe=dict(toml.LAB_PROBE, timeout="800ms"), counters={"enabled": False})
 
 
 def prometheus_yml(rules: Path, targets: Path, alertmanager: str) -> str:

@@ -139,22 +139,23 @@ def files(tmp_path_factory) -> dict[str, str]:
     return out
 
 
+# The files each kind of path option must refuse, besides TEXT. A state dir is created, so it
+# must be creatable; a root must exist; any text of 16+ characters is a key, these are not.
+BAD_FILES = {
+    "output": ("directory", "under a file", "name too long"),
+    "dir": ("a file", "under a file", "name too long"),
+    "root": ("a file", "under a file", "name too long", "missing"),
+    "key": ("directory", "missing", "under a file", "name too long", "endless", "non-utf8 file",
+            "deep json", "empty"),
+}
+
+
 def values_for(k: str, files: dict[str, str]) -> dict[str, str]:
-    if k == "int":
-        return INTS
-    if k == "float":
-        return FLOATS
-    if k == "free":
-        return TEXT
-    if k == "output":
-        return {**TEXT, **{n: files[n] for n in ("directory", "under a file", "name too long")}}
-    if k in ("dir", "root"):  # a root must exist; a state dir is created, so it must be creatable
-        names = ("a file", "under a file", "name too long") + (("missing",) if k == "root" else ())
-        return {**TEXT, **{n: files[n] for n in names}}
-    if k == "key":  # any text of 16+ characters is a key; these are not
-        names = ("directory", "missing", "under a file", "name too long", "endless",
-                 "non-utf8 file", "deep json", "empty")
-        return {**TEXT, **{n: files[n] for n in names}}
+    plain = {"int": INTS, "float": FLOATS, "free": TEXT}
+    if k in plain:
+        return plain[k]
+    if k in BAD_FILES:
+        return {**TEXT, **{n: files[n] for n in BAD_FILES[k]}}
     if k == "file":
         return {**TEXT, **{n: v for n, v in files.items() if n != "a file"}}
     return {**TEXT, **NUMERIC_TEXT}

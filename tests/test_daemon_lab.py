@@ -14,12 +14,11 @@ import sys
 import time
 
 import pytest
+from daemon_toml import LAB_PROBE, daemon_toml, scrape_command
 
 RTT_MS = 40.0
 
-SCRAPE = ("import sys, urllib.request; "
-          "sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:9862/metrics', timeout=5)"
-          ".read().decode())")
+SCRAPE = scrape_command()
 
 
 def _metric(text: str, name: str, **labels: str) -> float | None:
@@ -38,34 +37,14 @@ def test_daemon_in_lab_matches_rtt_and_reports_loss_regression(lab_factory, tmp_
     plan.write_text(json.dumps({"changes": [{"tuner": "sysctl", "key": "net.ipv4.tcp_rmem",
                                              "new": "4096 131072 33554432"}]}))
     digest = hashlib.sha256(plan.read_bytes()).hexdigest()
-    cfg.write_text(f"""
-[daemon]
-state_dir = "{state}"
-metrics_listen = "127.0.0.1:9862"
-reflector_listen = ["{lab.a.addr}:862"]
-[probe]
-interval = "500ms"
-jitter = "50ms"
-count = 20
-packet_interval = "10ms"
-timeout = "400ms"
-[counters]
-interval = "2s"
-[baseline]
-min_samples = 6
-recent = 3
-loss_increase = "2%"
-[auto_apply]
-enabled = true
-tuners = ["sysctl"]
-plan = "{plan}"
-plan_sha256 = "{digest}"
-[[peers]]
-name = "lab-b"
-address = "{lab.b.addr}"
-site = "tokyo"
-methods = ["stamp", "icmp", "tcp"]
-""")
+    cfg.write_text(daemon_toml(
+        {"state_dir": state, "metrics_listen": "127.0.0.1:9862",
+         "reflector_listen": [f"{lab.a.addr}:862"]},
+        probe=LAB_PROBE, counters={"interval": "2s"},
+        baseline={"min_samples": 6, "recent": 3, "loss_increase": "2%"},
+        auto_apply={"enabled": True, "tuners": ["sysctl"], "plan": plan, "plan_sha256": digest},
+        peers=[{"name": "lab-b", "address": lab.b.addr, "site": "tokyo",
+                "methods": ["stamp", "icmp", "tcp"]}]))
     reflector = lab.b.popen([sys.executable, "-m", "wanprobe", "reflect", "--bind", lab.b.addr],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     daemon = lab.a.popen([sys.executable, "-m", "wanprobe", "daemon", "--config", str(cfg)],

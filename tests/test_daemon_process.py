@@ -18,27 +18,19 @@ from pathlib import Path
 
 import pytest
 from conftest import free_port
+from daemon_toml import daemon_toml
 
 
 def write_config(path: Path, state_dir: Path, *, metrics_port: int, reflector_port: int,
-                 peers: int = 1, interval: str = "200ms", extra: str = "") -> None:
-    peer_tables = "".join(f'[[peers]]\nname = "self-{i}"\naddress = "127.0.0.1"\nport = {reflector_port}\n'
-                          for i in range(peers))
-    path.write_text(f"""
-[daemon]
-state_dir = "{state_dir}"
-metrics_listen = "127.0.0.1:{metrics_port}"
-reflector_listen = ["127.0.0.1:{reflector_port}"]
-[probe]
-interval = "{interval}"
-jitter = "20ms"
-count = 5
-packet_interval = "5ms"
-timeout = "1s"
-[counters]
-enabled = false
-{extra}
-{peer_tables}""")
+                 peers: int = 1, interval: str = "200ms", **tables: dict) -> None:
+    path.write_text(daemon_toml(
+        {"state_dir": state_dir, "metrics_listen": f"127.0.0.1:{metrics_port}",
+         "reflector_listen": [f"127.0.0.1:{reflector_port}"]},
+        probe={"interval": interval, "jitter": "20ms", "count": 5, "packet_interval": "5ms",
+               "timeout": "1s"},
+        counters={"enabled": False}, **tables,
+        peers=[{"name": f"self-{i}", "address": "127.0.0.1", "port": reflector_port}
+               for i in range(peers)]))
 
 
 def wait_sessions(metrics_port: int, at_least: int, timeout: float = 20.0) -> None:
@@ -219,15 +211,9 @@ def test_kill_9_during_writes_loses_no_committed_row(tmp_path, daemons):
 def test_history_command_reads_the_store_with_a_real_throughput_test(tmp_path, daemons):
     mport, rport = free_port(), free_port()
     cfg = tmp_path / "wanprobe.toml"
-    write_config(cfg, tmp_path / "state", metrics_port=mport, reflector_port=rport, extra="""
-[throughput]
-enabled = true
-interval = "1h"
-duration = "1s"
-streams = 1
-budget_per_day = "20GiB"
-max_bytes_per_test = "2GiB"
-""")
+    write_config(cfg, tmp_path / "state", metrics_port=mport, reflector_port=rport,
+                 throughput={"enabled": True, "interval": "1h", "duration": "1s", "streams": 1,
+                             "budget_per_day": "20GiB", "max_bytes_per_test": "2GiB"})
     d = daemons(cfg)
     d.wait_message(b"READY=1")
     d.wait_log("throughput test", timeout=15)

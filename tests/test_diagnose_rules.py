@@ -2,7 +2,8 @@
 ranks the intended fault first on crafted measurement sets (issue 6 "the top finding names it").
 
 Inputs are plain dicts in the JSON shapes of issues 3 (probe), 4 (throughput) and 5 (counters),
-and the report's host dict. Fabric rules and their ranking: test_diagnose_fabric.py."""
+and the report's host dict (typed with ``Host.from_report`` where a test calls a rule itself).
+Fabric rules and their ranking: test_diagnose_fabric.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from conftest import SHARED_FIXTURES
 
 from wanprobe.diagnose import rules_host, rules_path
 from wanprobe.diagnose.engine import ALL_RULES, rank, run_rules
+from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.models.bdp import window_limited_rate_bps
 from wanprobe.models.tcp_rate import mathis_rate_bps
@@ -35,6 +37,11 @@ def host(**sysctls) -> dict:
             "sysctls": base, "available_cc": ["reno", "bbr", "cubic"],
             "allowed_cc": ["reno", "bbr"], "fq_available": True,
             "ifaces": {"wan0": {"mtu": 1500, "txqueuelen": 1000, "qdisc": "fq"}}}
+
+
+def typed(h: dict | None) -> Host | None:
+    """The typed host a rule takes: the engine builds it once from the report's host dict."""
+    return Host.from_report(h)
 
 
 def tuned_host() -> dict:
@@ -79,7 +86,7 @@ def ids(findings: list[Finding]) -> list[str]:
 
 def test_window_limited_fires_with_model_numbers():
     m = meas(path=probe(130), throughput=throughput(190e6, "receive_window", rwnd_us=900_000))
-    f = rules_path.window_limited(m, host(), DiagnoseConfig(link_rate_bps=10e9))
+    f = rules_path.window_limited(m, typed(host()), DiagnoseConfig(link_rate_bps=10e9))
     assert f is not None and f.severity == "critical"
     # no window in the throughput evidence: local tcp_rmem[2] (6 MiB) × 0.5 over 130 ms
     cap = window_limited_rate_bps(6291456 * 0.5, 0.130)
@@ -94,7 +101,7 @@ def test_window_limited_fires_with_model_numbers():
 def test_window_limited_is_info_when_already_at_link_rate():
     m = meas(path=probe(0.05), throughput=throughput(11e9, "receive_window", rtt_ms=0.05,
                                                      rwnd_us=500_000))
-    assert rules_path.window_limited(m, host(), DiagnoseConfig()).severity == "info"
+    assert rules_path.window_limited(m, typed(host()), DiagnoseConfig()).severity == "info"
 
 
 def test_window_limited_by_a_slow_reader_gets_no_buffer_knobs():
@@ -102,7 +109,8 @@ def test_window_limited_by_a_slow_reader_gets_no_buffer_knobs():
     window was full because the receiving application lagged, not because it is small."""
     t = throughput(4.3e9, "receive_window", rtt_ms=0.05, rwnd_us=420_000,
                    peer_window_max_bytes=30_000_000)
-    f = rules_path.window_limited(meas(path=probe(0.05), throughput=t), host(), DiagnoseConfig())
+    f = rules_path.window_limited(meas(path=probe(0.05), throughput=t), typed(host()),
+                                  DiagnoseConfig())
     assert f.id == "path.receiver_app_limited" and f.severity == "warning" and f.knobs == ()
     t2 = throughput(4.3e9, "receive_window", rtt_ms=2, rwnd_us=420_000,
                     peer_window_max_bytes=30_000_000)
@@ -113,21 +121,22 @@ def test_window_limited_by_a_slow_reader_gets_no_buffer_knobs():
 
 def test_window_limited_silent_when_network_limited():
     m = meas(path=probe(130), throughput=throughput(9.4e9, "network", rwnd_us=10_000))
-    assert rules_path.window_limited(m, host(), DiagnoseConfig()) is None
+    assert rules_path.window_limited(m, typed(host()), DiagnoseConfig()) is None
 
 
 def test_send_buffer_limited_fires_and_stays_silent():
     t = throughput(300e6, "send_buffer")
-    f = rules_path.send_buffer_limited(meas(path=probe(60), throughput=t), host(), DiagnoseConfig())
+    f = rules_path.send_buffer_limited(meas(path=probe(60), throughput=t), typed(host()),
+                                       DiagnoseConfig())
     assert f is not None and [k.key for k in f.knobs] == ["net.ipv4.tcp_wmem"]
-    assert rules_path.send_buffer_limited(meas(throughput=throughput(9e9)), host(),
+    assert rules_path.send_buffer_limited(meas(throughput=throughput(9e9)), typed(host()),
                                           DiagnoseConfig()) is None
 
 
 def test_lossy_reno_fires_with_mathis_bound():
     m = meas(path=probe(60, loss=0.01, sent=10**6),
              throughput=throughput(20e6, "congestion", cc="reno", retrans=10**6, sent=10**8))
-    f = rules_path.lossy_loss_based_cc(m, host(), DiagnoseConfig(link_rate_bps=1e9))
+    f = rules_path.lossy_loss_based_cc(m, typed(host()), DiagnoseConfig(link_rate_bps=1e9))
     assert f is not None and f.severity == "critical"
     assert f.evidence["mathis_rate_bps"] == pytest.approx(mathis_rate_bps(1448, 0.060, 0.01))
     assert f.evidence["bbr_rate_bps"] == pytest.approx(0.99e9)
@@ -140,13 +149,13 @@ def test_lossy_silent(case):
     rtt = 5.0 if case == "short_rtt" else 60.0
     loss = 1e-6 if case == "tiny_loss" else 0.01
     m = meas(path=probe(rtt, loss=loss, sent=10**6), throughput=throughput(1e8, cc=cc))
-    assert rules_path.lossy_loss_based_cc(m, host(), DiagnoseConfig()) is None
+    assert rules_path.lossy_loss_based_cc(m, typed(host()), DiagnoseConfig()) is None
 
 
 def test_lossy_falls_back_to_tcp_retransmissions_without_probe():
     m = meas(throughput=throughput(5e7, "congestion", cc="cubic", rtt_ms=100, retrans=10**6,
                                    sent=10**8))
-    f = rules_path.lossy_loss_based_cc(m, host(), DiagnoseConfig())
+    f = rules_path.lossy_loss_based_cc(m, typed(host()), DiagnoseConfig())
     assert f is not None and f.evidence["loss_ratio"] == pytest.approx(0.01)
     assert "bytes_retrans" in f.evidence["sources"]["loss_ratio"]
 
@@ -184,7 +193,7 @@ def test_dscp_silent(dscp):
 
 def test_mtu_black_hole_fires_without_icmp():
     m = meas(mtu={"path_mtu": 1380, "iface": "wan0", "icmp_seen": False, "method": "df-search"})
-    f = rules_path.mtu_black_hole(m, host(net__ipv4__tcp_mtu_probing="0"), DiagnoseConfig())
+    f = rules_path.mtu_black_hole(m, typed(host(net__ipv4__tcp_mtu_probing="0")), DiagnoseConfig())
     assert f.severity == "critical" and f.impact == 1.0
     assert {(k.tuner, k.key, k.value) for k in f.knobs} == {
         ("sysctl", "net.ipv4.tcp_mtu_probing", "1"), ("link", "wan0/mtu", "1380")}
@@ -194,7 +203,7 @@ def test_mtu_black_hole_fires_without_icmp():
                                  {"path_mtu": 9244, "iface_mtu": 65535, "search_max_bytes": 9244},
                                  {"path_mtu": 1380, "iface": "wan0", "icmp_seen": True}])
 def test_mtu_black_hole_silent(mtu):
-    assert rules_path.mtu_black_hole(meas(mtu=mtu), host(), DiagnoseConfig()) is None
+    assert rules_path.mtu_black_hole(meas(mtu=mtu), typed(host()), DiagnoseConfig()) is None
 
 
 # ---------------------------------------------------------------- host rules: fire / silent
@@ -218,10 +227,10 @@ def test_host_rule_fires_and_stays_silent(fn, bad, good):
     bad_host = host(**bad)
     if fn is rules_host.no_fq_pacing:
         bad_host["ifaces"]["wan0"]["qdisc"] = "pfifo_fast"
-    f = fn(m, bad_host, cfg)
+    f = fn(m, typed(bad_host), cfg)
     assert f is not None and f.id == fn.rule_id and f.knobs
     assert all(k.tuner in ("sysctl", "link") for k in f.knobs)
-    assert fn(m, host(**good), cfg) is None
+    assert fn(m, typed(host(**good)), cfg) is None
 
 
 def test_rings_below_max_fires_and_stays_silent():
@@ -229,17 +238,19 @@ def test_rings_below_max_fires_and_stays_silent():
 
     h = host()
     h["ifaces"]["wan0"].update(rx_ring=256, rx_ring_max=4096, tx_ring=1024, tx_ring_max=1024)
-    f = rules_host.rings_below_max(meas(), h, DiagnoseConfig())
+    f = rules_host.rings_below_max(meas(), typed(h), DiagnoseConfig())
     assert [(k.key, k.value) for k in f.knobs] == [("wan0/rx_ring", "4096")]
     assert split_key(f.knobs[0].key) == ("wan0", "rx_ring")
     h["ifaces"]["wan0"]["rx_ring"] = 4096
-    assert rules_host.rings_below_max(meas(), h, DiagnoseConfig()) is None
-    assert rules_host.rings_below_max(meas(), host(), DiagnoseConfig()) is None  # unknown rings
+    assert rules_host.rings_below_max(meas(), typed(h), DiagnoseConfig()) is None
+    # unknown rings
+    assert rules_host.rings_below_max(meas(), typed(host()), DiagnoseConfig()) is None
 
 
 def test_buffers_never_lowered_and_clamped_to_1gib():
     h = host(net__ipv4__tcp_rmem="4096 131072 2000000000")  # admin set rmem above 1 GiB
-    f = rules_host.buffers_below_bdp(meas(path=probe(200)), h, DiagnoseConfig(link_rate_bps=100e9))
+    f = rules_host.buffers_below_bdp(meas(path=probe(200)), typed(h),
+                                     DiagnoseConfig(link_rate_bps=100e9))
     keys = {k.key: k.value for k in f.knobs}
     assert "net.ipv4.tcp_rmem" not in keys           # R-5: never lower
     assert keys["net.ipv4.tcp_wmem"].split()[2] == str(2**30)  # R-3: clamp
@@ -247,10 +258,10 @@ def test_buffers_never_lowered_and_clamped_to_1gib():
 
 def test_buffers_demoted_when_measured_transfer_was_not_window_limited():
     m = meas(path=probe(10), throughput=throughput(9e9, "network", rtt_ms=10))
-    f = rules_host.buffers_below_bdp(m, host(), DiagnoseConfig(link_rate_bps=10e9))
+    f = rules_host.buffers_below_bdp(m, typed(host()), DiagnoseConfig(link_rate_bps=10e9))
     assert f.severity == "info" and f.evidence["throughput_verdict"] == "network"
     m["throughput"] = None
-    assert rules_host.buffers_below_bdp(m, host(), DiagnoseConfig(link_rate_bps=10e9)
+    assert rules_host.buffers_below_bdp(m, typed(host()), DiagnoseConfig(link_rate_bps=10e9)
                                         ).severity == "critical"
 
 
@@ -258,8 +269,56 @@ def test_no_fq_when_module_missing_is_info_without_knobs():
     h = host(net__core__default_qdisc="pfifo_fast")
     h["fq_available"] = None
     h["ifaces"]["wan0"]["qdisc"] = "pfifo_fast"
-    f = rules_host.no_fq_pacing(meas(), h, DiagnoseConfig())
+    f = rules_host.no_fq_pacing(meas(), typed(h), DiagnoseConfig())
     assert f.severity == "info" and f.knobs == () and "sch_fq" in f.title
+
+
+def test_typed_host_from_report_and_from_facts():
+    h = host()
+    h["sysctls"].pop("net.ipv4.tcp_notsent_lowat")
+    t = Host.from_report(h)
+    assert t.tcp_rmem_bytes == (4096, 131072, 6291456) and t.tcp_mtu_probing == 1
+    assert t.tcp_notsent_lowat_bytes is None and t.cc_current == "bbr"  # absent is None
+    assert t.iface("wan0").mtu_bytes == 1500 and t.iface("eth9") is None
+    assert Host.from_report(None) is None and Host.from_report({}) is None
+    p = Host.from_facts(Host.from_report(dict(h, facts=peer_facts("cubic"))).facts)
+    assert p.which == "peer" and p.cc_current == "cubic" and p.default_qdisc is None
+    assert p.iface("wan0").qdisc == "pfifo_fast" and p.tcp_rmem_bytes == (4096, 131072, 6291456)
+
+
+def peer_facts(cc: str, available=("reno", "cubic", "bbr"), qdisc="pfifo_fast") -> dict:
+    """The far end's host facts (``measurements.peer_facts``, collectors/host_facts.py)."""
+    from collectors.host_facts import HostFacts
+
+    return HostFacts(cc_current=cc, cc_allowed=("reno", cc), cc_available=tuple(available),
+                     tcp_rmem_bytes=(4096, 131072, 6291456),
+                     tcp_wmem_bytes=(4096, 16384, 4194304), tcp_mem_pages=None,
+                     page_size_bytes=4096, rmem_max_bytes=212992, wmem_max_bytes=212992,
+                     iface="wan0", iface_mtu_bytes=1500, iface_qdisc=qdisc).to_json()
+
+
+def test_peer_default_cc_is_judged_from_its_host_facts():
+    """A bbr host measuring a cubic peer: the cc rule judges the peer on the facts it sent, and
+    its finding and knob name the peer. Its qdisc is not judged (the facts cannot say whether
+    sch_fq exists there)."""
+    cfg = DiagnoseConfig(link_rate_bps=10e9)
+    out = run_rules(meas(path=probe(60), peer_facts=peer_facts("cubic")), host(), cfg)
+    f = next(f for f in out if f.id == "host.loss_based_default_cc")
+    assert f.host == "peer" and "peer host" in f.title
+    assert f.evidence["tcp_congestion_control"] == "cubic"
+    assert f.evidence["sources"]["tcp_congestion_control"] == "peer host facts cc_current"
+    assert [(k.key, k.value, k.host) for k in f.knobs] == [
+        ("net.ipv4.tcp_congestion_control", "bbr", "peer")]
+    assert [g.host for g in out if g.id == "host.no_fq_pacing"] == []
+    for quiet in (peer_facts("bbr"), peer_facts("cubic", available=("reno", "cubic")), None):
+        out = run_rules(meas(path=probe(60), peer_facts=quiet), host(), cfg)
+        assert "host.loss_based_default_cc" not in ids(out)
+    # both ends on a loss-based cc: one finding each, the local one as before (for both ends)
+    out = run_rules(meas(path=probe(60), peer_facts=peer_facts("cubic")),
+                    host(net__ipv4__tcp_congestion_control="cubic"), cfg)
+    both = [f for f in out if f.id == "host.loss_based_default_cc"]
+    assert sorted(str(f.host) for f in both) == ["None", "peer"]
+    assert next(f for f in both if f.host is None).knobs[0].side == "both"
 
 
 # ---------------------------------------------------------------- engine: top finding names it
@@ -336,7 +395,7 @@ def test_knobs_use_the_tuners_key_formats(tmp_path):
                   for k in f.knobs]
     h = untuned_host()
     h["ifaces"]["wan0"]["qdisc"] = "pfifo_fast"
-    knobs += list(rules_host.no_fq_pacing(meas(), h, DiagnoseConfig()).knobs)
+    knobs += list(rules_host.no_fq_pacing(meas(), typed(h), DiagnoseConfig()).knobs)
     assert {k.tuner for k in knobs} == {"sysctl", "link", "roce"}
     for k in knobs:
         if k.tuner == "sysctl":

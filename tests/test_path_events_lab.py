@@ -15,14 +15,13 @@ import time
 
 import pytest
 from conftest import new_lab_name
+from daemon_toml import LAB_PROBE, daemon_toml, scrape_command
 
 from wanprobe.lab.multipath import MultipathLab, path_addrs
 from wanprobe.lab.settings import LinkSettings
 
 pytestmark = pytest.mark.netns
-SCRAPE = ("import sys, urllib.request; "
-          "sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:9862/metrics', timeout=5)"
-          ".read().decode())")
+SCRAPE = scrape_command()
 WARMUP_S = 8.0   # 16 sessions: 5 for the reference, 5 recent, some margin
 
 
@@ -31,26 +30,11 @@ def daemon_in_lab(paths, ecmp, tmp_path, flows=1):
     lab = MultipathLab(new_lab_name(), paths, ecmp=ecmp)
     state = tmp_path / "state"
     cfg = tmp_path / "wanprobe.toml"
-    cfg.write_text(f"""
-[daemon]
-state_dir = "{state}"
-metrics_listen = "127.0.0.1:9862"
-reflector = false
-hostname = "lab-a"
-[probe]
-interval = "500ms"
-jitter = "50ms"
-count = 20
-packet_interval = "10ms"
-timeout = "400ms"
-[counters]
-enabled = false
-[[peers]]
-name = "lab-b"
-address = "{lab.b.addr}"
-site = "tokyo"
-flows = {flows}
-""")
+    cfg.write_text(daemon_toml(
+        {"state_dir": state, "metrics_listen": "127.0.0.1:9862", "reflector": False,
+         "hostname": "lab-a"},
+        probe=LAB_PROBE, counters={"enabled": False},
+        peers=[{"name": "lab-b", "address": lab.b.addr, "site": "tokyo", "flows": flows}]))
     procs = []
     try:
         lab.up()

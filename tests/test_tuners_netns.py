@@ -198,12 +198,18 @@ def test_two_namespaces_sharing_a_state_dir_do_not_undo_each_other(netns, tmp_pa
     assert snapshot(b) == before_b
 
 
+def apply_four(ns: str, tmp_path: Path, cc: str, **failure) -> subprocess.CompletedProcess:
+    """The helper applies four sysctls in ``ns`` (state in tmp_path/st), the third the default
+    cc, failing as ``failure`` says (fail_at, mode, kernel_refuses)."""
+    changes = [["net.ipv4.tcp_rmem", "4096 131072 67108864"], ["net.ipv4.tcp_mtu_probing", "1"],
+               ["net.ipv4.tcp_congestion_control", cc], ["net.ipv4.tcp_ecn", "0"]]
+    return helper(ns, op="apply", state=str(tmp_path / "st"), changes=changes, **failure)
+
+
 def test_kill_9_mid_apply_is_recovered_by_the_next_run(netns, tmp_path: Path) -> None:
     ns = netns()
     before = snapshot(ns)
-    changes = [["net.ipv4.tcp_rmem", "4096 131072 67108864"], ["net.ipv4.tcp_mtu_probing", "1"],
-               ["net.ipv4.tcp_congestion_control", "reno"], ["net.ipv4.tcp_ecn", "0"]]
-    r = helper(ns, op="apply", state=str(tmp_path / "st"), changes=changes, fail_at=2, mode="kill")
+    r = apply_four(ns, tmp_path, "reno", fail_at=2, mode="kill")
     assert r.returncode == -signal.SIGKILL
     assert snapshot(ns) != before  # two changes were made before the kill
     journal = json.loads(next((tmp_path / "st/journal").glob("*.json")).read_text())
@@ -216,10 +222,7 @@ def test_kill_9_mid_apply_is_recovered_by_the_next_run(netns, tmp_path: Path) ->
 def test_kernel_refusal_midway_restores_earlier_changes(netns, tmp_path: Path) -> None:
     ns = netns()
     before = snapshot(ns)
-    changes = [["net.ipv4.tcp_rmem", "4096 131072 67108864"], ["net.ipv4.tcp_mtu_probing", "1"],
-               ["net.ipv4.tcp_congestion_control", "cubic"], ["net.ipv4.tcp_ecn", "0"]]
-    r = helper(ns, op="apply", state=str(tmp_path / "st"), changes=changes, fail_at=-1, mode="none",
-               kernel_refuses=True)
+    r = apply_four(ns, tmp_path, "cubic", fail_at=-1, mode="none", kernel_refuses=True)
     out = json.loads(r.stdout)
     assert not out["applied"] and "step 3/4" in out["error"] and "EPERM" in out["error"]
     assert "2 restored" in out["error"] and out["snap"] == before == snapshot(ns)

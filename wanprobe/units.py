@@ -36,7 +36,7 @@ _RATE_BPS = {
     "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12,
 }
 _SIZE_BYTES = {
-    "b": 1, "": 1,
+    "b": 1,
     "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12, "tb": 10**12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
 }
@@ -64,26 +64,37 @@ def _limit(value: float, maximum: float, what: str, text: str, shown_max: str) -
         raise UsageError(f"{what} {shown(text)} is above the limit of {shown_max}")
 
 
+def _scaled(text: str, what: str, units: dict[str, float], *, default_unit: str | None,
+            needs_unit: str, known_units: str, allow_zero: bool, maximum: float,
+            shown_max: str) -> float:
+    """``text`` as a number times its unit's factor in ``units``, with the checks every unit
+    parser makes, each with one message: a unit given (or ``default_unit``), a known one, the
+    sign, the limit."""
+    value, unit = _split(text, what)
+    unit = unit.lower()
+    if not unit:
+        if default_unit is None:
+            raise UsageError(f"{what} {shown(text)} needs a unit{needs_unit}")
+        unit = default_unit
+    if unit not in units:
+        raise UsageError(f"unknown {what} unit in {shown(text)} (use {known_units})")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise UsageError(f"{what} {shown(text)} must be {'≥' if allow_zero else '>'} 0")
+    scaled = value * units[unit]
+    _limit(scaled, maximum, what, text, shown_max)
+    return scaled
+
+
 def parse_duration_s(text: str, *, default_unit: str | None = None, allow_zero: bool = True,
                      maximum_s: float = MAX_DURATION_S) -> float:
-    """Parse a duration such as ``"60ms"``, ``"1.5s"`` or ``"200us"`` into seconds.
+    """Parse a duration such as ``"60ms"``, ``"1.5s"``, ``"250us"`` into seconds.
 
     A bare number takes ``default_unit`` (e.g. ``"s"``); without one it is an error. More than
     ``maximum_s`` is refused with the limit named.
     """
-    value, unit = _split(text, "duration")
-    unit = unit.lower()
-    if not unit:
-        if default_unit is None:
-            raise UsageError(f"duration {shown(text)} needs a unit (ns, us, ms, s, m, h)")
-        unit = default_unit
-    if unit not in _DURATION_S:
-        raise UsageError(f"unknown duration unit in {shown(text)} (use ns, us, ms, s, m, h)")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise UsageError(f"duration {shown(text)} must be {'≥' if allow_zero else '>'} 0")
-    seconds = value * _DURATION_S[unit]
-    _limit(seconds, maximum_s, "duration", text, format_duration(maximum_s))
-    return seconds
+    return _scaled(text, "duration", _DURATION_S, default_unit=default_unit,
+                   needs_unit=" (ns, us, ms, s, m, h)", known_units="ns, us, ms, s, m, h",
+                   allow_zero=allow_zero, maximum=maximum_s, shown_max=format_duration(maximum_s))
 
 
 def parse_duration_ms(text: str, *, default_unit: str | None = None, allow_zero: bool = True,
@@ -98,17 +109,9 @@ def parse_rate_bps(text: str, *, allow_zero: bool = False, maximum_bps: float = 
 
     A bare number is refused: a rate without a unit is ambiguous (bits? bytes? per second?).
     """
-    value, unit = _split(text, "rate")
-    unit = unit.lower()
-    if not unit:
-        raise UsageError(f"rate {shown(text)} needs a unit, e.g. 100mbit or 10gbit")
-    if unit not in _RATE_BPS:
-        raise UsageError(f"unknown rate unit in {shown(text)} (use bit, kbit, mbit, gbit, tbit)")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise UsageError(f"rate {shown(text)} must be > 0")
-    bps = value * _RATE_BPS[unit]
-    _limit(bps, maximum_bps, "rate", text, format_rate(maximum_bps))
-    return bps
+    return _scaled(text, "rate", _RATE_BPS, default_unit=None,
+                   needs_unit=", e.g. 100mbit or 10gbit", known_units="bit, kbit, mbit, gbit, tbit",
+                   allow_zero=allow_zero, maximum=maximum_bps, shown_max=format_rate(maximum_bps))
 
 
 def parse_ratio(text: str) -> float:
@@ -127,16 +130,10 @@ def parse_bytes(text: str, *, allow_bare: bool = True, allow_zero: bool = False,
                 maximum: int = MAX_SIZE_BYTES) -> int:
     """Parse a size: ``"64MiB"``, ``"4M"`` (SI), ``"131072"`` (bytes, if ``allow_bare``, the
     default: iperf3's ``-w 131072`` means bytes too)."""
-    value, unit = _split(text, "size")
-    if not unit and not allow_bare:
-        raise UsageError(f"size {shown(text)} needs a unit, e.g. 4MiB or 512KiB")
-    key = unit.lower()
-    if key not in _SIZE_BYTES:
-        raise UsageError(f"unknown size unit in {shown(text)} (use B, KiB, MiB, GiB, k, M, G)")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise UsageError(f"size {shown(text)} must be > 0")
-    size = value * _SIZE_BYTES[key]
-    _limit(size, maximum, "size", text, format_bytes(maximum) if maximum % 1024 == 0 else f"{maximum} bytes")
+    size = _scaled(text, "size", _SIZE_BYTES, default_unit="b" if allow_bare else None,
+                   needs_unit=", e.g. 4MiB or 512KiB", known_units="B, KiB, MiB, GiB, k, M, G",
+                   allow_zero=allow_zero, maximum=maximum,
+                   shown_max=format_bytes(maximum) if maximum % 1024 == 0 else f"{maximum} bytes")
     return int(round(size))
 
 

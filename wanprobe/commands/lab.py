@@ -11,13 +11,19 @@ from rich.console import Console
 from rich.table import Table
 
 from wanprobe.commands import lab_multipath
-from wanprobe.commands.lab_settings import describe, settings_kwargs
+from wanprobe.commands.lab_settings import (
+    JsonOpt,
+    NewJitter,
+    NewLoss,
+    NewRtt,
+    describe,
+    settings_kwargs,
+)
 from wanprobe.errors import LabError, UsageError
 
 console = Console(highlight=False)
 
 NameArg = Annotated[str, typer.Argument(help="Lab name; namespaces are wp-NAME-a and wp-NAME-b.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 
 app = typer.Typer(
@@ -126,9 +132,9 @@ def exec_(
 @app.command("update")
 def update(
     name: NameArg,
-    rtt: Annotated[str | None, typer.Option(help="New round-trip delay.")] = None,
-    jitter: Annotated[str | None, typer.Option(help="New jitter.")] = None,
-    loss: Annotated[str | None, typer.Option(help="New loss, both directions.")] = None,
+    rtt: NewRtt = None,
+    jitter: NewJitter = None,
+    loss: NewLoss = None,
     loss_ab: Annotated[str | None, typer.Option("--loss-ab")] = None,
     loss_ba: Annotated[str | None, typer.Option("--loss-ba")] = None,
     rate: Annotated[str | None, typer.Option(help="New rate per direction.")] = None,

@@ -8,11 +8,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from wanprobe.commands.lab_settings import JsonOpt, NewJitter, NewLoss, NewRtt
 from wanprobe.errors import UsageError
 
 console = Console(highlight=False)
 NameArg = Annotated[str, typer.Argument(help="Lab name; namespaces are wp-NAME-a, -r1, -r2, -b.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 
 def _indices(text: str) -> list[int]:
@@ -91,9 +91,9 @@ def reroute(
 def path(
     name: NameArg,
     index: Annotated[int, typer.Argument(help="Path number.")],
-    rtt: Annotated[str | None, typer.Option(help="New round-trip delay.")] = None,
-    jitter: Annotated[str | None, typer.Option(help="New jitter.")] = None,
-    loss: Annotated[str | None, typer.Option(help="New loss, both directions.")] = None,
+    rtt: NewRtt = None,
+    jitter: NewJitter = None,
+    loss: NewLoss = None,
     loss_ab: Annotated[str | None, typer.Option("--loss-ab", help="Loss r1→r2 (a→b).")] = None,
     loss_ba: Annotated[str | None, typer.Option("--loss-ba", help="Loss r2→r1 (b→a).")] = None,
     queue: Annotated[str | None, typer.Option(help="Mean queueing delay at this hop, e.g. 15ms.")] = None,

@@ -1,8 +1,19 @@
-"""Parsing and describing lab link settings, shared by ``lab`` and ``lab multipath``."""
+"""Parsing and describing lab link settings, and the options that change a running lab's link,
+shared by ``lab`` and ``lab multipath``."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
 from wanprobe.units import MAX_RTT_S, format_rate, parse_duration_ms, parse_rate_bps, parse_ratio
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+# `lab update` and `lab multipath path`: a new value for one impairment of a running link
+NewRtt = Annotated[str | None, typer.Option(help="New round-trip delay.")]
+NewJitter = Annotated[str | None, typer.Option(help="New jitter.")]
+NewLoss = Annotated[str | None, typer.Option(help="New loss, both directions.")]
 
 
 def _opt(text: str | None, parse):

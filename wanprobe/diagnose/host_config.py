@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 # One key list, the collectors' (issue 12): diagnose reads what `wanprobe counters` reads.
+from collectors.host_facts import parse_int
 from collectors.procfs_sysctl import SYSCTLS
 
 
@@ -49,11 +50,7 @@ def _read(path: Path) -> str | None:
 
 
 def _read_int(path: Path) -> int | None:
-    text = _read(path)
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
+    return parse_int(_read(path))
 
 
 def read_sysctls(proc_root: Path, names: tuple[str, ...] = SYSCTLS) -> dict[str, str]:

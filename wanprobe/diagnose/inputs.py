@@ -1,5 +1,5 @@
 """Read the numbers rules need out of the plain measurement dicts (probe, throughput, counters JSON
-as in issues 3-5) and the host dict (report ``host``), saying where each number came from.
+as in issues 3-5) and the typed host (``host_inputs.Host``), saying where each number came from.
 
 Pure functions. Every getter returns ``(value, source)`` or ``(None, None)`` when the number was
 not measured: absent is None, never 0 (STYLE.md §3).
@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from wanprobe.diagnose.host_inputs import Host
 
 # ESnet tier used when the link rate is not known (tcp-tuning.md §1.2, R-2: "10G ≤100 ms").
 ASSUMED_LINK_BPS = 10e9
@@ -70,8 +72,8 @@ def rtt_s(m: Mapping[str, Any]) -> tuple[float | None, str | None]:
     return None, None
 
 
-def link_rate_bps(m: Mapping[str, Any], host: Mapping[str, Any] | None,
-                  config: DiagnoseConfig) -> tuple[float | None, str | None]:
+def link_rate_bps(m: Mapping[str, Any], host: Host | None, config: DiagnoseConfig
+                  ) -> tuple[float | None, str | None]:
     """The rate the path should carry: the operator's figure, else the measured path capacity
     (UDP bursts, throughput/capacity.py), else the egress NIC speed (an upper bound only)."""
     if config.link_rate_bps:
@@ -82,44 +84,20 @@ def link_rate_bps(m: Mapping[str, Any], host: Mapping[str, Any] | None,
         return cap, f"measured path capacity ({path.get('capacity_source')})"
     mtu = section(m, "mtu") or {}
     iface = mtu.get("iface")
-    ifaces = (host or {}).get("ifaces") or {}
-    speed = num(ifaces.get(iface) or {}, "speed_mbps") if iface else None
+    link = host.iface(iface) if host else None
+    speed = link.speed_mbps if link else None
     if speed:
         return speed * 1e6, f"/sys/class/net/{iface}/speed"
     return None, None
 
 
-def target_rate_bps(m: Mapping[str, Any], host: Mapping[str, Any] | None,
-                    config: DiagnoseConfig) -> tuple[float, str, bool]:
+def target_rate_bps(m: Mapping[str, Any], host: Host | None, config: DiagnoseConfig
+                    ) -> tuple[float, str, bool]:
     """Rate to size for: the known link rate, else the ESnet 10 Gbit/s tier (flagged assumed)."""
     rate, src = link_rate_bps(m, host, config)
     if rate:
         return rate, src or "", False
     return ASSUMED_LINK_BPS, "assumed 10 Gbit/s tier (tcp-tuning.md R-2); pass --link-rate", True
-
-
-def sysctl(host: Mapping[str, Any] | None, name: str) -> str | None:
-    """The host's sysctl value as the kernel printed it, None when absent."""
-    value = ((host or {}).get("sysctls") or {}).get(name)
-    return str(value) if value is not None else None
-
-
-def sysctl_int(host: Mapping[str, Any] | None, name: str) -> int | None:
-    value = sysctl(host, name)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-def triplet(host: Mapping[str, Any] | None, name: str) -> tuple[int, int, int] | None:
-    """``tcp_rmem``/``tcp_wmem`` as (min, default, max) bytes."""
-    value = sysctl(host, name)
-    try:
-        a, b, c = (int(x) for x in (value or "").split())
-    except ValueError:
-        return None
-    return a, b, c
 
 
 def streams(m: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -195,13 +173,13 @@ def loss_ratio(m: Mapping[str, Any]) -> tuple[float | None, str | None]:
     return None, None
 
 
-def cc_in_use(m: Mapping[str, Any], host: Mapping[str, Any] | None) -> tuple[str | None, str | None]:
+def cc_in_use(m: Mapping[str, Any], host: Host | None) -> tuple[str | None, str | None]:
     """Congestion control of the measured transfer, else the host default."""
     tput = section(m, "throughput") or {}
     cc = tput.get("cc")
     if isinstance(cc, str) and cc:
         return cc, "throughput cc"
-    value = sysctl(host, "net.ipv4.tcp_congestion_control")
+    value = host.cc_current if host else None
     return (value, "sysctl net.ipv4.tcp_congestion_control") if value else (None, None)
 
 

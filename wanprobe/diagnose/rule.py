@@ -1,8 +1,9 @@
 """The one Finding type (with its Knob), the rule signature and its registry decorator.
 
 A rule is a pure function ``(measurements, host, config) -> Finding | None``: ``measurements``
-holds the probe/mtu/throughput/counters JSON (None where not measured), ``host`` the report's
-host dict, ``config`` a :class:`~wanprobe.diagnose.inputs.DiagnoseConfig`.
+holds the probe/mtu/throughput/counters JSON (None where not measured), ``host`` the typed
+:class:`~wanprobe.diagnose.host_inputs.Host` (None: the report has no host),
+``config`` a :class:`~wanprobe.diagnose.inputs.DiagnoseConfig`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
 
 SEVERITIES = ("critical", "warning", "info")
@@ -88,7 +90,7 @@ class Finding:
                    host=d.get("host"), direction=d.get("direction"))
 
 
-RuleFn = Callable[[Mapping[str, Any], Mapping[str, Any] | None, DiagnoseConfig], Finding | None]
+RuleFn = Callable[[Mapping[str, Any], Host | None, DiagnoseConfig], Finding | None]
 
 
 def rule(rule_id: str) -> Callable[[RuleFn], RuleFn]:

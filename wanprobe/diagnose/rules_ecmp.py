@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.rule import rule
 from wanprobe.report.document import Finding
@@ -44,7 +45,7 @@ def _first_distinct_hop(worst: Mapping[str, Any], paths: list) -> tuple[int, str
 
 
 @rule("path.ecmp_imbalance")
-def ecmp_imbalance(m: Mapping[str, Any], host: Mapping[str, Any] | None,
+def ecmp_imbalance(m: Mapping[str, Any], host: Host | None,
                    config: DiagnoseConfig) -> Finding | None:
     """Fires when ``paths`` found ≥ 2 paths that differ significantly (its summary's tests)."""
     doc = m.get("paths")

@@ -28,6 +28,7 @@ from wanprobe.diagnose.fabric_counters import (
     pfc_priorities,
     subjects,
 )
+from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.rule import SEVERITIES, Finding, Knob, rule
 
@@ -255,7 +256,7 @@ def evaluate(snapshot, rates: Rates | None = None, window_s: float | None = None
 
 
 @rule("fabric")
-def counter_findings(m: Mapping[str, Any], host: Mapping[str, Any] | None,
+def counter_findings(m: Mapping[str, Any], host: Host | None,
                      config: DiagnoseConfig) -> list[Finding]:
     """The diagnose engine's view of the fabric: the findings :func:`evaluate` put in the
     counters measurement (``run.counters_json``) when the snapshots were taken."""

@@ -1,19 +1,25 @@
 """Rules on the measured path: window, send buffer, loss vs congestion control, DSCP, MTU.
 
-Each rule is pure ``(measurements, host, config) -> Finding | None`` and cites its source:
+Each rule is pure ``(measurements, host, config) -> Finding | None`` (``host`` the typed
+:class:`~wanprobe.diagnose.host_inputs.Host`) and cites its source:
 tcp-tuning.md §6 (R-n), §3 (models), probe-anchors.md (STAMP CoS TLV, RFC 8972).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from wanprobe.diagnose import inputs as I
+from wanprobe.diagnose.host_inputs import Host, buffer_field
 from wanprobe.diagnose.inputs import DiagnoseConfig, num, section
 from wanprobe.diagnose.rule import mbit, rule
-from wanprobe.diagnose.rules_transfer import send_buffer_limited, window_limited
+from wanprobe.diagnose.rules_transfer import (
+    DEFAULT_TRIPLE,
+    MAX_BUFFER_BYTES,
+    send_buffer_limited,
+    window_limited,
+)
 from wanprobe.models.tcp_rate import bbr_rate_bps, cc_limited_rate_bps, mathis_rate_bps
 from wanprobe.report.document import Finding, Knob
 from wanprobe.units import dscp_name
@@ -22,14 +28,11 @@ LOSS_FOR_BBR = 1e-5          # R-9
 RTT_FOR_BBR_S = 0.020        # R-9
 RTT_FOR_BBR_MIN_S = 0.010    # below it, never (LAN-like paths keep their cc)
 LOSS_NO_CC_HELPS = 0.15      # R-13: BBRv1 ceiling ≈ 20 %, escalate above 15 %
-MAX_BUFFER_BYTES = 2**30     # R-3: clamp tcp_rmem[2] <= 1 GiB
-FLOW_BUFFER_BYTES = 512 * 2**20  # R-4: beyond that, add flows instead of buffer
 
 Meas = Mapping[str, Any]
-Host = Mapping[str, Any] | None
 
 
-def buffer_knobs(host: Host, need_bytes: int, why: str, *, names=("net.ipv4.tcp_rmem",
+def buffer_knobs(host: Host | None, need_bytes: int, why: str, *, names=("net.ipv4.tcp_rmem",
                                                                  "net.ipv4.tcp_wmem")
                  ) -> tuple[list[Knob], int]:
     """tcp_rmem/tcp_wmem knobs whose max is ``need_bytes`` clamped to 1 GiB (R-3), never
@@ -37,24 +40,19 @@ def buffer_knobs(host: Host, need_bytes: int, why: str, *, names=("net.ipv4.tcp_
     target = min(int(need_bytes), MAX_BUFFER_BYTES)
     knobs = []
     for name in names:
-        cur = I.triplet(host, name)
-        lo, default = (cur[0], cur[1]) if cur else (4096, 131072)
+        cur = getattr(host, buffer_field(name)) if host else None
+        lo, default = (cur[0], cur[1]) if cur else DEFAULT_TRIPLE
         if cur and cur[2] >= target:
             continue
         knobs.append(Knob("sysctl", name, f"{lo} {default} {target}", why, side="both"))
     return knobs, target
 
 
-def flows_needed(need_bytes: int) -> int:
-    """R-4: parallel flows so each needs at most 512 MiB of buffer."""
-    return max(1, math.ceil(need_bytes / FLOW_BUFFER_BYTES))
-
-
-def _cc_knob(host: Host, reason: str, *, sender_measured: bool = True
+def _cc_knob(host: Host | None, reason: str, *, sender_measured: bool = True
              ) -> tuple[Knob | None, str]:
     """bbr as default cc if this host can take it (R-11 available, R-12 allowed in a netns)."""
-    avail = set((host or {}).get("available_cc") or [])
-    allowed = set((host or {}).get("allowed_cc") or [])
+    avail = set(host.cc_available) if host else set()
+    allowed = set(host.cc_allowed) if host else set()
     if avail and "bbr" not in avail:
         return None, "bbr is not in tcp_available_congestion_control: load tcp_bbr on the host"
     note = ""
@@ -70,7 +68,7 @@ def _cc_knob(host: Host, reason: str, *, sender_measured: bool = True
 
 
 @rule("path.lossy_loss_based_cc")
-def lossy_loss_based_cc(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+def lossy_loss_based_cc(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """Loss > 1e-5 on RTT > 20 ms with reno/cubic → bbr (R-9); Mathis bound (§3.1) vs BBR
     (1-p)·link (§3.2) in the evidence."""
     loss, loss_src = I.loss_ratio(m)
@@ -117,7 +115,7 @@ def lossy_loss_based_cc(m: Meas, host: Host, config: DiagnoseConfig) -> Finding 
 
 
 @rule("path.loss_excessive")
-def loss_excessive(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+def loss_excessive(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """Loss above 15 %: no congestion control fixes this (BBRv1 ceiling ≈ 20 %, R-13)."""
     loss, src = I.loss_ratio(m)
     if loss is None or loss <= LOSS_NO_CC_HELPS:
@@ -133,7 +131,7 @@ def loss_excessive(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | Non
 
 
 @rule("path.dscp_bleached")
-def dscp_bleached(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+def dscp_bleached(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """DSCP sent differs from the one seen at the reflector (forward path) or returned
     (reverse path): STAMP Class-of-Service TLV, RFC 8972 §5.2."""
     path = section(m, "path")
@@ -166,7 +164,7 @@ def dscp_bleached(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None
 
 
 @rule("path.mtu_black_hole")
-def mtu_black_hole(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | None:
+def mtu_black_hole(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """Path MTU below the interface MTU with no ICMP "fragmentation needed" back: full-size
     TCP segments vanish (RFC 4821 §1; tcp-tuning.md §4.6, R-19/R-20)."""
     mtu = section(m, "mtu")
@@ -175,15 +173,16 @@ def mtu_black_hole(m: Meas, host: Host, config: DiagnoseConfig) -> Finding | Non
         return None
     iface = mtu.get("iface")
     if_mtu = num(mtu, "iface_mtu", "interface_mtu", "local_mtu")
-    if if_mtu is None and iface:
-        if_mtu = num(((host or {}).get("ifaces") or {}).get(iface) or {}, "mtu")
+    link = host.iface(iface) if host else None
+    if if_mtu is None and link and link.mtu_bytes is not None:
+        if_mtu = float(link.mtu_bytes)
     if if_mtu is None or path_mtu >= if_mtu:
         return None
     search_max = num(mtu, "search_max_bytes")
     if search_max is not None and path_mtu >= search_max:
         return None  # everything the search could send passed (the reflector caps datagrams)
     icmp = mtu.get("icmp_seen", mtu.get("icmp_frag_needed"))
-    probing = I.sysctl_int(host, "net.ipv4.tcp_mtu_probing")
+    probing = host.tcp_mtu_probing if host else None
     if icmp is True:
         return None  # classic PMTUD works: the kernel lowers the route MTU itself
     knobs = [Knob("sysctl", "net.ipv4.tcp_mtu_probing", "1",

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from wanprobe.diagnose import inputs as I
+from wanprobe.diagnose.host_inputs import Host, buffer_field, triple_text
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.rule import mbit, mib, ms, rule
 from wanprobe.diagnose.transfer import Hosts, Transfer, hosts, pooled_loss, transfers
@@ -41,18 +42,16 @@ MIN_CREDIBLE_RATIO = 0.25
 DEFAULT_TRIPLE = (4096, 131072)
 
 Meas = Mapping[str, Any]
-Host = Mapping[str, Any] | None
 
 
-def _triple(hs: Hosts, which: str, name: str, host: Host, legacy: bool
-            ) -> tuple[tuple[int, int, int] | None, str]:
+def _triple(hs: Hosts, which: str, name: str) -> tuple[tuple[int, int, int] | None, str]:
     """``name`` (tcp_rmem/tcp_wmem) of host ``which`` and where it came from."""
-    facts = hs.of(which)
-    field = "tcp_rmem_bytes" if name.endswith("rmem") else "tcp_wmem_bytes"
+    facts = hs.facts(which)
+    field = buffer_field(name)
     if facts is not None and getattr(facts, field) is not None:
         return getattr(facts, field), f"{which} host facts net.ipv4.{name}"
-    if which == "local" or legacy:  # a report from before 1.1 knows one host only
-        t = I.triplet(host, f"net.ipv4.{name}")
+    if which == "local" or hs.legacy:  # a report from before 1.1 knows one host only
+        t = getattr(hs.local, field) if hs.local else None
         return t, f"local net.ipv4.{name}" if t else "unknown"
     return None, f"unknown: the peer sent no host facts ({hs.peer_error or 'not asked'})"
 
@@ -73,7 +72,7 @@ def _cap(rate: float, rtt: float, hs: Hosts, which: str, config: DiagnoseConfig
     """Largest buffer worth giving one flow on host ``which`` and what set it."""
     caps = [(MAX_BUFFER_BYTES, "1 GiB (R-3)"),
             (int(MAX_BDP_MULTIPLE * bdp_bytes(rate, rtt)), f"{MAX_BDP_MULTIPLE}×BDP")]
-    facts = hs.of(which)
+    facts = hs.facts(which)
     if facts and facts.tcp_mem_pages and facts.page_size_bytes:
         pressure = facts.tcp_mem_pages[1] * facts.page_size_bytes
         caps.append((per_flow_budget_bytes(pressure, config.concurrent_flows),
@@ -81,12 +80,12 @@ def _cap(rate: float, rtt: float, hs: Hosts, which: str, config: DiagnoseConfig
     return min(caps)
 
 
-def _sizing(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs: Hosts,
-            ratio: float) -> dict[str, Any] | None:
+def _sizing(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts, ratio: float
+            ) -> dict[str, Any] | None:
     rtt, _ = I.rtt_s(m)
     if not rtt:
         return None
-    target, target_src, assumed = I.target_rate_bps(m, host, config)
+    target, target_src, assumed = I.target_rate_bps(m, hs.local, config)
     loss, _ = pooled_loss(m)
     # a measured capacity is good to ±15 % (tests/test_throughput_capacity.py): size for the top
     # of that band, since a buffer short of the BDP costs rate and one above it costs nothing
@@ -105,7 +104,8 @@ def _sizing(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs: Hosts,
             "flows": max(1, math.ceil(need / min(cap, FLOW_BUFFER_BYTES)))}
 
 
-def host_model_buffer(m: Meas, host: Host, config: DiagnoseConfig) -> tuple[int, str] | None:
+def host_model_buffer(m: Meas, host: Host | None, config: DiagnoseConfig
+                      ) -> tuple[int, str] | None:
     """For the host-config rule: the modelled buffer when the path capacity was measured
     (schema 1.1), else None (the rule keeps the R-1 2×BDP floor). No transfer to read the
     window ratio from: the kernel's starting 1/2; cc bbr when this host offers it."""
@@ -114,8 +114,7 @@ def host_model_buffer(m: Meas, host: Host, config: DiagnoseConfig) -> tuple[int,
     if not rtt or not src.startswith("measured"):
         return None
     loss, _ = pooled_loss(m)
-    cc = "bbr" if "bbr" in ((host or {}).get("available_cc") or ()) else \
-        I.sysctl(host, "net.ipv4.tcp_congestion_control")
+    cc = "bbr" if host and "bbr" in host.cc_available else (host.cc_current if host else None)
     need = tuned_buffer_bytes(target / (1 - CAPACITY_ERROR), rtt, cc=cc,
                               loss=min(loss or 0.0, 0.5), mss_bytes=I.mss_bytes(m))
     size = min(need, MAX_BUFFER_BYTES, int(MAX_BDP_MULTIPLE * bdp_bytes(target, rtt)))
@@ -126,7 +125,7 @@ def host_model_buffer(m: Meas, host: Host, config: DiagnoseConfig) -> tuple[int,
 def sizing_cc(t: Transfer, hs: Hosts) -> str | None:
     """The cc the buffer must serve: bbr where the sender can run it (the path rules move long
     lossy paths to it, R-9, and it needs the most: cwnd gain 2), else what the transfer used."""
-    facts = hs.of(t.sender)
+    facts = hs.facts(t.sender)
     offered = set(facts.cc_available or facts.cc_allowed) if facts else set()
     return "bbr" if "bbr" in offered or t.cc == "bbr" else (t.cc or (facts.cc_current
                                                                      if facts else None))
@@ -141,6 +140,16 @@ def _window_ratio(t: Transfer, rmem: tuple[int, int, int] | None) -> tuple[float
 
 
 APP_LIMITED_LOSS = 1e-4  # above it the sender's cwnd, not the reader, can explain the gap
+
+
+def _waited(t: Transfer, verdict: str, share: float | None) -> bool:
+    """R-7: the transfer's verdict is ``verdict``, or it spent over 10 % of its busy time
+    limited by it (``share``)."""
+    return t.verdict == verdict or (share is not None and share > LIMITED_SHARE)
+
+
+def _target_bps(s: dict[str, Any] | None, m: Meas, config: DiagnoseConfig, hs: Hosts) -> float:
+    return s["target"] if s else I.target_rate_bps(m, hs.local, config)[0]
 
 
 def _receiver_lagged(t: Transfer, window: float | None, window_src: str, cap: float | None,
@@ -191,29 +200,28 @@ def _buffer_plan(t: Transfer, s: dict[str, Any], rmem, wmem, ratio: float
     return knobs, parts
 
 
-def window_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs: Hosts,
-                   legacy: bool) -> Finding | None:
+def window_finding(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts) -> Finding | None:
     """One direction's transfer waited on the receiver's window (R-7): size its tcp_rmem."""
     share = t.rwnd_limited_share
-    if t.verdict != "receive_window" and not (share is not None and share > LIMITED_SHARE):
+    if not _waited(t, "receive_window", share):
         return None
-    rmem, rmem_src = _triple(hs, t.receiver, "tcp_rmem", host, legacy)
-    wmem, _ = _triple(hs, t.sender, "tcp_wmem", host, legacy)
+    rmem, rmem_src = _triple(hs, t.receiver, "tcp_rmem")
+    wmem, _ = _triple(hs, t.sender, "tcp_wmem")
     ratio, ratio_src = _window_ratio(t, rmem)
     window, window_src = t.peer_window_max_bytes, "TCP_INFO snd_wnd (receiver's advertised window)"
     if window is None and rmem:
         window = rmem[2] * ratio
         window_src = f"{rmem_src}[2] × scaling ratio {ratio:.2f} (tcp_win_from_space)"
-    s = _sizing(t, m, host, config, hs, ratio)
+    s = _sizing(t, m, config, hs, ratio)
     rtt = s["rtt"] if s else I.rtt_s(m)[0]
     cap = window_limited_rate_bps(window, rtt) if rtt and window else None
     measured = t.bits_per_second
-    target = s["target"] if s else I.target_rate_bps(m, host, config)[0]
+    target = _target_bps(s, m, config, hs)
     evidence: dict[str, Any] = {
         "host": t.receiver, "direction": t.direction, "verdict": t.verdict,
         "rwnd_limited_share": share, "bits_per_second": measured,
         "rtt_ms": rtt * 1e3 if rtt else None, "window_bytes": window,
-        "tcp_rmem": " ".join(map(str, rmem)) if rmem else None,
+        "tcp_rmem": triple_text(rmem),
         "window_scaling_ratio": ratio, "link_rate_bps": target,
         "link_rate_assumed": s["assumed"] if s else None, "streams": t.streams,
         "window_limited_rate_bps": cap,
@@ -221,7 +229,7 @@ def window_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs:
                     "tcp_rmem": rmem_src, "window_scaling_ratio": ratio_src,
                     "link_rate_bps": s["target_src"] if s else None,
                     "bits_per_second": "throughput receiver goodput"}}
-    if _receiver_lagged(t, window, window_src, cap, rmem, ratio, legacy, m):
+    if _receiver_lagged(t, window, window_src, cap, rmem, ratio, hs.legacy, m):
         return _app_limited(t, evidence, window, cap, target)
     parts = [f"{t.direction} ({t.sender} → {t.receiver}): measured {mbit(measured)} of "
              f"{mbit(target)}"]
@@ -249,15 +257,15 @@ def window_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs:
         host=t.receiver, direction=t.direction)
 
 
-def send_buffer_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig, hs: Hosts,
-                        legacy: bool) -> Finding | None:
+def send_buffer_finding(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts
+                        ) -> Finding | None:
     """The sender's buffer ran dry (tcpi_sndbuf_limited dominates, R-7): its tcp_wmem."""
     share = t.sndbuf_limited_share
-    if t.verdict != "send_buffer" and not (share is not None and share > LIMITED_SHARE):
+    if not _waited(t, "send_buffer", share):
         return None
-    wmem, wmem_src = _triple(hs, t.sender, "tcp_wmem", host, legacy)
-    s = _sizing(t, m, host, config, hs, DEFAULT_WINDOW_SCALING_RATIO)
-    target = s["target"] if s else I.target_rate_bps(m, host, config)[0]
+    wmem, wmem_src = _triple(hs, t.sender, "tcp_wmem")
+    s = _sizing(t, m, config, hs, DEFAULT_WINDOW_SCALING_RATIO)
+    target = _target_bps(s, m, config, hs)
     knobs: tuple[Knob, ...] = ()
     effect = f"{t.direction}: measured {mbit(t.bits_per_second)} against {mbit(target)}"
     if s:
@@ -272,7 +280,7 @@ def send_buffer_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig
                f"({t.direction}: {t.sender} → {t.receiver})"),
         evidence={"host": t.sender, "direction": t.direction, "verdict": t.verdict,
                   "sndbuf_limited_share": share, "bits_per_second": t.bits_per_second,
-                  "tcp_wmem": " ".join(map(str, wmem)) if wmem else None,
+                  "tcp_wmem": triple_text(wmem),
                   "link_rate_bps": target, "rtt_ms": s["rtt"] * 1e3 if s else None,
                   "sources": {"verdict": "throughput limited_by", "tcp_wmem": wmem_src}},
         recommendation=f"Raise net.ipv4.tcp_wmem max on the {t.sender} host (the sender).",
@@ -281,22 +289,21 @@ def send_buffer_finding(t: Transfer, m: Meas, host: Host, config: DiagnoseConfig
         else share, host=t.sender, direction=t.direction)
 
 
-def _per_direction(fn, m: Meas, host: Host, config: DiagnoseConfig):
-    legacy = not (isinstance(m, Mapping) and "peer_facts" in m)
+def _per_direction(fn, m: Meas, host: Host | None, config: DiagnoseConfig):
     hs = hosts(m, host)
-    out = [f for t in transfers(m) if (f := fn(t, m, host, config, hs, legacy)) is not None]
+    out = [f for t in transfers(m) if (f := fn(t, m, config, hs)) is not None]
     if not out:
         return None
     return out[0] if len(out) == 1 else out
 
 
 @rule("path.window_limited")
-def window_limited(m: Meas, host: Host, config: DiagnoseConfig):
+def window_limited(m: Meas, host: Host | None, config: DiagnoseConfig):
     """Each measured direction whose transfer waited on the receive window."""
     return _per_direction(window_finding, m, host, config)
 
 
 @rule("path.send_buffer_limited")
-def send_buffer_limited(m: Meas, host: Host, config: DiagnoseConfig):
+def send_buffer_limited(m: Meas, host: Host | None, config: DiagnoseConfig):
     """Each measured direction whose sender's buffer ran dry."""
     return _per_direction(send_buffer_finding, m, host, config)

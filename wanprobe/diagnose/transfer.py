@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from collectors.host_facts import FactsError, HostFacts
+from collectors.host_facts import HostFacts
 from wanprobe.diagnose import inputs as I
+from wanprobe.diagnose.host_inputs import Host, facts_or_none
 
 DIRECTIONS = {"forward": ("local", "peer"), "reverse": ("peer", "local")}  # (sender, receiver)
 SECTION = {"forward": "throughput", "reverse": "throughput_reverse"}
@@ -37,14 +38,21 @@ class Transfer:
 
 @dataclass(frozen=True)
 class Hosts:
-    """Facts of both ends (None: not known — the peer could not answer)."""
+    """Both ends (None: not known — the peer could not answer). ``legacy``: a report from
+    before schema 1.1, which knows one host only (no ``peer_facts`` key at all)."""
 
-    local: HostFacts | None
-    peer: HostFacts | None
+    local: Host | None
+    peer: Host | None
     peer_error: str | None = None
+    legacy: bool = False
 
-    def of(self, which: str) -> HostFacts | None:
+    def of(self, which: str) -> Host | None:
         return self.local if which == "local" else self.peer
+
+    def facts(self, which: str) -> HostFacts | None:
+        """The host-facts document host ``which`` sent (schema 1.1)."""
+        host = self.of(which)
+        return host.facts if host else None
 
 
 def transfer(m: Mapping[str, Any], direction: str) -> Transfer | None:
@@ -95,16 +103,11 @@ def transfers(m: Mapping[str, Any]) -> list[Transfer]:
     return [t for t in (transfer(m, d) for d in DIRECTIONS) if t is not None]
 
 
-def _facts(doc: Any) -> HostFacts | None:
-    try:
-        return HostFacts.from_json(doc) if doc else None
-    except FactsError:
-        return None
-
-
-def hosts(m: Mapping[str, Any], host: Mapping[str, Any] | None) -> Hosts:
-    """Both ends' facts from the report: ``host.facts`` and ``measurements.peer_facts``."""
+def hosts(m: Mapping[str, Any], host: Host | None) -> Hosts:
+    """Both ends: this host (typed once by the engine) and the peer from
+    ``measurements.peer_facts``."""
     peer = m.get("peer_facts") if isinstance(m, Mapping) else None
     errors = (m.get("errors") or {}) if isinstance(m, Mapping) else {}
-    return Hosts(local=_facts((host or {}).get("facts")), peer=_facts(peer),
-                 peer_error=errors.get("peer_facts"))
+    return Hosts(local=host, peer=Host.from_facts(facts_or_none(peer)),
+                 peer_error=errors.get("peer_facts"),
+                 legacy=not (isinstance(m, Mapping) and "peer_facts" in m))

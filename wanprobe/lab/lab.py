@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,6 +77,19 @@ def require_root() -> None:
             raise LabError(f"`{tool}` not found: install iproute2")
     if not Path("/dev/net/tun").exists():
         raise LabError("/dev/net/tun is missing: load the tun module (modprobe tun)")
+
+
+@contextlib.contextmanager
+def down_on_error(down: Callable[[], None]) -> Iterator[None]:
+    """Building a lab is all or nothing: on any error (Ctrl-C included) run ``down`` to remove
+    what was made — its own errors are swallowed, the first one is the one to report — and
+    re-raise."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            down()
+        raise
 
 
 def forwarder_pids(name: str) -> list[int]:
@@ -191,7 +205,7 @@ class Lab:
             raise LabError(f"lab {self.name!r} is already up; run `wanprobe lab down {self.name}`")
         if state == "stale":
             self.down()
-        try:
+        with down_on_error(self.down):
             netns.create(self.a.name)
             netns.create(self.b.name)
             self._start_forwarder()
@@ -199,10 +213,6 @@ class Lab:
             if self.calibrate:
                 self._calibrate()
             registry.write(self.name, self._state())
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.down()
-            raise
         return self
 
     def down(self) -> None:

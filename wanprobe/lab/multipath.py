@@ -26,6 +26,7 @@ from wanprobe.lab import netns, registry
 from wanprobe.lab.lab import (
     NS_PREFIX,
     control,
+    down_on_error,
     forwarder_pids,
     require_root,
     start_forwarder,
@@ -111,7 +112,7 @@ class MultipathLab:
         if any(forwarder_pids(self.forwarder_name(i)) for i in range(len(self.paths))):
             raise LabError(f"lab {self.name!r} is already up; run `wanprobe lab down {self.name}`")
         self.down()  # stale leftovers of a crashed run
-        try:
+        with down_on_error(self.down):
             for ns in self.ns.values():
                 netns.create(ns)
             for ns in (self.ns["r1"], self.ns["r2"]):
@@ -123,10 +124,6 @@ class MultipathLab:
                     persistent=self.persistent))
             self._links()
             self.reroute(self.ecmp)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self.down()
-            raise
         return self
 
     def down(self) -> None:

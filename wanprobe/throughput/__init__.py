@@ -7,17 +7,15 @@ Exported lazily so ``python -m wanprobe.throughput.server`` does not import itse
 
 from __future__ import annotations
 
-__all__ = ["ThroughputResult", "ThroughputServer", "run_throughput"]
+import importlib
+
+_MODULE_OF = {"run_throughput": "wanprobe.throughput.client",
+              "ThroughputResult": "wanprobe.throughput.result",
+              "ThroughputServer": "wanprobe.throughput.server"}
+__all__ = sorted(_MODULE_OF)
 
 
 def __getattr__(name: str):
-    if name == "run_throughput":
-        from wanprobe.throughput.client import run_throughput
-        return run_throughput
-    if name == "ThroughputResult":
-        from wanprobe.throughput.result import ThroughputResult
-        return ThroughputResult
-    if name == "ThroughputServer":
-        from wanprobe.throughput.server import ThroughputServer
-        return ThroughputServer
-    raise AttributeError(name)
+    if name not in _MODULE_OF:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(_MODULE_OF[name]), name)
