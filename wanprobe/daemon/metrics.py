@@ -136,6 +136,7 @@ class DaemonMetrics:
         self.info.labels(site=site, host=host, version=__version__).set(1)
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
         self._paths: dict[str, tuple[str, ...]] = {}
+        self._path_children: dict[str, tuple[Any, Any]] = {}   # peer -> (floor, spread) children
         self._rates: dict[tuple[str, str], Any] = {}
 
     def path_labels(self, peer: Peer) -> tuple[str, ...]:
@@ -201,11 +202,13 @@ class DaemonMetrics:
 
     def observe_path(self, peer: Peer, floor_ms: float | None, spread_ms: float | None) -> None:
         """Export a peer's RTT floor and spread (ms in, seconds out), with the path labels."""
-        lab = self.path_labels(peer)
+        floor, spread = self._path_children.get(peer.name) or self._path_children.setdefault(
+            peer.name, (self.path_floor.labels(*self.path_labels(peer)),
+                        self.path_spread.labels(*self.path_labels(peer))))
         if floor_ms is not None:
-            self.path_floor.labels(*lab).set(floor_ms / 1e3)
+            floor.set(floor_ms / 1e3)
         if spread_ms is not None:
-            self.path_spread.labels(*lab).set(spread_ms / 1e3)
+            spread.set(spread_ms / 1e3)
 
     def observe_fingerprints(self, peer: str, paths: list[dict[str, Any]]) -> None:
         """Per-path results of a multi-flow session (multiflow.py ``paths``); series of paths
@@ -303,6 +306,7 @@ class DaemonMetrics:
                 pass
         for key in [k for k in self._cache if k[0] == peer]:
             del self._cache[key]
+        self._path_children.pop(peer, None)
         self._forget_path(lab)
         self._forget_fingerprints(peer, self._fingerprints.pop(peer, set()))
 

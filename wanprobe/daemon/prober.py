@@ -4,11 +4,19 @@ A session per peer every ``interval`` ± ``jitter`` (``count`` probes ``packet_i
 the last one waited for ``timeout``), as :func:`wanprobe.probe.sender.probe_stamp` runs it, but
 without a task, a future and a timeout per session: one heap of due actions (start a session,
 send its next probe, summarise it) and one loop timer, re-armed for the earliest action. With many
-peers, actions due within ``COALESCE_S`` run in the same wake-up (kernel TX/RX timestamps make
-this free for accuracy). The sockets, the codec, the reply demultiplexing and the TX-stamp
+peers, actions due within :func:`coalesce_s` (half a packet interval, at most
+``MESH_COALESCE_MAX_S``) run in the same wake-up: each probe is stamped when it is actually sent
+and each reply by the kernel when it arrives, so a probe sent a little early or a reply read a
+little late costs no accuracy. The sockets, the codec, the reply demultiplexing and the TX-stamp
 pairing are :class:`wanprobe.probe.sender.StampSender`'s (one per address family); each session
 keeps its own SSID (RFC 8972 §3), so the reflector's per-session counters, and with them loss per
 direction (RFC 8972 §4.5), mean exactly what they mean for ``probe_stamp``.
+
+TX timestamps are read from the clock immediately before ``sendto`` (as fping does), not from
+the socket error queue: at 1,000 peers the error-queue read per probe was the largest single cost
+after ``sendto`` itself (bench/daemon_footprint.py), and what it adds to the RTT is one syscall
+entry (microseconds, against the milliseconds of the paths the daemon watches). Sessions say so
+(``tx_timestamp: "user"``); RX timestamps stay the kernel's (SO_TIMESTAMPING).
 
 Only numeric peer addresses are handled here (no DNS on the timer); the scheduler keeps a task for
 peers named by host name.
@@ -27,13 +35,31 @@ from typing import Any
 from wanprobe.daemon.config import Peer, ProbeSettings
 from wanprobe.errors import WanprobeError
 from wanprobe.probe.peer import numeric_family as peer_family
-from wanprobe.probe.sender import COALESCE_S, COALESCE_SESSIONS, SEND_AHEAD_S, StampSender
+from wanprobe.probe.sender import COALESCE_SESSIONS, SEND_AHEAD_S, StampSender
 from wanprobe.probe.sender_session import session_result as _result
+from wanprobe.probe.stamp_packet import HmacKey
 from wanprobe.probe.timer_heap import TimerHeap
 
 DoneFn = Callable[[Peer, float, dict[str, Any]], None]
 FailedFn = Callable[[Peer, float, str], None]
 _START, _SEND, _FINISH = 0, 1, 2
+MESH_COALESCE_MAX_S = 0.25
+REPLY_TRUESIZE_BYTES = 2048   # what one queued reply costs a receive buffer (skb truesize, generous)
+
+
+def coalesce_s(settings: ProbeSettings, n_peers: int, rcvbuf_bytes: int) -> float:
+    """How early an action may run to share a wake-up. At scale a wake-up costs more than the
+    probes it sends (1,000 peers at 1 probe/s: 5.6 % of a core with 25 ms windows, 4.0 % with
+    100 ms, 3.3 % with 500 ms; bench/daemon_footprint.py), so the window is as wide as allowed by:
+    half the packet interval (a session's probes keep their order), MESH_COALESCE_MAX_S, and the
+    replies one window brings, which must fit in half the socket's receive buffer (``rcvbuf_bytes``,
+    SO_RCVBUF as granted: replies are read once per wake-up). Nothing to share with a handful
+    of peers."""
+    if n_peers <= COALESCE_SESSIONS:
+        return SEND_AHEAD_S
+    replies_per_s = n_peers * settings.count / settings.interval_s
+    fits_s = 0.5 * rcvbuf_bytes / REPLY_TRUESIZE_BYTES / replies_per_s
+    return max(SEND_AHEAD_S, min(MESH_COALESCE_MAX_S, settings.packet_interval_s / 2, fits_s))
 
 
 def numeric_family(address: str) -> int | None:
@@ -51,6 +77,7 @@ class _PeerRun:
     address: str
     open: dict = field(default_factory=dict)   # SSID -> (session, wall-clock start)
     stopped: bool = False
+    sender: Any = None                         # the StampSender of its family, once started
 
 
 class MeshProber:
@@ -61,10 +88,11 @@ class MeshProber:
                  hmac_key: bytes | None = None, clock: Callable[[], float] = time.time,
                  rng: random.Random | None = None) -> None:
         self.on_done, self.on_failed = on_done, on_failed
-        self.hmac_key = hmac_key
+        self.hmac_key = HmacKey.of(hmac_key)   # the keyed hash built once, not per session
         self.clock = clock
         self.rng = rng or random.Random()
         self.settings = ProbeSettings()
+        self._coalesce_s = SEND_AHEAD_S
         self.runs: dict[str, _PeerRun] = {}
         self._senders: dict[int, StampSender] = {}
         self._timers = TimerHeap(self._tick)   # every peer's next action, one loop timer
@@ -91,6 +119,9 @@ class MeshProber:
                 raise WanprobeError(f"peer {name}: {peer.address!r} is not a numeric address")
             run = self.runs[name] = _PeerRun(peer, family, peer.address.strip().strip("[]"))
             self._push(now + self.rng.uniform(0, settings.interval_s), _START, run, None)
+        rcvbuf = min((self._sender(f).rcvbuf_bytes() for f in {r.family for r in self.runs.values()}),
+                     default=0)
+        self._coalesce_s = coalesce_s(settings, len(self.runs), rcvbuf)
 
     def close(self) -> None:
         """Drop every session in flight (no result) and close the sockets."""
@@ -105,7 +136,7 @@ class MeshProber:
     def _stop_run(self, run: _PeerRun) -> None:
         run.stopped = True
         for sess, _ts in run.open.values():
-            self._senders[run.family].end_session(sess)
+            run.sender.end_session(sess)
         run.open.clear()
 
     # -- the timer --------------------------------------------------------------------------------
@@ -121,8 +152,7 @@ class MeshProber:
         for sender in self._senders.values():
             sender.poll()
         heap, pop = self._timers.heap, heapq.heappop
-        horizon = self._loop.time() + (COALESCE_S if len(self.runs) > COALESCE_SESSIONS
-                                       else SEND_AHEAD_S)
+        horizon = self._loop.time() + self._coalesce_s
         while heap and heap[0][0] <= horizon:
             due, _t, action, run, sess = pop(heap)
             if run.stopped:
@@ -150,31 +180,37 @@ class MeshProber:
             return
         sess.t0 = due
         run.open[sess.ssid] = (sess, ts)
+        run.sender = sender
         self._send(due, run, sess)
 
     def _send(self, due: float, run: _PeerRun, sess: Any) -> None:
+        """Send the session's next probe (StampSender._send: the clock read, then sendto) and
+        schedule the one after it, or the session's end."""
         if sess.cancelled:
             return
+        seq = sess.next_seq
         try:
-            self._senders[run.family].send_probe(sess)
+            run.sender._send(sess, seq, sess.template)
         except WanprobeError as exc:
-            self._senders[run.family].end_session(sess)
+            run.sender.end_session(sess)
             _sess, ts = run.open.pop(sess.ssid)
             self.on_failed(run.peer, ts, " ".join(str(exc).split()))
             return
-        if sess.next_seq < sess.total:
-            self._push(sess.t0 + sess.next_seq * sess.interval_s, _SEND, run, sess)
+        seq += 1
+        sess.next_seq = seq
+        if seq < sess.total:
+            self._timers.push(self._loop, sess.t0 + seq * sess.interval_s, _SEND, run, sess)
         else:
             sess.sending = False
-            # a tick may run actions up to COALESCE_S early: never end before the timeout
-            self._push(due + self.settings.timeout_s + COALESCE_S, _FINISH, run, sess)
+            # a tick may run actions up to _coalesce_s early: never end before the timeout
+            self._push(due + self.settings.timeout_s + self._coalesce_s, _FINISH, run, sess)
 
     def _finish(self, run: _PeerRun, sess: Any) -> None:
         """The last probe's timeout has passed: end the session and hand over its summary."""
         if sess.cancelled:
             return
         _sess, ts = run.open.pop(sess.ssid)
-        self._senders[run.family].end_session(sess)
+        run.sender.end_session(sess)
         try:
             doc = _result(sess, self._loop.time() - sess.t0).to_json()
         except Exception as exc:  # noqa: BLE001 - a summary bug must not stop every peer
@@ -186,7 +222,7 @@ class MeshProber:
     def _sender(self, family: int) -> StampSender:
         sender = self._senders.get(family)
         if sender is None:
-            sender = self._senders[family] = StampSender(family, polled=True)
+            sender = self._senders[family] = StampSender(family, polled=True, tx_timestamps=False)
             sender.open()
         return sender
 

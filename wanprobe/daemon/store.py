@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 import sqlite3
 import threading
 from dataclasses import dataclass, field, fields
@@ -103,11 +104,13 @@ class ProbeRow:
     @classmethod
     def from_probe_json(cls, ts: float, peer: str, method: str, doc: dict[str, Any]) -> ProbeRow:
         """Flatten a ProbeResult ``to_json()`` (``rtt_ms.*``, ``loss.*``, ``jitter_ms``)."""
-        return cls(ts=ts, peer=peer, method=method, **{
-            f.name: _pick(doc, f.metadata["source"]) for f in fields(cls) if f.metadata["source"]})
+        return cls(ts=ts, peer=peer, method=method,
+                   **{name: _pick(doc, keys) for name, keys in _SOURCES})
 
 
 PROBE_COLUMNS = tuple(f.name for f in fields(ProbeRow))
+_SOURCES = tuple((f.name, f.metadata["source"]) for f in fields(ProbeRow) if f.metadata["source"])
+_ROW_VALUES = operator.attrgetter(*PROBE_COLUMNS)   # a row's column values, in order
 _INSERT_PROBE = (f"INSERT INTO probes ({', '.join(PROBE_COLUMNS)}) VALUES "
                  f"({', '.join('?' * len(PROBE_COLUMNS))})")
 _DOWNSAMPLE_PROBES = (  # one row per peer, method and bucket of :b seconds, from rows before :cut
@@ -139,7 +142,7 @@ class Store:
 
     # -- writes -------------------------------------------------------------------------------
     def add_probe(self, row: ProbeRow) -> None:
-        self._queue(_INSERT_PROBE, tuple(getattr(row, c) for c in PROBE_COLUMNS))
+        self._queue(_INSERT_PROBE, _ROW_VALUES(row))
 
     def add_throughput(self, ts: float, peer: str, doc: dict[str, Any] | None,
                        error: str | None = None) -> None:

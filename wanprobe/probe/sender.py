@@ -114,7 +114,7 @@ class _Session:
     replies: list[Reply] = field(default_factory=list)
     answered: set[int] = field(default_factory=set)
     follow_up_ns: dict[int, int] = field(default_factory=dict)  # reflector seq -> precise T3
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event | None = None             # set when every probe is answered (run())
     sending: bool = True
     cancelled: bool = False
     next_seq: int = 0
@@ -171,6 +171,10 @@ class StampSender:
         if not self.polled:
             self._loop.add_reader(sock.fileno(), self._on_readable)
 
+    def rcvbuf_bytes(self) -> int:
+        """The receive buffer the kernel granted (SO_RCVBUF, after net.core.rmem_max)."""
+        return self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) if self._sock else 0
+
     def close(self) -> None:
         if self._sock is not None:
             close_socket(self._loop, self._sock)
@@ -191,6 +195,7 @@ class StampSender:
         loop = self._loop
         t0 = sess.t0
         sess.all_sent = loop.create_future()
+        sess.done = asyncio.Event()
         try:
             self._push(sess, t0)
             await sess.all_sent
@@ -393,7 +398,7 @@ class StampSender:
             )))
             answered = sess.answered
             answered.add(sseq)
-            if not sess.sending and len(sess.tx_user_ns) <= len(answered):
+            if not sess.sending and sess.done is not None and len(sess.tx_user_ns) <= len(answered):
                 sess.done.set()
         if len(self._by_ssid) > COALESCE_SESSIONS and not self._paused and not self.polled:
             self._paused = True
