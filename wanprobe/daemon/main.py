@@ -32,7 +32,7 @@ from wanprobe.daemon.prober import MeshProber
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.state_dir import check_state_dir
-from wanprobe.daemon.store import ProbeRow, Store, StoreError
+from wanprobe.daemon.store import Flusher, ProbeRow, Store, StoreError
 from wanprobe.errors import ConfigError, WanprobeError
 
 FLUSH_INTERVAL_S = 1.0
@@ -147,8 +147,9 @@ class Daemon:
                                    stamp_prober=self.stamp_prober)
         self.scheduler.apply(self.peers, self.cfg.probe, self.cfg.throughput)
         self.metrics.set_peers(self.peers)
-        self._tasks = [asyncio.create_task(every(lambda: FLUSH_INTERVAL_S, self.flush)),
-                       asyncio.create_task(self.maintain()),  # retention also right at start
+        self._flusher = Flusher(self.store, FLUSH_INTERVAL_S, self._flushed)
+        self._flusher.start()
+        self._tasks = [asyncio.create_task(self.maintain()),  # retention also right at start
                        asyncio.create_task(every(lambda: self.cfg.retention.maintenance_interval_s,
                                                  self.maintain)),
                        asyncio.create_task(self._counter_loop())]
@@ -184,6 +185,8 @@ class Daemon:
         took = {f"{name}_s": (round(f.result(), 3) if f in done and not f.cancelled() else "timeout")
                 for name, f in timed.items()}
         flushed = 0
+        if getattr(self, "_flusher", None) is not None:
+            self._flusher.stop()
         if self.store is not None:
             try:
                 flushed = self.store.flush()
@@ -388,15 +391,15 @@ class Daemon:
         self.metrics.set_findings(dict(tally))
 
     # -- periodic -----------------------------------------------------------------------------
-    async def flush(self) -> None:
-        try:
-            await run_blocking(self.store.flush)
+    def _flushed(self, error: StoreError | None) -> None:
+        """The Flusher's report, from its thread: plain attribute writes, read by health()."""
+        if error is None:
             self.flush_error = None
             self.last_flush = time.time()
-        except StoreError as exc:
-            if self.flush_error is None:
-                dlog.log(logging.ERROR, "history write failed; will retry", error=exc)
-            self.flush_error = str(exc)
+            return
+        if self.flush_error is None:
+            dlog.log(logging.ERROR, "history write failed; will retry", error=error)
+        self.flush_error = str(error)
 
     async def maintain(self) -> None:
         r = self.cfg.retention

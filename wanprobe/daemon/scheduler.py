@@ -123,6 +123,7 @@ class Scheduler:
         self._stopping = False
         self._tput_task: asyncio.Task | None = None
         self._tput_lock = asyncio.Lock()
+        self._tput_wake = asyncio.Event()   # apply() sets it: a reload may enable tests
 
     # -- plan ---------------------------------------------------------------------------------
     def apply(self, peers: tuple[Peer, ...], probe: ProbeSettings,
@@ -155,6 +156,7 @@ class Scheduler:
             self.stamp_prober.apply([p for p in peers if self.in_prober(p)], probe)
         if self._tput_task is None or self._tput_task.done():
             self._tput_task = asyncio.create_task(self._throughput_loop(), name="throughput")
+        self._tput_wake.set()
         return diff
 
     def in_prober(self, peer: Peer) -> bool:
@@ -269,6 +271,11 @@ class Scheduler:
 
     async def _throughput_loop(self) -> None:
         while not self._stopping:
+            if not self.throughput_settings.enabled or self.throughput_fn is None:
+                # nothing can be due: sleep until a reload, not a wake-up every second
+                self._tput_wake.clear()
+                await self._tput_wake.wait()
+                continue
             await asyncio.sleep(1.0)
             peer = self.throughput_due(self.clock())
             if peer is not None:
