@@ -9,28 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import random
 import socket
 import struct
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from wanprobe.errors import PermissionRequired, ProbeError, UsageError
+from wanprobe.errors import PermissionRequired, UsageError
+from wanprobe.probe import probe_options as options
 from wanprobe.probe import timestamps as ts
 from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
-from wanprobe.probe.probe_options import (
-    check_common,
-    close_socket,
-    probe_count,
-    ready_socket,
-    renamed,
-    shared_sender,
-)
 from wanprobe.probe.probe_summary import Reply, summarize
 from wanprobe.probe.result import ProbeResult
+from wanprobe.probe.session_base import SessionIds, SessionRecords, drain_tx_stamps, send_failed
 
 MAGIC = b"WANPROBE"
 ICMP_HEADER = 8
@@ -57,15 +49,9 @@ def echo_request(family: int, ident: int, seq: int, payload: bytes) -> bytes:
 
 
 @dataclass
-class _Session:
+class _Session(SessionRecords):
     peer: str
     ident: int
-    tx_user_ns: dict[int, int] = field(default_factory=dict)
-    tx_kernel_ns: dict[int, int] = field(default_factory=dict)
-    replies: list[Reply] = field(default_factory=list)
-    answered: set[int] = field(default_factory=set)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    sending: bool = True
 
 
 class IcmpSender:
@@ -77,7 +63,7 @@ class IcmpSender:
         self._sock: socket.socket | None = None
         self._loop = None
         self._by_ident: dict[int, _Session] = {}
-        self._next_ident = random.randint(1, 0xFFFF)
+        self._idents = SessionIds()
         self._tx_stamps = ts.TxStampTracker()  # OPT_ID -> (session, seq)
 
     def open(self) -> None:
@@ -89,25 +75,26 @@ class IcmpSender:
             sock = socket.socket(self.family, socket.SOCK_RAW, proto)
         except PermissionError:
             raise PermissionRequired("ICMP probes need root or CAP_NET_RAW") from None
-        ready_socket(sock, tx_timestamps=self.tx_timestamps)
+        options.ready_socket(sock, tx_timestamps=self.tx_timestamps)
         self._sock = sock
         self._loop.add_reader(sock.fileno(), self._on_readable)
 
     def close(self) -> None:
         if self._sock is not None:
-            close_socket(self._loop, self._sock)
+            options.close_socket(self._loop, self._sock)
             self._sock = None
 
     async def run(self, peer: str, *, count: int | None = None, duration_s: float | None = None,
                   interval_s: float = 1.0, size: int | None = None, dscp: int = 0,
                   timeout_s: float = 2.0, on_progress=None) -> ProbeResult:
-        total = probe_count(count, duration_s, interval_s)
+        total = options.probe_count(count, duration_s, interval_s)
         overhead = IP_HEADER_BYTES[self.family] + ICMP_HEADER
         size = size if size is not None else overhead + 56
         if size < overhead + len(MAGIC):
             raise UsageError(f"--size {size} is below the ICMP minimum of {overhead + len(MAGIC)}")
         self.open()
-        sess = _Session(peer, self._alloc_ident())
+        sess = _Session(peer, self._idents.take(self._by_ident, "ICMP sessions"))
+        sess.done = asyncio.Event()
         self._by_ident[sess.ident] = sess
         payload = MAGIC + bytes(size - overhead - len(MAGIC))
         cmsgs = [ts.tos_cmsg(self.family, dscp << 2)] if dscp else []
@@ -136,25 +123,14 @@ class IcmpSender:
             tx_kernel_ns=sess.tx_kernel_ns, replies=sess.replies, timeout_ns=int(timeout_s * 1e9),
         )
 
-    def _alloc_ident(self) -> int:
-        for _ in range(0x10000):
-            ident = self._next_ident
-            self._next_ident = self._next_ident % 0xFFFF + 1
-            if ident not in self._by_ident:
-                return ident
-        raise ProbeError("too many concurrent ICMP sessions (65535)")
-
     def _send(self, sess: _Session, seq: int, packet: bytes, cmsgs: list) -> None:
         now = time.time_ns()
         sess.tx_user_ns[seq] = now
         try:
             self._sock.sendmsg([packet], cmsgs, 0, (sess.peer, 0))
-        except (BlockingIOError, InterruptedError):
-            return
         except OSError as exc:
-            if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ECONNREFUSED):
-                return
-            raise ProbeError(f"cannot send ICMP to {sess.peer}: {exc.strerror}") from None
+            send_failed(exc, f"ICMP to {sess.peer}")
+            return
         if self.tx_timestamps:
             self._tx_stamps.sent((sess, seq))
 
@@ -163,8 +139,7 @@ class IcmpSender:
         if sock is None:
             return
         if self.tx_timestamps and self._tx_stamps.pending:
-            for (stamped, seq), tx_ns in self._tx_stamps.drain(sock):
-                stamped.tx_kernel_ns[seq] = tx_ns
+            drain_tx_stamps(self._tx_stamps, sock)
         for _ in range(256):
             try:
                 data, ancdata, _flags, addr = sock.recvmsg(65536, ts.ANC_BUFSIZE)
@@ -218,15 +193,15 @@ async def probe_icmp(peer: str, *, count: int | None = None, duration_s: float |
                      tx_timestamps: bool = True, on_progress: Callable | None = None,
                      port: int | None = None) -> ProbeResult:
     """ICMP echo probe of ``peer``; concurrent calls in one loop share one raw socket."""
-    check_common(None, dscp, timeout_s)
-    probe_count(count, duration_s, interval_s)
+    options.check_common(None, dscp, timeout_s)
+    options.probe_count(count, duration_s, interval_s)
     family, addr = await resolve_peer(peer)
     kw = dict(count=count, duration_s=duration_s, interval_s=interval_s, size=size, dscp=dscp,
               timeout_s=timeout_s, on_progress=on_progress)
     if sender is not None:
         result = await sender.run(addr, **kw)
     else:
-        with shared_sender(_shared, (family, tx_timestamps),
+        with options.shared_sender(_shared, (family, tx_timestamps),
                            lambda: IcmpSender(family, tx_timestamps=tx_timestamps)) as shared:
             result = await shared.run(addr, **kw)
-    return renamed(result, peer)
+    return options.renamed(result, peer)

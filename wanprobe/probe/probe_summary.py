@@ -10,7 +10,7 @@ cannot be attributed to a direction; they count in ``loss.ratio`` only.
 
 from __future__ import annotations
 
-import datetime as dt
+import time
 from collections import Counter
 from typing import NamedTuple
 
@@ -34,8 +34,10 @@ class Reply(NamedTuple):
 
 
 def iso_utc(unix_ns: int) -> str:
-    return dt.datetime.fromtimestamp(unix_ns / 1e9, tz=dt.UTC).isoformat(
-        timespec="milliseconds").replace("+00:00", "Z")
+    """ISO 8601 UTC with milliseconds (``2026-12-03T09:15:47.544Z``); gmtime/strftime, about
+    half the cost of a datetime round trip (a mesh formats one per session)."""
+    sec, rem_ns = divmod(unix_ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f".{rem_ns // 1_000_000:03d}Z"
 
 
 def summarize(*, method: str, peer: str, port: int | None, started_ns: int, duration_s: float,

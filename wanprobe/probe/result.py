@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 RTT_KEYS = ("min", "p50", "p90", "p99", "max", "mean", "stdev")
 
 
+def _r6(x: float | None) -> float | None:
+    return None if x is None else round(x, 6)
+
+
+def _ci6(x: tuple[float, float] | None) -> list[float] | None:
+    return None if x is None else [round(x[0], 6), round(x[1], 6)]
+
+
 @dataclass(frozen=True)
 class RttStats:
     """Round-trip time distribution in ms."""
@@ -59,12 +67,7 @@ class LossStats:
         return self.reverse_lost / self.reverse_of
 
     def to_json(self) -> dict:
-        def r(x):
-            return None if x is None else round(x, 6)
-
-        def ci(x):
-            return None if x is None else [round(x[0], 6), round(x[1], 6)]
-
+        r, ci = _r6, _ci6
         return {
             "sent": self.sent, "received": self.received, "ratio": r(self.ratio),
             "forward_ratio": r(self.forward_ratio), "reverse_ratio": r(self.reverse_ratio),
@@ -120,9 +123,7 @@ class ProbeResult:
     rtt_samples_ms: tuple[float, ...] = field(default=(), repr=False)
 
     def to_json(self, *, samples: bool = False) -> dict:
-        def r(x):
-            return None if x is None else round(x, 6)
-
+        r = _r6
         doc = {
             "method": self.method, "peer": self.peer, "port": self.port,
             "started_at": self.started_at, "duration_s": round(self.duration_s, 3),

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import heapq
 import hmac
-import random
 import socket
 import struct
 import time
@@ -53,6 +51,7 @@ from wanprobe.probe.probe_tlvs import own_tlvs as _own_tlvs
 from wanprobe.probe.probe_tlvs import slow_tlvs as _slow_tlvs
 from wanprobe.probe.result import ProbeResult
 from wanprobe.probe.sender_session import session_result, template_for
+from wanprobe.probe.session_base import SessionIds, SessionRecords, drain_tx_stamps, send_failed
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     BASE_LEN,
@@ -102,20 +101,14 @@ def min_size_bytes(family: int = socket.AF_INET, authenticated: bool = False) ->
 
 
 @dataclass
-class _Session:
+class _Session(SessionRecords):
     peer: str
     port: int
     ssid: int
     dscp: int
     payload_len: int
     timeout_ns: int
-    tx_user_ns: dict[int, int] = field(default_factory=dict)
-    tx_kernel_ns: dict[int, int] = field(default_factory=dict)
-    replies: list[Reply] = field(default_factory=list)
-    answered: set[int] = field(default_factory=set)
     follow_up_ns: dict[int, int] = field(default_factory=dict)  # reflector seq -> precise T3
-    done: asyncio.Event | None = None             # set when every probe is answered (run())
-    sending: bool = True
     cancelled: bool = False
     next_seq: int = 0
     total: int = 0
@@ -148,7 +141,7 @@ class StampSender:
         self._sock: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._by_ssid: dict[int, _Session] = {}
-        self._next_ssid = random.randint(1, 0xFFFF)
+        self._ssids = SessionIds()
         self._tx_stamps = ts.TxStampTracker()  # OPT_ID -> (session, seq)
         self._buf = bytearray(65536)
         self._timers = TimerHeap(self._tick)   # every session's next probe, one loop timer
@@ -229,7 +222,7 @@ class StampSender:
             raise UsageError(f"--size {size} is above the limit of {limits.MAX_DATAGRAM_BYTES} bytes "
                              "(one IP datagram)")
         self.open()
-        sess = _Session(peer, port, self._alloc_ssid(), dscp, payload_len, int(timeout_s * 1e9))
+        sess = _Session(peer, port, self._ssids.take(self._by_ssid, "STAMP sessions on one socket"), dscp, payload_len, int(timeout_s * 1e9))
         sess.auth = auth
         self._by_ssid[sess.ssid] = sess
         if auth is not None:
@@ -290,14 +283,6 @@ class StampSender:
                 if not sess.all_sent.done():
                     sess.all_sent.set_result(None)
 
-    def _alloc_ssid(self) -> int:
-        for _ in range(0x10000):
-            ssid = self._next_ssid
-            self._next_ssid = self._next_ssid % 0xFFFF + 1
-            if ssid not in self._by_ssid:
-                return ssid
-        raise ProbeError("too many concurrent STAMP sessions on one socket (65535)")
-
     def _send(self, sess: _Session, seq: int, template: bytearray) -> None:
         now = time.time_ns()
         # ntp_from_ns inlined (RFC 5905 §6: 32.32 fixed point from 1900)
@@ -319,12 +304,9 @@ class StampSender:
                 self._sock.sendmsg([template], sess.cmsgs, 0, sess.dest)
             else:
                 self._sock.sendto(template, sess.dest)
-        except (BlockingIOError, InterruptedError):
-            return  # counted as sent and lost: the host could not send it
         except OSError as exc:
-            if exc.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH):
-                return  # the probe is lost
-            raise ProbeError(f"cannot send to {sess.peer}:{sess.port}: {exc.strerror}") from None
+            send_failed(exc, f"to {sess.peer}:{sess.port}")
+            return
         if self.tx_timestamps:
             self._tx_stamps.sent((sess, seq))
 
@@ -337,8 +319,7 @@ class StampSender:
         if sock is None:
             return
         if self.tx_timestamps and self._tx_stamps.pending:
-            for (stamped, seq), tx_ns in self._tx_stamps.drain(sock):
-                stamped.tx_kernel_ns[seq] = tx_ns
+            drain_tx_stamps(self._tx_stamps, sock)
         by_ssid = self._by_ssid
         recv = sock.recvmsg_into
         anc_size = ts.ANC_BUFSIZE
