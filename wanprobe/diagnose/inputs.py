@@ -31,17 +31,15 @@ class DiagnoseConfig:
     dscp: int | None = None  # the DSCP training traffic is meant to carry
 
 
-def num(d: Any, *keys: str) -> float | None:
-    """First finite number among ``d[key]`` for ``keys`` (dotted paths allowed)."""
-    for key in keys:
-        cur = d
-        for part in key.split("."):
-            cur = cur.get(part) if isinstance(cur, Mapping) else None
-        if isinstance(cur, bool):
-            continue
-        if isinstance(cur, (int, float)) and math.isfinite(cur):
-            return float(cur)
-    return None
+def num(d: Any, key: str) -> float | None:
+    """``d[key]`` (a dotted path) when it is a finite number; None when absent or not one. One
+    spelling per figure: the key the producer writes (report/schema, throughput/result.py)."""
+    cur = d
+    for part in key.split("."):
+        cur = cur.get(part) if isinstance(cur, Mapping) else None
+    if isinstance(cur, bool) or not isinstance(cur, (int, float)) or not math.isfinite(cur):
+        return None
+    return float(cur)
 
 
 def section(m: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] | None:
@@ -53,7 +51,7 @@ def section(m: Mapping[str, Any] | None, name: str) -> Mapping[str, Any] | None:
 def rtt_s(m: Mapping[str, Any]) -> tuple[float | None, str | None]:
     """Base RTT: probe minimum (kernel timestamps), else the TCP_INFO min_rtt of the streams."""
     path = section(m, "path")
-    v = num(path, "rtt_ms.min", "rtt_ms.p50") if path else None
+    v = num(path, "rtt_ms.min") if path else None
     if v is not None and v > 0:
         return v / 1e3, f"probe ({path.get('method', 'stamp')}) rtt_ms.min"
     tput = section(m, "throughput")
@@ -61,14 +59,9 @@ def rtt_s(m: Mapping[str, Any]) -> tuple[float | None, str | None]:
         top = num(tput, "min_rtt_ms")
         if top:
             return top / 1e3, "throughput min_rtt_ms (TCP_INFO)"
-        rtts = [num(s, "min_rtt_ms", "tcp_info.min_rtt_ms") for s in tput.get("streams") or []]
-        rtts = [r for r in rtts if r]
+        rtts = [r for r in (num(s, "tcp_info.min_rtt_ms") for s in streams(m)) if r]
         if rtts:
             return min(rtts) / 1e3, "throughput streams[] TCP_INFO min_rtt"
-        us = [num(s, "min_rtt_us", "tcp_info.min_rtt_us") for s in tput.get("streams") or []]
-        us = [r for r in us if r]
-        if us:
-            return min(us) / 1e6, "throughput streams[] TCP_INFO min_rtt"
     return None, None
 
 
@@ -111,15 +104,7 @@ def _limited_share(m: Mapping[str, Any], field: str) -> float | None:
     lim = busy = 0.0
     seen = False
     for s in streams(m):
-        share = num(s, f"{field}_share", f"tcp_info.{field}_share")
-        if share is not None:
-            return share
-        # same unit on both sides of the ratio: µs or ms, whichever the result carries
-        li = num(s, f"{field}_us", f"tcp_info.{field}_us")
-        bu = num(s, "busy_time_us", "tcp_info.busy_time_us")
-        if li is None or not bu:
-            li = num(s, f"{field}_ms", f"tcp_info.{field}_ms")
-            bu = num(s, "busy_time_ms", "tcp_info.busy_time_ms")
+        li, bu = num(s, f"tcp_info.{field}_ms"), num(s, "tcp_info.busy_time_ms")
         if li is not None and bu:
             lim, busy, seen = lim + li, busy + bu, True
     return lim / busy if seen and busy > 0 else None
@@ -128,14 +113,14 @@ def _limited_share(m: Mapping[str, Any], field: str) -> float | None:
 def rwnd_limited_share(m: Mapping[str, Any]) -> float | None:
     tput = section(m, "throughput") or {}
     ev = (tput.get("limited_by") or {}).get("evidence") or {}
-    v = num(ev, "rwnd_limited_share", "rwnd_limited_ratio")
+    v = num(ev, "rwnd_limited_share")
     return v if v is not None else _limited_share(m, "rwnd_limited")
 
 
 def sndbuf_limited_share(m: Mapping[str, Any]) -> float | None:
     tput = section(m, "throughput") or {}
     ev = (tput.get("limited_by") or {}).get("evidence") or {}
-    v = num(ev, "sndbuf_limited_share", "sndbuf_limited_ratio")
+    v = num(ev, "sndbuf_limited_share")
     return v if v is not None else _limited_share(m, "sndbuf_limited")
 
 
@@ -157,8 +142,7 @@ def loss_ratio(m: Mapping[str, Any]) -> tuple[float | None, str | None]:
     mss = float(mss_bytes(m))
     seen = False
     for s in streams(m):
-        r = num(s, "bytes_retrans", "tcp_info.bytes_retrans")
-        b = num(s, "bytes_sent", "tcp_info.bytes_sent")
+        r, b = num(s, "tcp_info.bytes_retrans"), num(s, "tcp_info.bytes_sent")
         if r is not None and b:
             retrans, sent_b, seen = retrans + r, sent_b + b, True
     tcp = (retrans / sent_b, sent_b / mss) if seen and sent_b > 0 else None
@@ -186,7 +170,7 @@ def cc_in_use(m: Mapping[str, Any], host: Host | None) -> tuple[str | None, str 
 def mss_bytes(m: Mapping[str, Any]) -> int:
     """Sender MSS from TCP_INFO (snd_mss), else the 1500-MTU default."""
     for s in streams(m):
-        v = num(s, "snd_mss", "tcp_info.snd_mss_bytes", "tcp_info.snd_mss", "snd_mss_bytes")
+        v = num(s, "tcp_info.snd_mss_bytes")
         if v:
             return int(v)
     return DEFAULT_MSS_BYTES

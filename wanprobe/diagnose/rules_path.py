@@ -172,7 +172,7 @@ def mtu_black_hole(m: Meas, host: Host | None, config: DiagnoseConfig) -> Findin
     if path_mtu is None:
         return None
     iface = mtu.get("iface")
-    if_mtu = num(mtu, "iface_mtu", "interface_mtu", "local_mtu")
+    if_mtu = num(mtu, "iface_mtu")   # diagnose/run.py: the MTU of the interface toward the peer
     link = host.iface(iface) if host else None
     if if_mtu is None and link and link.mtu_bytes is not None:
         if_mtu = float(link.mtu_bytes)
