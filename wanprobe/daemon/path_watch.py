@@ -43,7 +43,10 @@ class PathWatchSettings:
     recent: int = 5
     min_history: int = 5
     floor_step: Threshold = Threshold(min_ms=2.0, ratio=0.1)    # of the reference floor
-    spread_rise: Threshold = Threshold(min_ms=2.0, ratio=2.0)   # of the reference spread (tripled)
+    # of the reference spread (tripled), and at least 5 ms: a busy host's own scheduling moves
+    # the median p99 - min by a few ms (a CI run saw 0.25 -> 2.7 ms with no queue on the path),
+    # while a queue that matters to a training step over a WAN is tens of ms
+    spread_rise: Threshold = Threshold(min_ms=5.0, ratio=2.0)
     queueing_history: int = 10          # reference sessions needed to call queueing
 
 
