@@ -9,9 +9,10 @@ from dataclasses import replace
 from typing import Any
 
 from wanprobe.diagnose import rules_ecmp, rules_fabric, rules_host, rules_path
+from wanprobe.diagnose.finding import Finding, Knob
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
-from wanprobe.diagnose.rule import Finding, Knob, RuleFn
+from wanprobe.diagnose.rule import RuleFn
 from wanprobe.diagnose.transfer import hosts
 
 ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_ecmp.RULES, *rules_fabric.RULES,

@@ -28,9 +28,10 @@ from wanprobe.diagnose.fabric_counters import (
     pfc_priorities,
     subjects,
 )
+from wanprobe.diagnose.finding import SEVERITIES, Finding, Knob
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
-from wanprobe.diagnose.rule import SEVERITIES, Finding, Knob, rule
+from wanprobe.diagnose.rule import rule
 
 PAUSE_STORM_SHARE = 0.10      # paused ≥ 10 % of the window: storm risk (warning)
 PAUSE_STORM_CRIT_SHARE = 0.50  # ≥ 50 %: the priority is mostly stopped (critical)
