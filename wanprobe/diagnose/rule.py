@@ -1,22 +1,23 @@
 """The rule signature and its registry decorator, and the prose helpers rules share.
 
-A rule is a pure function ``(measurements, host, config) -> Finding | None``: ``measurements``
-holds the probe/mtu/throughput/counters JSON (None where not measured), ``host`` the typed
-:class:`~wanprobe.diagnose.host_inputs.Host` (None: the report has no host),
-``config`` a :class:`~wanprobe.diagnose.inputs.DiagnoseConfig`. A rule returns the one
-:class:`~wanprobe.diagnose.finding.Finding` type.
+A rule is a pure function ``(measured, host, config) -> Finding | None``: ``measured`` the
+typed :class:`~wanprobe.diagnose.measured.Measured` (probe, MTU, both transfers, the fabric
+findings, the peer's facts; None where a part was not measured), ``host`` the typed
+:class:`~wanprobe.diagnose.host_inputs.Host` (None: the report has no host), ``config`` a
+:class:`~wanprobe.diagnose.inputs.DiagnoseConfig`. The engine builds ``measured`` and ``host``
+once per report; a rule returns the one :class:`~wanprobe.diagnose.finding.Finding` type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from wanprobe.diagnose.finding import Finding
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
+from wanprobe.diagnose.measured import Measured
 
-RuleFn = Callable[[Mapping[str, Any], Host | None, DiagnoseConfig], Finding | None]
+RuleFn = Callable[[Measured, Host | None, DiagnoseConfig], Finding | None]
 
 
 def rule(rule_id: str) -> Callable[[RuleFn], RuleFn]:
