@@ -161,15 +161,14 @@ class Measured:
         m = m if isinstance(m, Mapping) else {}
         path, mtu = _section(m, "path"), _section(m, "mtu")
         fwd, rev = _section(m, "throughput"), _section(m, "throughput_reverse")
-        counters = m.get("counters") or {}
-        errors = m.get("errors") or {}
+        counters, errors = _section(m, "counters") or {}, _section(m, "errors") or {}
         return cls(
             path=_path(path) if path else None, mtu=_mtu(mtu) if mtu else None,
             throughput=_throughput(fwd) if fwd else None,
             throughput_reverse=_throughput(rev) if rev else None,
             counter_findings=tuple(Finding.from_json(f) for f in counters.get("findings") or ()
                                    if isinstance(f, Mapping)),
-            paths_summary=(m.get("paths") or {}).get("summary") or None,
+            paths_summary=(_section(m, "paths") or {}).get("summary") or None,
             peer_facts=facts_or_none(m.get("peer_facts")),
             peer_facts_error=errors.get("peer_facts"), legacy="peer_facts" not in m)
 
