@@ -2,7 +2,8 @@
 ranks the intended fault first on crafted measurement sets (issue 6 "the top finding names it").
 
 Inputs are plain dicts in the JSON shapes of issues 3 (probe), 4 (throughput) and 5 (counters),
-and the report's host dict (typed with ``Host.from_report`` where a test calls a rule itself).
+and the report's host dict (typed with ``Measured.from_report`` and ``Host.from_report`` where a
+test calls a rule itself).
 Fabric rules and their ranking: test_diagnose_fabric.py."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from wanprobe.diagnose import rules_host, rules_path
 from wanprobe.diagnose.engine import ALL_RULES, rank, run_rules
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
+from wanprobe.diagnose.measured import Measured
 from wanprobe.models.bdp import window_limited_rate_bps
 from wanprobe.models.tcp_rate import mathis_rate_bps
 from wanprobe.report.document import Finding
@@ -42,6 +44,12 @@ def host(**sysctls) -> dict:
 def typed(h: dict | None) -> Host | None:
     """The typed host a rule takes: the engine builds it once from the report's host dict."""
     return Host.from_report(h)
+
+
+def measured(m: dict) -> Measured:
+    """The typed measurements a rule takes: the engine builds them once from the report's
+    measurement dict."""
+    return Measured.from_report(m)
 
 
 def tuned_host() -> dict:
@@ -86,7 +94,7 @@ def ids(findings: list[Finding]) -> list[str]:
 
 def test_window_limited_fires_with_model_numbers():
     m = meas(path=probe(130), throughput=throughput(190e6, "receive_window", rwnd_us=900_000))
-    f = rules_path.window_limited(m, typed(host()), DiagnoseConfig(link_rate_bps=10e9))
+    f = rules_path.window_limited(measured(m), typed(host()), DiagnoseConfig(link_rate_bps=10e9))
     assert f is not None and f.severity == "critical"
     # no window in the throughput evidence: local tcp_rmem[2] (6 MiB) × 0.5 over 130 ms
     cap = window_limited_rate_bps(6291456 * 0.5, 0.130)
@@ -101,7 +109,8 @@ def test_window_limited_fires_with_model_numbers():
 def test_window_limited_is_info_when_already_at_link_rate():
     m = meas(path=probe(0.05), throughput=throughput(11e9, "receive_window", rtt_ms=0.05,
                                                      rwnd_us=500_000))
-    assert rules_path.window_limited(m, typed(host()), DiagnoseConfig()).severity == "info"
+    f = rules_path.window_limited(measured(m), typed(host()), DiagnoseConfig())
+    assert f.severity == "info"
 
 
 def test_window_limited_by_a_slow_reader_gets_no_buffer_knobs():
@@ -109,7 +118,7 @@ def test_window_limited_by_a_slow_reader_gets_no_buffer_knobs():
     window was full because the receiving application lagged, not because it is small."""
     t = throughput(4.3e9, "receive_window", rtt_ms=0.05, rwnd_us=420_000,
                    peer_window_max_bytes=30_000_000)
-    f = rules_path.window_limited(meas(path=probe(0.05), throughput=t), typed(host()),
+    f = rules_path.window_limited(measured(meas(path=probe(0.05), throughput=t)), typed(host()),
                                   DiagnoseConfig())
     assert f.id == "path.receiver_app_limited" and f.severity == "warning" and f.knobs == ()
     t2 = throughput(4.3e9, "receive_window", rtt_ms=2, rwnd_us=420_000,
@@ -121,22 +130,23 @@ def test_window_limited_by_a_slow_reader_gets_no_buffer_knobs():
 
 def test_window_limited_silent_when_network_limited():
     m = meas(path=probe(130), throughput=throughput(9.4e9, "network", rwnd_us=10_000))
-    assert rules_path.window_limited(m, typed(host()), DiagnoseConfig()) is None
+    assert rules_path.window_limited(measured(m), typed(host()), DiagnoseConfig()) is None
 
 
 def test_send_buffer_limited_fires_and_stays_silent():
     t = throughput(300e6, "send_buffer")
-    f = rules_path.send_buffer_limited(meas(path=probe(60), throughput=t), typed(host()),
+    f = rules_path.send_buffer_limited(measured(meas(path=probe(60), throughput=t)), typed(host()),
                                        DiagnoseConfig())
     assert f is not None and [k.key for k in f.knobs] == ["net.ipv4.tcp_wmem"]
-    assert rules_path.send_buffer_limited(meas(throughput=throughput(9e9)), typed(host()),
+    assert rules_path.send_buffer_limited(measured(meas(throughput=throughput(9e9))), typed(host()),
                                           DiagnoseConfig()) is None
 
 
 def test_lossy_reno_fires_with_mathis_bound():
     m = meas(path=probe(60, loss=0.01, sent=10**6),
              throughput=throughput(20e6, "congestion", cc="reno", retrans=10**6, sent=10**8))
-    f = rules_path.lossy_loss_based_cc(m, typed(host()), DiagnoseConfig(link_rate_bps=1e9))
+    f = rules_path.lossy_loss_based_cc(measured(m), typed(host()),
+                                       DiagnoseConfig(link_rate_bps=1e9))
     assert f is not None and f.severity == "critical"
     assert f.evidence["mathis_rate_bps"] == pytest.approx(mathis_rate_bps(1448, 0.060, 0.01))
     assert f.evidence["bbr_rate_bps"] == pytest.approx(0.99e9)
@@ -149,13 +159,13 @@ def test_lossy_silent(case):
     rtt = 5.0 if case == "short_rtt" else 60.0
     loss = 1e-6 if case == "tiny_loss" else 0.01
     m = meas(path=probe(rtt, loss=loss, sent=10**6), throughput=throughput(1e8, cc=cc))
-    assert rules_path.lossy_loss_based_cc(m, typed(host()), DiagnoseConfig()) is None
+    assert rules_path.lossy_loss_based_cc(measured(m), typed(host()), DiagnoseConfig()) is None
 
 
 def test_lossy_falls_back_to_tcp_retransmissions_without_probe():
     m = meas(throughput=throughput(5e7, "congestion", cc="cubic", rtt_ms=100, retrans=10**6,
                                    sent=10**8))
-    f = rules_path.lossy_loss_based_cc(m, typed(host()), DiagnoseConfig())
+    f = rules_path.lossy_loss_based_cc(measured(m), typed(host()), DiagnoseConfig())
     assert f is not None and f.evidence["loss_ratio"] == pytest.approx(0.01)
     assert "bytes_retrans" in f.evidence["sources"]["loss_ratio"]
 
@@ -165,35 +175,42 @@ def test_loss_estimate_comes_from_the_larger_sample():
 
     small_probe = meas(path=probe(60, loss=0.005, sent=200),
                        throughput=throughput(5e7, retrans=2 * 10**5, sent=10**8))
-    assert loss_ratio(small_probe)[0] == pytest.approx(0.002)      # ≈69 000 segments
+    assert loss_ratio(measured(small_probe))[0] == pytest.approx(0.002)      # ≈69 000 segments
     big_probe = meas(path=probe(60, loss=0.005, sent=10**6),
                      throughput=throughput(5e7, retrans=2 * 10**5, sent=10**8))
-    assert loss_ratio(big_probe) == (0.005, "probe loss.ratio over 1000000 probes")
+    assert loss_ratio(measured(big_probe)) == (0.005, "probe loss.ratio over 1000000 probes")
 
 
 def test_loss_excessive_fires_and_stays_silent():
-    assert rules_path.loss_excessive(meas(path=probe(60, loss=0.3)), None,
+    assert rules_path.loss_excessive(measured(meas(path=probe(60, loss=0.3))), None,
                                      DiagnoseConfig()).id == "path.loss_excessive"
-    assert rules_path.loss_excessive(meas(path=probe(60, loss=0.05)), None, DiagnoseConfig()) is None
+    assert rules_path.loss_excessive(measured(meas(path=probe(60, loss=0.05))), None,
+                                     DiagnoseConfig()) is None
 
 
 def test_dscp_bleached_forward_and_reverse():
-    fwd = rules_path.dscp_bleached(meas(path=probe(dscp=(26, 0, 0))), None, DiagnoseConfig())
+    def bleached(dscp):
+        return rules_path.dscp_bleached(measured(meas(path=probe(dscp=dscp))), None,
+                                        DiagnoseConfig())
+
+    fwd = bleached((26, 0, 0))
     assert fwd.evidence["direction"] == "forward" and fwd.severity == "critical"
-    rev = rules_path.dscp_bleached(meas(path=probe(dscp=(26, 26, 0))), None, DiagnoseConfig())
+    rev = bleached((26, 26, 0))
     assert rev.evidence["direction"] == "reverse"
-    remark = rules_path.dscp_bleached(meas(path=probe(dscp=(46, 10, 10))), None, DiagnoseConfig())
+    remark = bleached((46, 10, 10))
     assert remark.severity == "warning" and "AF11" in remark.title
 
 
 @pytest.mark.parametrize("dscp", [(26, 26, 26), (0, 0, 0), (26, None, None)])
 def test_dscp_silent(dscp):
-    assert rules_path.dscp_bleached(meas(path=probe(dscp=dscp)), None, DiagnoseConfig()) is None
+    assert rules_path.dscp_bleached(measured(meas(path=probe(dscp=dscp))), None,
+                                    DiagnoseConfig()) is None
 
 
 def test_mtu_black_hole_fires_without_icmp():
     m = meas(mtu={"path_mtu": 1380, "iface": "wan0", "icmp_seen": False, "method": "df-search"})
-    f = rules_path.mtu_black_hole(m, typed(host(net__ipv4__tcp_mtu_probing="0")), DiagnoseConfig())
+    f = rules_path.mtu_black_hole(measured(m), typed(host(net__ipv4__tcp_mtu_probing="0")),
+                                  DiagnoseConfig())
     assert f.severity == "critical" and f.impact == 1.0
     assert {(k.tuner, k.key, k.value) for k in f.knobs} == {
         ("sysctl", "net.ipv4.tcp_mtu_probing", "1"), ("link", "wan0/mtu", "1380")}
@@ -203,7 +220,8 @@ def test_mtu_black_hole_fires_without_icmp():
                                  {"path_mtu": 9244, "iface_mtu": 65535, "search_max_bytes": 9244},
                                  {"path_mtu": 1380, "iface": "wan0", "icmp_seen": True}])
 def test_mtu_black_hole_silent(mtu):
-    assert rules_path.mtu_black_hole(meas(mtu=mtu), typed(host()), DiagnoseConfig()) is None
+    assert rules_path.mtu_black_hole(measured(meas(mtu=mtu)), typed(host()),
+                                     DiagnoseConfig()) is None
 
 
 # ---------------------------------------------------------------- host rules: fire / silent
@@ -227,10 +245,10 @@ def test_host_rule_fires_and_stays_silent(fn, bad, good):
     bad_host = host(**bad)
     if fn is rules_host.no_fq_pacing:
         bad_host["ifaces"]["wan0"]["qdisc"] = "pfifo_fast"
-    f = fn(m, typed(bad_host), cfg)
+    f = fn(measured(m), typed(bad_host), cfg)
     assert f is not None and f.id == fn.rule_id and f.knobs
     assert all(k.tuner in ("sysctl", "link") for k in f.knobs)
-    assert fn(m, typed(host(**good)), cfg) is None
+    assert fn(measured(m), typed(host(**good)), cfg) is None
 
 
 def test_rings_below_max_fires_and_stays_silent():
@@ -238,18 +256,18 @@ def test_rings_below_max_fires_and_stays_silent():
 
     h = host()
     h["ifaces"]["wan0"].update(rx_ring=256, rx_ring_max=4096, tx_ring=1024, tx_ring_max=1024)
-    f = rules_host.rings_below_max(meas(), typed(h), DiagnoseConfig())
+    f = rules_host.rings_below_max(measured(meas()), typed(h), DiagnoseConfig())
     assert [(k.key, k.value) for k in f.knobs] == [("wan0/rx_ring", "4096")]
     assert split_key(f.knobs[0].key) == ("wan0", "rx_ring")
     h["ifaces"]["wan0"]["rx_ring"] = 4096
-    assert rules_host.rings_below_max(meas(), typed(h), DiagnoseConfig()) is None
+    assert rules_host.rings_below_max(measured(meas()), typed(h), DiagnoseConfig()) is None
     # unknown rings
-    assert rules_host.rings_below_max(meas(), typed(host()), DiagnoseConfig()) is None
+    assert rules_host.rings_below_max(measured(meas()), typed(host()), DiagnoseConfig()) is None
 
 
 def test_buffers_never_lowered_and_clamped_to_1gib():
     h = host(net__ipv4__tcp_rmem="4096 131072 2000000000")  # admin set rmem above 1 GiB
-    f = rules_host.buffers_below_bdp(meas(path=probe(200)), typed(h),
+    f = rules_host.buffers_below_bdp(measured(meas(path=probe(200))), typed(h),
                                      DiagnoseConfig(link_rate_bps=100e9))
     keys = {k.key: k.value for k in f.knobs}
     assert "net.ipv4.tcp_rmem" not in keys           # R-5: never lower
@@ -258,18 +276,18 @@ def test_buffers_never_lowered_and_clamped_to_1gib():
 
 def test_buffers_demoted_when_measured_transfer_was_not_window_limited():
     m = meas(path=probe(10), throughput=throughput(9e9, "network", rtt_ms=10))
-    f = rules_host.buffers_below_bdp(m, typed(host()), DiagnoseConfig(link_rate_bps=10e9))
+    f = rules_host.buffers_below_bdp(measured(m), typed(host()), DiagnoseConfig(link_rate_bps=10e9))
     assert f.severity == "info" and f.evidence["throughput_verdict"] == "network"
     m["throughput"] = None
-    assert rules_host.buffers_below_bdp(m, typed(host()), DiagnoseConfig(link_rate_bps=10e9)
-                                        ).severity == "critical"
+    f = rules_host.buffers_below_bdp(measured(m), typed(host()), DiagnoseConfig(link_rate_bps=10e9))
+    assert f.severity == "critical"
 
 
 def test_no_fq_when_module_missing_is_info_without_knobs():
     h = host(net__core__default_qdisc="pfifo_fast")
     h["fq_available"] = None
     h["ifaces"]["wan0"]["qdisc"] = "pfifo_fast"
-    f = rules_host.no_fq_pacing(meas(), typed(h), DiagnoseConfig())
+    f = rules_host.no_fq_pacing(measured(meas()), typed(h), DiagnoseConfig())
     assert f.severity == "info" and f.knobs == () and "sch_fq" in f.title
 
 
@@ -395,7 +413,7 @@ def test_knobs_use_the_tuners_key_formats(tmp_path):
                   for k in f.knobs]
     h = untuned_host()
     h["ifaces"]["wan0"]["qdisc"] = "pfifo_fast"
-    knobs += list(rules_host.no_fq_pacing(meas(), typed(h), DiagnoseConfig()).knobs)
+    knobs += list(rules_host.no_fq_pacing(measured(meas()), typed(h), DiagnoseConfig()).knobs)
     assert {k.tuner for k in knobs} == {"sysctl", "link", "roce"}
     for k in knobs:
         if k.tuner == "sysctl":

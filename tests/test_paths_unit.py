@@ -110,12 +110,17 @@ def test_paths_cli_bad_input_is_one_line(args, message):
 def test_ecmp_imbalance_finding_names_path_share_and_hop():
     from wanprobe.diagnose.engine import run_rules
     from wanprobe.diagnose.inputs import DiagnoseConfig
+    from wanprobe.diagnose.measured import Measured
     from wanprobe.diagnose.rules_ecmp import NCCL_SOCKETS, ecmp_imbalance
 
     good, bad = ("r1", "p0", "dst"), ("r1", "p1", "dst")
     flows = [_flow(1, good, 0), _flow(2, bad, 9), _flow(3, good, 0), _flow(4, good, 0)]
     _, summary = summarize(flows)
-    f = ecmp_imbalance({"paths": {"summary": summary}}, None, DiagnoseConfig())
+
+    def judge(m: dict):
+        return ecmp_imbalance(Measured.from_report(m), None, DiagnoseConfig())
+
+    f = judge({"paths": {"summary": summary}})
     assert f is not None and f.id == "path.ecmp_imbalance"
     ev = f.evidence
     assert ev["worst_path"] == 1 and ev["nccl_socket_share_on_worst"] == 0.25
@@ -127,8 +132,8 @@ def test_ecmp_imbalance_finding_names_path_share_and_hop():
                                                              None, DiagnoseConfig())}
     # same paths: nothing to report
     _, same = summarize([_flow(1, good, 0), _flow(2, bad, 0)])
-    assert ecmp_imbalance({"paths": {"summary": same}}, None, DiagnoseConfig()) is None
-    assert ecmp_imbalance({"path": None}, None, DiagnoseConfig()) is None
+    assert judge({"paths": {"summary": same}}) is None
+    assert judge({"path": None}) is None
 
 
 def test_paths_cli_src_ports_parsing():

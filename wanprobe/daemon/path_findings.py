@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from wanprobe.daemon.path_watch import PathEvent
-from wanprobe.diagnose.rule import Finding
+from wanprobe.diagnose.finding import Finding
 from wanprobe.models.impact import Job, Path, collective_time_s, gradient_bytes
 
 # The daemon knows no job: a reference one (1 B parameters, bf16, 2 sites × 8 GPUs, flat ring)

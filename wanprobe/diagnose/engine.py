@@ -9,9 +9,11 @@ from dataclasses import replace
 from typing import Any
 
 from wanprobe.diagnose import rules_ecmp, rules_fabric, rules_host, rules_path
+from wanprobe.diagnose.finding import Finding, Knob
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
-from wanprobe.diagnose.rule import Finding, Knob, RuleFn
+from wanprobe.diagnose.measured import Measured
+from wanprobe.diagnose.rule import RuleFn
 from wanprobe.diagnose.transfer import hosts
 
 ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_ecmp.RULES, *rules_fabric.RULES,
@@ -75,21 +77,23 @@ def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
               config: DiagnoseConfig | None = None,
               rules: Iterable[RuleFn] = ALL_RULES) -> list[Finding]:
     """All findings for these measurements, deduplicated and ranked (main fault first).
-    ``host`` is the report's host dict, typed once here for every rule; the peer, typed from the
-    facts it sent, is judged by ``rules_host.PEER_RULES``.
+    ``measurements`` and ``host`` are the report's dicts, typed once here for every rule
+    (:class:`Measured`, :class:`Host`); the peer, typed from the facts it sent, is judged by
+    ``rules_host.PEER_RULES``.
 
     A rule that raises does not stop the others: it becomes an ``engine.rule_error`` finding.
     """
     config = config or DiagnoseConfig()
     rules = tuple(rules)
+    measured = Measured.from_report(measurements)
     local = Host.from_report(host)
-    peer = hosts(measurements, local).peer
+    peer = hosts(measured, local).peer
     calls = [(fn, local) for fn in rules] + \
         [(fn, peer) for fn in rules_host.PEER_RULES if peer is not None and fn in rules]
     found: list[Finding] = []
     for fn, judged in calls:
         try:
-            result = fn(measurements, judged, config)
+            result = fn(measured, judged, config)
         except Exception as exc:  # one broken rule must not cost the whole diagnosis
             found.append(_rule_error(fn, exc))
             continue

@@ -1,7 +1,8 @@
 """``path.ecmp_imbalance``: the ECMP paths to the peer differ (issue 16).
 
-Reads ``measurements["paths"]``, the document of ``wanprobe paths --json`` (per-flow hop lists,
-RTT and loss; a summary with a chi-square test on loss and a rank test on RTT). NCCL splits a
+Reads :attr:`Measured.paths_summary`, the summary of ``measurements["paths"]``: the document of
+``wanprobe paths --json`` (per-flow hop lists, RTT and loss; a summary with a chi-square test on
+loss and a rank test on RTT). NCCL splits a
 transfer equally over its sockets, so its bandwidth is the slowest socket's times their number
 (nccl-tests#83, NVIDIA/nccl#438; fleet-multipath.md §3); ECMP hashes each socket's 5-tuple like
 a probe flow, so the share of probe flows on a path estimates the share of NCCL sockets that
@@ -16,6 +17,7 @@ from typing import Any
 
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
+from wanprobe.diagnose.measured import Measured
 from wanprobe.diagnose.rule import rule
 from wanprobe.report.document import Finding
 
@@ -45,11 +47,9 @@ def _first_distinct_hop(worst: Mapping[str, Any], paths: list) -> tuple[int, str
 
 
 @rule("path.ecmp_imbalance")
-def ecmp_imbalance(m: Mapping[str, Any], host: Host | None,
-                   config: DiagnoseConfig) -> Finding | None:
+def ecmp_imbalance(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """Fires when ``paths`` found ≥ 2 paths that differ significantly (its summary's tests)."""
-    doc = m.get("paths")
-    summary = (doc or {}).get("summary") or {}
+    summary = m.paths_summary or {}
     paths = summary.get("paths") or []
     if len(paths) < 2 or not summary.get("differ"):
         return None

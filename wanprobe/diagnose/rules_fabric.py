@@ -12,8 +12,7 @@ path, delta, rate and window.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from collectors.rates import Rates
 from wanprobe.diagnose import rules_nic
@@ -28,9 +27,11 @@ from wanprobe.diagnose.fabric_counters import (
     pfc_priorities,
     subjects,
 )
+from wanprobe.diagnose.finding import SEVERITIES, Finding, Knob
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
-from wanprobe.diagnose.rule import SEVERITIES, Finding, Knob, rule
+from wanprobe.diagnose.measured import Measured
+from wanprobe.diagnose.rule import rule
 
 PAUSE_STORM_SHARE = 0.10      # paused ≥ 10 % of the window: storm risk (warning)
 PAUSE_STORM_CRIT_SHARE = 0.50  # ≥ 50 %: the priority is mostly stopped (critical)
@@ -256,13 +257,10 @@ def evaluate(snapshot, rates: Rates | None = None, window_s: float | None = None
 
 
 @rule("fabric")
-def counter_findings(m: Mapping[str, Any], host: Host | None,
-                     config: DiagnoseConfig) -> list[Finding]:
+def counter_findings(m: Measured, host: Host | None, config: DiagnoseConfig) -> list[Finding]:
     """The diagnose engine's view of the fabric: the findings :func:`evaluate` put in the
     counters measurement (``run.counters_json``) when the snapshots were taken."""
-    counters = m.get("counters") or {}
-    return [Finding.from_json(f) for f in counters.get("findings") or ()
-            if isinstance(f, Mapping)]
+    return list(m.counter_findings)
 
 
 RULES = (counter_findings,)

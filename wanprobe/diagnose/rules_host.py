@@ -1,15 +1,15 @@
 """Rules on the host's own network configuration (tcp-tuning.md §6: R-1, R-8, R-9, R-14, R-15,
 R-20, and ESnet's tcp_slow_start_after_idle=0). Pure: they read the typed :class:`Host` (built
-once from the report's host dict) and, for sizing, the measured RTT."""
+once from the report's host dict) and, for sizing, the measured RTT (:class:`Measured`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from wanprobe.diagnose import inputs as I
 from wanprobe.diagnose.host_inputs import Host, triple_text
-from wanprobe.diagnose.inputs import DiagnoseConfig, section
+from wanprobe.diagnose.inputs import DiagnoseConfig
+from wanprobe.diagnose.measured import Measured
 from wanprobe.diagnose.rule import mbit, mib, rule
 from wanprobe.diagnose.rules_path import RTT_FOR_BBR_S, buffer_knobs
 from wanprobe.diagnose.rules_transfer import host_model_buffer
@@ -24,11 +24,9 @@ from wanprobe.report.document import Finding, Knob
 NOTSENT_LOWAT_BYTES = 131072      # R-8 (tuned network-throughput, Cloudflare)
 NOTSENT_UNLIMITED = 4294967295    # kernel default: no limit (ip-sysctl.rst)
 
-Meas = Mapping[str, Any]
-
 
 @rule("host.buffers_below_bdp")
-def buffers_below_bdp(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def buffers_below_bdp(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """tcp_rmem[2] / tcp_wmem[2] below 2×BDP of the target rate over the measured RTT (R-1)."""
     rtt, rtt_src = I.rtt_s(m)
     rmem, wmem = (host.tcp_rmem_bytes, host.tcp_wmem_bytes) if host else (None, None)
@@ -48,7 +46,7 @@ def buffers_below_bdp(m: Meas, host: Host | None, config: DiagnoseConfig) -> Fin
         need, f"2×BDP for {mbit(target)} at {rtt * 1e3:.0f} ms (R-1)")
     knobs, clamped = buffer_knobs(host, size, why, names=tuple(n for n, _ in short))
     severity = "info" if assumed else ("warning" if cap >= 0.5 * target else "critical")
-    verdict = I.verdict(m)
+    verdict = m.throughput.verdict if m.throughput else None
     if verdict is not None and verdict not in ("receive_window", "send_buffer"):
         # the measured transfer was limited elsewhere: measured evidence beats the model
         severity = "info"
@@ -71,7 +69,7 @@ def buffers_below_bdp(m: Meas, host: Host | None, config: DiagnoseConfig) -> Fin
 
 
 @rule("host.loss_based_default_cc")
-def loss_based_default_cc(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def loss_based_default_cc(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """Default cc reno/cubic on a long path (RTT > 20 ms) where bbr is offered (R-9, R-11).
     Judges the peer too, from the cc it reported in its host facts (a finding for ``peer``)."""
     if host is None:
@@ -98,12 +96,12 @@ def loss_based_default_cc(m: Meas, host: Host | None, config: DiagnoseConfig) ->
 
 
 @rule("host.no_fq_pacing")
-def no_fq_pacing(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def no_fq_pacing(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """default_qdisc / root qdisc is not fq (R-15); recommend fq only where sch_fq exists."""
     if host is None:
         return None
     default_qdisc = host.default_qdisc
-    egress = (section(m, "mtu") or {}).get("iface")
+    egress = m.egress_iface
     qdiscs = {i.name: i.qdisc for i in host.ifaces if i.name != "lo" and i.qdisc}
     relevant = {egress: qdiscs[egress]} if egress in qdiscs else qdiscs
     if default_qdisc == "fq" or (relevant and all(q in ("fq", "mq") for q in relevant.values())):
@@ -145,7 +143,7 @@ def _set_sysctl(rule_id: str, key: str, value: str, reason: str, *, severity: st
 
 
 @rule("host.mtu_probing_off")
-def mtu_probing_off(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def mtu_probing_off(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """tcp_mtu_probing=0: set 1 (R-20), which matters with jumbo frames or a lower path MTU."""
     if host is None or host.tcp_mtu_probing != 0:
         return None
@@ -162,7 +160,7 @@ def mtu_probing_off(m: Meas, host: Host | None, config: DiagnoseConfig) -> Findi
 
 
 @rule("host.slow_start_after_idle")
-def slow_start_after_idle(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def slow_start_after_idle(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """tcp_slow_start_after_idle=1 collapses cwnd between all-reduce bursts (ESnet: set 0)."""
     if host is None or host.tcp_slow_start_after_idle != 1:
         return None
@@ -180,7 +178,8 @@ def slow_start_after_idle(m: Meas, host: Host | None, config: DiagnoseConfig) ->
 
 
 @rule("host.notsent_lowat_unlimited")
-def notsent_lowat_unlimited(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def notsent_lowat_unlimited(m: Measured, host: Host | None, config: DiagnoseConfig
+                            ) -> Finding | None:
     """Unlimited tcp_notsent_lowat with large tcp_wmem queues unsent data in the kernel (R-8)."""
     if host is None or host.tcp_notsent_lowat_bytes is None \
             or host.tcp_notsent_lowat_bytes < NOTSENT_UNLIMITED:
@@ -197,7 +196,7 @@ def notsent_lowat_unlimited(m: Meas, host: Host | None, config: DiagnoseConfig) 
 
 
 @rule("host.metrics_saved")
-def metrics_saved(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def metrics_saved(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """tcp_no_metrics_save=0 lets one lossy transfer's cached ssthresh cap the next (R-14)."""
     if host is None or host.tcp_no_metrics_save != 0:
         return None
@@ -211,7 +210,7 @@ def metrics_saved(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding
 
 
 @rule("host.rings_below_max")
-def rings_below_max(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def rings_below_max(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """NIC rings smaller than the driver allows (R-18: rings to max on transfer hosts), so a
     burst overflows the RX ring (rx_out_of_buffer / rx_missed_errors) before NAPI drains it."""
     short: dict[str, dict[str, int]] = {}

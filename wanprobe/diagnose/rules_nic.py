@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from wanprobe.diagnose.counter_names import is_kind
 from wanprobe.diagnose.fabric_counters import Growth, evidence, growing, lossless, subjects
-from wanprobe.diagnose.rule import Finding, Knob
+from wanprobe.diagnose.finding import Finding, Knob
 
 TCP_RETRANS_WARN = 0.01        # ≥ 1 % of segments retransmitted
 TCP_RETRANS_INFO = 0.001

@@ -1,18 +1,17 @@
 """Rules on the measured path: window, send buffer, loss vs congestion control, DSCP, MTU.
 
-Each rule is pure ``(measurements, host, config) -> Finding | None`` (``host`` the typed
-:class:`~wanprobe.diagnose.host_inputs.Host`) and cites its source:
+Each rule is pure ``(measured, host, config) -> Finding | None`` (the typed
+:class:`~wanprobe.diagnose.measured.Measured` and :class:`~wanprobe.diagnose.host_inputs.Host`)
+and cites its source:
 tcp-tuning.md §6 (R-n), §3 (models), probe-anchors.md (STAMP CoS TLV, RFC 8972).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from wanprobe.diagnose import inputs as I
 from wanprobe.diagnose.host_inputs import Host, buffer_field
-from wanprobe.diagnose.inputs import DiagnoseConfig, num, section
+from wanprobe.diagnose.inputs import DiagnoseConfig
+from wanprobe.diagnose.measured import Measured
 from wanprobe.diagnose.rule import mbit, rule
 from wanprobe.diagnose.rules_transfer import (
     DEFAULT_TRIPLE,
@@ -28,8 +27,6 @@ LOSS_FOR_BBR = 1e-5          # R-9
 RTT_FOR_BBR_S = 0.020        # R-9
 RTT_FOR_BBR_MIN_S = 0.010    # below it, never (LAN-like paths keep their cc)
 LOSS_NO_CC_HELPS = 0.15      # R-13: BBRv1 ceiling ≈ 20 %, escalate above 15 %
-
-Meas = Mapping[str, Any]
 
 
 def buffer_knobs(host: Host | None, need_bytes: int, why: str, *, names=("net.ipv4.tcp_rmem",
@@ -68,7 +65,7 @@ def _cc_knob(host: Host | None, reason: str, *, sender_measured: bool = True
 
 
 @rule("path.lossy_loss_based_cc")
-def lossy_loss_based_cc(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def lossy_loss_based_cc(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """Loss > 1e-5 on RTT > 20 ms with reno/cubic → bbr (R-9); Mathis bound (§3.1) vs BBR
     (1-p)·link (§3.2) in the evidence."""
     loss, loss_src = I.loss_ratio(m)
@@ -78,7 +75,7 @@ def lossy_loss_based_cc(m: Meas, host: Host | None, config: DiagnoseConfig) -> F
         return None
     if loss <= LOSS_FOR_BBR or rtt <= RTT_FOR_BBR_MIN_S:
         return None
-    mss = I.mss_bytes(m)
+    mss = m.mss_bytes
     target, target_src, assumed = I.target_rate_bps(m, host, config)
     mathis = mathis_rate_bps(mss, rtt, loss)
     cc_rate = cc_limited_rate_bps(cc, target, mss, rtt, loss)
@@ -87,7 +84,7 @@ def lossy_loss_based_cc(m: Meas, host: Host | None, config: DiagnoseConfig) -> F
         # measured capacity, carries less than half of it (a 20 ms lab at 0.1 %: reno ≈ 25 %)
         return None
     bbr = bbr_rate_bps(target, loss)
-    measured = num(section(m, "throughput") or {}, "bits_per_second")
+    measured = m.throughput.bits_per_second if m.throughput else None
     knob, why_not = _cc_knob(host, f"loss {loss:.2%} at {rtt * 1e3:.0f} ms RTT (R-9)",
                              sender_measured=cc_src == "throughput cc")
     severe = cc_rate < 0.5 * target  # R-9: the cc ceiling is below half the target rate
@@ -115,7 +112,7 @@ def lossy_loss_based_cc(m: Meas, host: Host | None, config: DiagnoseConfig) -> F
 
 
 @rule("path.loss_excessive")
-def loss_excessive(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def loss_excessive(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """Loss above 15 %: no congestion control fixes this (BBRv1 ceiling ≈ 20 %, R-13)."""
     loss, src = I.loss_ratio(m)
     if loss is None or loss <= LOSS_NO_CC_HELPS:
@@ -131,17 +128,16 @@ def loss_excessive(m: Meas, host: Host | None, config: DiagnoseConfig) -> Findin
 
 
 @rule("path.dscp_bleached")
-def dscp_bleached(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def dscp_bleached(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """DSCP sent differs from the one seen at the reflector (forward path) or returned
     (reverse path): STAMP Class-of-Service TLV, RFC 8972 §5.2."""
-    path = section(m, "path")
-    dscp = (path or {}).get("dscp") or {}
-    sent, at_refl, returned = (dscp.get(k) for k in ("sent", "at_reflector", "returned"))
-    if not isinstance(sent, int) or sent == 0:
+    dscp = m.path.dscp if m.path else None
+    if dscp is None:
         return None
-    if isinstance(at_refl, int) and at_refl != sent:
+    sent, at_refl, returned = dscp.sent, dscp.at_reflector, dscp.returned
+    if at_refl is not None and at_refl != sent:
         direction, seen = "forward", at_refl
-    elif isinstance(at_refl, int) and isinstance(returned, int) and returned != sent:
+    elif at_refl is not None and returned is not None and returned != sent:
         direction, seen = "reverse", returned
     else:
         return None
@@ -164,24 +160,24 @@ def dscp_bleached(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding
 
 
 @rule("path.mtu_black_hole")
-def mtu_black_hole(m: Meas, host: Host | None, config: DiagnoseConfig) -> Finding | None:
+def mtu_black_hole(m: Measured, host: Host | None, config: DiagnoseConfig) -> Finding | None:
     """Path MTU below the interface MTU with no ICMP "fragmentation needed" back: full-size
     TCP segments vanish (RFC 4821 §1; tcp-tuning.md §4.6, R-19/R-20)."""
-    mtu = section(m, "mtu")
-    path_mtu = num(mtu, "path_mtu") if mtu else None
+    mtu = m.mtu
+    path_mtu = mtu.path_mtu_bytes if mtu else None
     if path_mtu is None:
         return None
-    iface = mtu.get("iface")
-    if_mtu = num(mtu, "iface_mtu")   # diagnose/run.py: the MTU of the interface toward the peer
+    iface = mtu.iface
+    if_mtu = mtu.iface_mtu_bytes   # diagnose/run.py: the MTU of the interface toward the peer
     link = host.iface(iface) if host else None
     if if_mtu is None and link and link.mtu_bytes is not None:
         if_mtu = float(link.mtu_bytes)
     if if_mtu is None or path_mtu >= if_mtu:
         return None
-    search_max = num(mtu, "search_max_bytes")
+    search_max = mtu.search_max_bytes
     if search_max is not None and path_mtu >= search_max:
         return None  # everything the search could send passed (the reflector caps datagrams)
-    icmp = mtu.get("icmp_seen", mtu.get("icmp_frag_needed"))
+    icmp = mtu.icmp_seen
     probing = host.tcp_mtu_probing if host else None
     if icmp is True:
         return None  # classic PMTUD works: the kernel lowers the route MTU itself
@@ -191,14 +187,14 @@ def mtu_black_hole(m: Meas, host: Host | None, config: DiagnoseConfig) -> Findin
     if iface:
         knobs.append(Knob("link", f"{iface}/mtu", str(int(path_mtu)),
                           f"largest packet the path carries is {int(path_mtu)} B", side="local",
-                          iface=str(iface)))
+                          iface=iface))
     stalls = not probing
-    tcp_bps = num(section(m, "throughput") or {}, "bits_per_second")
+    tcp_bps = m.throughput.bits_per_second if m.throughput else None
     return Finding(
         id="path.mtu_black_hole", severity="critical" if stalls else "warning",
         title=f"MTU black hole: path carries {int(path_mtu)} B, interface sends {int(if_mtu)} B",
         evidence={"path_mtu": int(path_mtu), "iface_mtu": int(if_mtu), "iface": iface,
-                  "icmp_seen": icmp, "method": mtu.get("method"), "tcp_mtu_probing": probing,
+                  "icmp_seen": icmp, "method": mtu.method, "tcp_mtu_probing": probing,
                   "tcp_bits_per_second": tcp_bps,
                   "sources": {"path_mtu": "DF-bit search (IP_PMTUDISC_PROBE)",
                               "iface_mtu": f"/sys/class/net/{iface}/mtu" if iface else "mtu probe",

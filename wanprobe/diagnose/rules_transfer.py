@@ -13,12 +13,12 @@ receiver's per-flow TCP memory budget (``tcp_mem[1]`` ÷ expected concurrent flo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from wanprobe.diagnose import inputs as I
 from wanprobe.diagnose.host_inputs import Host, buffer_field, triple_text
 from wanprobe.diagnose.inputs import DiagnoseConfig
+from wanprobe.diagnose.measured import Measured
 from wanprobe.diagnose.rule import mbit, mib, ms, rule
 from wanprobe.diagnose.transfer import Hosts, Transfer, hosts, pooled_loss, transfers
 from wanprobe.models.bdp import (
@@ -40,8 +40,6 @@ FLOW_BUFFER_BYTES = 512 * 2**20  # R-4: beyond that, add flows instead of buffer
 # skb overhead (len/truesize of a full-MSS skb is ≥ 0.4 on every driver the kernel documents).
 MIN_CREDIBLE_RATIO = 0.25
 DEFAULT_TRIPLE = (4096, 131072)
-
-Meas = Mapping[str, Any]
 
 
 def _triple(hs: Hosts, which: str, name: str) -> tuple[tuple[int, int, int] | None, str]:
@@ -80,7 +78,7 @@ def _cap(rate: float, rtt: float, hs: Hosts, which: str, config: DiagnoseConfig
     return min(caps)
 
 
-def _sizing(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts, ratio: float
+def _sizing(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Hosts, ratio: float
             ) -> dict[str, Any] | None:
     rtt, _ = I.rtt_s(m)
     if not rtt:
@@ -95,7 +93,7 @@ def _sizing(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts, ratio: floa
     sized_for = per_flow / (1 - CAPACITY_ERROR) if measured_cap else per_flow
     cc = sizing_cc(t, hs)
     need = tuned_buffer_bytes(sized_for, rtt, cc=cc, loss=min(loss or 0.0, 0.5),
-                              scaling_ratio=ratio, mss_bytes=I.mss_bytes(m))
+                              scaling_ratio=ratio, mss_bytes=m.mss_bytes)
     cap, cap_src = _cap(per_flow, rtt, hs, t.receiver, config)  # 16× the measured BDP
     bdp = bdp_bytes(per_flow, rtt)
     return {"rtt": rtt, "target": target, "target_src": target_src, "assumed": assumed,
@@ -104,7 +102,7 @@ def _sizing(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts, ratio: floa
             "flows": max(1, math.ceil(need / min(cap, FLOW_BUFFER_BYTES)))}
 
 
-def host_model_buffer(m: Meas, host: Host | None, config: DiagnoseConfig
+def host_model_buffer(m: Measured, host: Host | None, config: DiagnoseConfig
                       ) -> tuple[int, str] | None:
     """For the host-config rule: the modelled buffer when the path capacity was measured
     (schema 1.1), else None (the rule keeps the R-1 2×BDP floor). No transfer to read the
@@ -116,7 +114,7 @@ def host_model_buffer(m: Meas, host: Host | None, config: DiagnoseConfig
     loss, _ = pooled_loss(m)
     cc = "bbr" if host and "bbr" in host.cc_available else (host.cc_current if host else None)
     need = tuned_buffer_bytes(target / (1 - CAPACITY_ERROR), rtt, cc=cc,
-                              loss=min(loss or 0.0, 0.5), mss_bytes=I.mss_bytes(m))
+                              loss=min(loss or 0.0, 0.5), mss_bytes=m.mss_bytes)
     size = min(need, MAX_BUFFER_BYTES, int(MAX_BDP_MULTIPLE * bdp_bytes(target, rtt)))
     return size, (f"{size / bdp_bytes(target, rtt):.1f}×BDP for the measured {mbit(target)} × "
                   f"{ms(rtt)} ({cc}, loss {loss or 0.0:.2%}; model, tcp-tuning.md §3)")
@@ -148,13 +146,13 @@ def _waited(t: Transfer, verdict: str, share: float | None) -> bool:
     return t.verdict == verdict or (share is not None and share > LIMITED_SHARE)
 
 
-def _target_bps(s: dict[str, Any] | None, m: Meas, config: DiagnoseConfig, hs: Hosts) -> float:
+def _target_bps(s: dict[str, Any] | None, m: Measured, config: DiagnoseConfig, hs: Hosts) -> float:
     return s["target"] if s else I.target_rate_bps(m, hs.local, config)[0]
 
 
 def _receiver_lagged(t: Transfer, window: float | None, window_src: str, cap: float | None,
                      rmem: tuple[int, int, int] | None, ratio: float, legacy: bool,
-                     m: Meas) -> bool:
+                     m: Measured) -> bool:
     """The window allowed ≥ 2× what came through, although the receiver's buffer had not
     reached its configured max and no loss held the sender's cwnd down: the reading
     application lagged (the buffer was full, not small)."""
@@ -200,7 +198,7 @@ def _buffer_plan(t: Transfer, s: dict[str, Any], rmem, wmem, ratio: float
     return knobs, parts
 
 
-def window_finding(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts) -> Finding | None:
+def window_finding(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Hosts) -> Finding | None:
     """One direction's transfer waited on the receiver's window (R-7): size its tcp_rmem."""
     share = t.rwnd_limited_share
     if not _waited(t, "receive_window", share):
@@ -257,7 +255,7 @@ def window_finding(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts) -> F
         host=t.receiver, direction=t.direction)
 
 
-def send_buffer_finding(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts
+def send_buffer_finding(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Hosts
                         ) -> Finding | None:
     """The sender's buffer ran dry (tcpi_sndbuf_limited dominates, R-7): its tcp_wmem."""
     share = t.sndbuf_limited_share
@@ -289,7 +287,7 @@ def send_buffer_finding(t: Transfer, m: Meas, config: DiagnoseConfig, hs: Hosts
         else share, host=t.sender, direction=t.direction)
 
 
-def _per_direction(fn, m: Meas, host: Host | None, config: DiagnoseConfig):
+def _per_direction(fn, m: Measured, host: Host | None, config: DiagnoseConfig):
     hs = hosts(m, host)
     out = [f for t in transfers(m) if (f := fn(t, m, config, hs)) is not None]
     if not out:
@@ -298,12 +296,12 @@ def _per_direction(fn, m: Meas, host: Host | None, config: DiagnoseConfig):
 
 
 @rule("path.window_limited")
-def window_limited(m: Meas, host: Host | None, config: DiagnoseConfig):
+def window_limited(m: Measured, host: Host | None, config: DiagnoseConfig):
     """Each measured direction whose transfer waited on the receive window."""
     return _per_direction(window_finding, m, host, config)
 
 
 @rule("path.send_buffer_limited")
-def send_buffer_limited(m: Meas, host: Host | None, config: DiagnoseConfig):
+def send_buffer_limited(m: Measured, host: Host | None, config: DiagnoseConfig):
     """Each measured direction whose sender's buffer ran dry."""
     return _per_direction(send_buffer_finding, m, host, config)

@@ -20,7 +20,7 @@ from typing import Any
 from wanprobe import __version__
 from wanprobe.diagnose.engine import run_rules
 from wanprobe.diagnose.host_config import read_host_config
-from wanprobe.diagnose.inputs import DiagnoseConfig
+from wanprobe.diagnose.inputs import OPERATOR_SOURCE, DiagnoseConfig
 from wanprobe.errors import ProbeError, UsageError, WanprobeError
 from wanprobe.probe.peer import check_peer
 from wanprobe.report.document import SCHEMA_VERSION, Report
@@ -192,7 +192,7 @@ def _capacity(opts: DiagnoseOptions, errors: dict[str, str], path: dict, tputs: 
     nic_bps = speed * 1e6 if speed else None
     if opts.link_rate_bps:
         path.update(capacity_bits_per_second=opts.link_rate_bps,
-                    capacity_source="operator (--link-rate)")
+                    capacity_source=OPERATOR_SOURCE)
         return None
     detail = None
     if opts.capacity and opts.throughput:

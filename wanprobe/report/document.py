@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe.atomic_file import atomic_write
-from wanprobe.diagnose.rule import SEVERITIES, Finding, Knob  # noqa: F401 - the one Finding type
+from wanprobe.diagnose.finding import SEVERITIES, Finding, Knob  # noqa: F401 - the one Finding type
 from wanprobe.errors import ConfigError, shown
 from wanprobe.userfiles import read_json
 
