@@ -122,9 +122,10 @@ def _ports(text: str) -> list[int]:
 def _findings(doc: dict) -> list[dict]:
     """The diagnose rule on this document: ``path.ecmp_imbalance`` when the paths differ."""
     from wanprobe.diagnose.inputs import DiagnoseConfig
+    from wanprobe.diagnose.measured import Measured
     from wanprobe.diagnose.rules_ecmp import ecmp_imbalance
 
-    finding = ecmp_imbalance({"paths": doc}, None, DiagnoseConfig())
+    finding = ecmp_imbalance(Measured.from_report({"paths": doc}), None, DiagnoseConfig())
     return [finding.to_json()] if finding else []
 
 
