@@ -138,3 +138,20 @@ def test_ipv6_peers_share_a_v6_socket_and_keep_the_configured_address():
     by_name = {n: d for n, _t, d in res.done}
     assert by_name["v6"]["peer"] == "::1" and by_name["v6b"]["peer"] == "[::1]"
     assert all(d["loss"]["received"] == 4 for _n, _t, d in res.done)
+
+
+def test_a_socket_that_cannot_open_fails_sessions_not_apply(monkeypatch):
+    """apply() opens the sockets to size the coalescing window; when the kernel refuses one,
+    apply still succeeds and each session reports the error, one line, as it always did."""
+    from wanprobe.errors import ProbeError
+    from wanprobe.probe.sender import StampSender
+
+    def refuse(self):
+        raise ProbeError("cannot open a UDP socket for STAMP: Address family not supported")
+
+    monkeypatch.setattr(StampSender, "open", refuse)
+    peers = [Peer(f"p{i}", "127.0.0.1", port=9) for i in range(12)]   # > COALESCE_SESSIONS
+    res, open_sessions = asyncio.run(_probe_for(peers, 0.6))
+    assert not res.done and open_sessions == 0
+    assert {name for name, _ts, _e in res.failed} == {p.name for p in peers}
+    assert all("cannot open a UDP socket" in e and "\n" not in e for _n, _t, e in res.failed)

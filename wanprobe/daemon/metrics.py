@@ -202,9 +202,12 @@ class DaemonMetrics:
 
     def observe_path(self, peer: Peer, floor_ms: float | None, spread_ms: float | None) -> None:
         """Export a peer's RTT floor and spread (ms in, seconds out), with the path labels."""
-        floor, spread = self._path_children.get(peer.name) or self._path_children.setdefault(
-            peer.name, (self.path_floor.labels(*self.path_labels(peer)),
-                        self.path_spread.labels(*self.path_labels(peer))))
+        children = self._path_children.get(peer.name)
+        if children is None:   # labels() costs more than set(): looked up once, as _children
+            lab = self.path_labels(peer)
+            children = self._path_children[peer.name] = (self.path_floor.labels(*lab),
+                                                         self.path_spread.labels(*lab))
+        floor, spread = children
         if floor_ms is not None:
             floor.set(floor_ms / 1e3)
         if spread_ms is not None:

@@ -119,9 +119,7 @@ class MeshProber:
                 raise WanprobeError(f"peer {name}: {peer.address!r} is not a numeric address")
             run = self.runs[name] = _PeerRun(peer, family, peer.address.strip().strip("[]"))
             self._push(now + self.rng.uniform(0, settings.interval_s), _START, run, None)
-        rcvbuf = min((self._sender(f).rcvbuf_bytes() for f in {r.family for r in self.runs.values()}),
-                     default=0)
-        self._coalesce_s = coalesce_s(settings, len(self.runs), rcvbuf)
+        self._coalesce_s = coalesce_s(settings, len(self.runs), self._rcvbuf_bytes())
 
     def close(self) -> None:
         """Drop every session in flight (no result) and close the sockets."""
@@ -184,22 +182,19 @@ class MeshProber:
         self._send(due, run, sess)
 
     def _send(self, due: float, run: _PeerRun, sess: Any) -> None:
-        """Send the session's next probe (StampSender._send: the clock read, then sendto) and
-        schedule the one after it, or the session's end."""
+        """Send the session's next probe (the clock read, then sendto) and schedule the one
+        after it, or the session's end."""
         if sess.cancelled:
             return
-        seq = sess.next_seq
         try:
-            run.sender._send(sess, seq, sess.template)
+            run.sender.send_probe(sess)
         except WanprobeError as exc:
             run.sender.end_session(sess)
             _sess, ts = run.open.pop(sess.ssid)
             self.on_failed(run.peer, ts, " ".join(str(exc).split()))
             return
-        seq += 1
-        sess.next_seq = seq
-        if seq < sess.total:
-            self._timers.push(self._loop, sess.t0 + seq * sess.interval_s, _SEND, run, sess)
+        if sess.next_seq < sess.total:
+            self._push(sess.t0 + sess.next_seq * sess.interval_s, _SEND, run, sess)
         else:
             sess.sending = False
             # a tick may run actions up to _coalesce_s early: never end before the timeout
@@ -218,6 +213,18 @@ class MeshProber:
             return
         doc["peer"] = run.peer.address   # as configured, like probe_stamp's result ("[::1]")
         self.on_done(run.peer, ts, doc)
+
+    def _rcvbuf_bytes(self) -> int:
+        """The smallest receive buffer granted to the sockets the peers need (opened here). A
+        family whose socket cannot be opened counts as 0 (no coalescing); its sessions report
+        the error when they start, as they always did."""
+        sizes = []
+        for family in {r.family for r in self.runs.values()}:
+            try:
+                sizes.append(self._sender(family).rcvbuf_bytes())
+            except WanprobeError:
+                sizes.append(0)
+        return min(sizes, default=0)
 
     def _sender(self, family: int) -> StampSender:
         sender = self._senders.get(family)
