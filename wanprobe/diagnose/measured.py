@@ -227,7 +227,8 @@ def _throughput(tput: Mapping[str, Any]) -> ThroughputMeasured:
 
 
 def _path(path: Mapping[str, Any]) -> PathMeasured:
-    dscp = path.get("dscp") or {}
+    dscp = path.get("dscp")
+    dscp = dscp if isinstance(dscp, Mapping) else {}   # absent or malformed: not measured
     sent = _int(dscp.get("sent"))
     cap = _num(path, "capacity_bits_per_second")
     return PathMeasured(
