@@ -51,7 +51,7 @@ class Handles:
 
 @dataclass(frozen=True)
 class Roots:
-    """Where every collector reads: roots are arguments, never globals (STYLE.md §1)."""
+    """Where every collector reads: roots are arguments, never globals (docs/conventions.md §1)."""
 
     sys_root: Path
     proc_root: Path

@@ -1,7 +1,6 @@
 """RoCE GID table and NCCL's GID-index choice, as pure functions over sysfs text.
 
-NCCL ≥ 2.21 (``ncclIbGetGidIndex`` / ``ncclUpdateGidIndex`` in ``src/transport/net_ib``; see
-reference/roce-nccl.md §1.5) starts at index 0 and scans 1..n-1, moving to a candidate when
+NCCL ≥ 2.21 (``ncclIbGetGidIndex`` / ``ncclUpdateGidIndex`` in ``src/transport/net_ib``) starts at index 0 and scans 1..n-1, moving to a candidate when
 
 * its address family differs from the current one, equals the wanted family (``AF_INET``:
   an IPv4-mapped ``::ffff:a.b.c.d`` GID) and it is inside ``NCCL_IB_ADDR_RANGE``; or else

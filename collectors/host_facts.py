@@ -5,7 +5,7 @@ and the TCP retransmit counters — read from the same collectors as ``wanprobe 
 
 ``HostFacts`` is served to a peer over the throughput control channel (``host_facts`` op), so
 ``from_json`` treats its input as hostile: every field is type- and range-checked and anything
-else is refused with one line. Absent is None (STYLE.md §3).
+else is refused with one line. Absent is None (docs/conventions.md §3).
 """
 
 from __future__ import annotations

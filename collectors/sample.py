@@ -1,7 +1,7 @@
 """Typed samples shared by every collector: counter sets with units and widths, per-source status
 and per-counter errors.
 
-Conventions (STYLE.md §3/§4): a counter the driver does not expose is *missing* from
+Conventions (docs/conventions.md §3, §4): a counter the driver does not expose is *missing* from
 ``CounterSet.values`` (never 0); a file that exists but cannot be parsed is an entry in
 ``errors``; every group carries the path it was read from. Values are the raw integers the
 kernel/driver prints; ``units`` names the unit of each value where it is not a plain count

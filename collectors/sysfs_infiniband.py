@@ -1,7 +1,7 @@
 """RDMA devices from ``<sys_root>/class/infiniband/<dev>/ports/<p>/...``.
 
 File formats follow ``drivers/infiniband/core/sysfs.c`` and
-``Documentation/ABI/stable/sysfs-class-infiniband`` (reference/roce-nccl.md §1): ``state`` and
+``Documentation/ABI/stable/sysfs-class-infiniband``: ``state`` and
 ``phys_state`` print ``"%d: %s"``, ``rate`` ``"%d Gb/sec (%dX%s)"``, ``counters/*`` are IB PMA
 PortCounters (``port_xmit_data``/``port_rcv_data`` count 4-byte words, so bytes = value × 4;
 ``N/A (no PMA)`` means absent), ``hw_counters/*`` are driver counters (``lifespan`` is the cache

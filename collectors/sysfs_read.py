@@ -128,7 +128,7 @@ def resolve_entry(path: Path) -> Path:
     """Follow a sysfs class entry to its device directory.
 
     Real sysfs entries are symlinks and need nothing. Some captured fixture trees (e.g.
-    ../shared/fixtures, extracted from .ttar archives) store a symlink as a small text file
+    tests/fixtures/trees, extracted from .ttar archives) store a symlink as a small text file
     holding the relative target (``../../devices/.../mlx5_0``); follow that when it points at an
     existing directory, otherwise return ``path`` unchanged.
     """

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-# ../shared beside the checkout; a git worktree elsewhere names it in WANPROBE_SHARED.
-SHARED_FIXTURES = (Path(os.environ.get("WANPROBE_SHARED", REPO.parent / "shared")) / "fixtures").resolve()
+# Captured and synthetic sysfs/procfs/ethtool trees, inside the repository (provenance and
+# licences in tests/fixtures/trees/SOURCES.md); nothing outside the checkout is read.
+FIXTURE_TREES = REPO / "tests" / "fixtures" / "trees"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # Every lab a test creates carries this prefix, so the end-of-session check finds strays.
 TEST_LAB_PREFIX = f"t{os.getpid() % 100000}"

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 from clirun import invoke
-from conftest import SHARED_FIXTURES
+from conftest import FIXTURE_TREES
 
 HERE = Path(__file__).parent / "fixtures" / "collectors"
 GOLDEN = HERE / "golden_counters_synthetic.json"
-SYS = SHARED_FIXTURES / "synthetic" / "sys"
-PROC = SHARED_FIXTURES / "procfs" / "proc"
+SYS = FIXTURE_TREES / "synthetic" / "sys"
+PROC = FIXTURE_TREES / "procfs" / "proc"
 ETHTOOL = HERE / "ethtool"
 
 

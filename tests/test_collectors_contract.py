@@ -6,13 +6,13 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from conftest import SHARED_FIXTURES
+from conftest import FIXTURE_TREES
 
 from collectors import contract
 from collectors.snapshot import Collector
 
-SYS = SHARED_FIXTURES / "synthetic" / "sys"
-PROC = SHARED_FIXTURES / "procfs" / "proc"
+SYS = FIXTURE_TREES / "synthetic" / "sys"
+PROC = FIXTURE_TREES / "procfs" / "proc"
 ETHTOOL = Path(__file__).parent / "fixtures" / "collectors" / "ethtool"
 
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_FIXTURES
+from conftest import FIXTURE_TREES
 
 from collectors.ethtool_text import parse_ethtool_stats, read_ethtool_capture
 from collectors.gid import GidEntry, nccl_gid_index, read_gid_table, roce_v2_gid_index
@@ -28,9 +28,9 @@ _spec = importlib.util.spec_from_file_location(
 tree = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tree)
 
-NE = SHARED_FIXTURES / "node_exporter"
-PF = SHARED_FIXTURES / "procfs"
-SYN = SHARED_FIXTURES / "synthetic"
+NE = FIXTURE_TREES / "node_exporter"
+PF = FIXTURE_TREES / "procfs"
+SYN = FIXTURE_TREES / "synthetic"
 
 
 # ---- RDMA ---------------------------------------------------------------------------------

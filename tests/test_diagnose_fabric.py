@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_FIXTURES
+from conftest import FIXTURE_TREES
 
 from collectors.rates import rates
 from collectors.snapshot import collect
@@ -115,16 +115,16 @@ def test_retry_exceeded(tmp_path):
 
 
 def test_synthetic_ethtool_snapshots_10s_apart(tmp_path):
-    """The shared mlx5 captures (PFC on prio 3): 3400 µs paused in 10 s = 0.034 % → PFC active
+    """The synthetic mlx5 captures (PFC on prio 3): 3400 µs paused in 10 s = 0.034 % → PFC active
     (info), no storm, no loss findings."""
-    src = SHARED_FIXTURES / "synthetic" / "ethtool" / "ens1f0np0"
+    src = FIXTURE_TREES / "synthetic" / "ethtool" / "ens1f0np0"
     snaps = []
     for i, name in enumerate(("statistics.t0", "statistics.t1_plus10s")):
         root = tmp_path / f"e{i}" / "ens1f0np0"
         root.mkdir(parents=True)
         shutil.copy(src / name, root / "statistics")
-        snaps.append(collect(SHARED_FIXTURES / "synthetic" / "sys",
-                             SHARED_FIXTURES / "procfs" / "proc", tmp_path / f"e{i}"))
+        snaps.append(collect(FIXTURE_TREES / "synthetic" / "sys",
+                             FIXTURE_TREES / "procfs" / "proc", tmp_path / f"e{i}"))
     s1 = replace(snaps[1], monotonic_s=snaps[0].monotonic_s + 10)
     r = rates(snaps[0], s1)
     assert r.get(("netdevs", "ens1f0np0", "ethtool"), "rx_prio3_pause").per_s == 2100.0
@@ -179,7 +179,7 @@ def test_ecn_follows_the_pfc_priority(tmp_path):
 
 
 def test_ecn_silent_on_real_ofed_tree():
-    snap = collect(SHARED_FIXTURES / "procfs" / "sys", SHARED_FIXTURES / "procfs" / "proc")
+    snap = collect(FIXTURE_TREES / "procfs" / "sys", FIXTURE_TREES / "procfs" / "proc")
     assert snap.netdevs["eth0"].ecn.enabled_on("roce_np", 3) is True
     assert not [f for f in evaluate(snap) if f.id == "roce.ecn_disabled"]
 
@@ -293,7 +293,7 @@ def test_findings_validate_against_the_report_schema(tmp_path):
 
 # ------------------------------------------------ the diagnose engine on the synthetic mlx5 tree
 
-SYN = SHARED_FIXTURES / "synthetic"
+SYN = FIXTURE_TREES / "synthetic"
 NETDEV = "ens1f0np0"
 CAPTURES = ("statistics.t0", "statistics.t1_plus10s")  # two `ethtool -S` captures 10 s apart
 

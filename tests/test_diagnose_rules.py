@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import test_diagnose_fabric as fabric
-from conftest import SHARED_FIXTURES
+from conftest import FIXTURE_TREES
 
 from wanprobe.diagnose import rules_host, rules_path
 from wanprobe.diagnose.engine import ALL_RULES, rank, run_rules
@@ -21,7 +21,7 @@ from wanprobe.models.bdp import window_limited_rate_bps
 from wanprobe.models.tcp_rate import mathis_rate_bps
 from wanprobe.report.document import Finding
 
-SYN = SHARED_FIXTURES / "synthetic"
+SYN = FIXTURE_TREES / "synthetic"
 NETDEV = "ens1f0np0"
 
 

@@ -1,4 +1,4 @@
-"""Lint: ruff clean, and the size and dependency rules STYLE.md sets, enforced so they stay true:
+"""Lint: ruff clean, and the size and dependency rules of docs/conventions.md §12, enforced so they stay true:
 no package module over 500 lines, no function over 60 lines unless its docstring says why
 ("Long because: ..."), no import cycle between package modules, and scapy imported by the tests
 only (it is a test extra)."""

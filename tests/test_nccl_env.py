@@ -1,5 +1,5 @@
 """NCCL settings: GID choice the way NCCL ≥ 2.21 makes it, TC/timeout/socket arithmetic, output
-formats, on the synthetic RoCE sysfs tree (shared fixtures) and copies of it."""
+formats, on the synthetic RoCE sysfs tree (tests/fixtures/trees) and copies of it."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 from clirun import invoke
-from conftest import SHARED_FIXTURES
+from conftest import FIXTURE_TREES
 
 from tuners.nccl_env import PathFacts, compute, ib_timeout, render, sockets_needed, split_sockets
 from tuners.rdma_sysfs import Gid, nccl_gid_index, read_ports
 
-SYNTH = SHARED_FIXTURES / "synthetic" / "sys"
+SYNTH = FIXTURE_TREES / "synthetic" / "sys"
 DEV = "devices/pci0000:00/0000:00:02.0/0000:17:00.0"
 
 

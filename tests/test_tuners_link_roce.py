@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_FIXTURES, new_lab_name
+from conftest import FIXTURE_TREES, new_lab_name
 
 from tuners import transaction
 from tuners.from_report import build_plan
@@ -78,7 +78,7 @@ def test_link_mtu_txqueuelen_apply_rollback_and_ring_skip(tmp_path: Path) -> Non
 @pytest.fixture
 def roce_tree(tmp_path: Path) -> Path:
     root = tmp_path / "sys"
-    shutil.copytree(SHARED_FIXTURES / "synthetic" / "sys", root, symlinks=True)
+    shutil.copytree(FIXTURE_TREES / "synthetic" / "sys", root, symlinks=True)
     for p in root.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
     return root

@@ -1,7 +1,7 @@
 """Resolve paths in a sysfs tree whose symlinks may have been flattened to files.
 
-Real sysfs uses symlinks (``class/net/X -> ../../devices/.../net/X``). Some copies of the shared
-fixture trees store such a link as a small regular file holding the target; this resolver
+Real sysfs uses symlinks (``class/net/X -> ../../devices/.../net/X``). Some captured fixture
+trees (tests/fixtures/trees, from .ttar archives) store such a link as a small regular file holding the target; this resolver
 follows both, so readers work on /sys and on those trees alike.
 """
 

@@ -2,9 +2,12 @@
 
 Each driver lists, per kind of event, the names its counters carry (``{p}`` stands for a
 priority 0-7). A rule asks for a kind and gets the union over every driver, so adding a driver's
-name for an event is one line here and no rule changes. Sources: reference/roce-nccl.md §1.3
-(mlx5 hw_counters), §1.4 (bnxt_re, irdma), §2.1 (mlx5 ethtool, K-MLX5EN/K-MLX5DOC), §2.2
-(bnxt_en), §2.3 (ice), §2.4 (ECN/CNP); the IB PMA port counters are the generic ``ib`` row.
+name for an event is one line here and no rule changes. Sources (linux tree):
+drivers/infiniband/hw/mlx5/counters.c (mlx5 hw_counters), bnxt_re/hw_counters.c and
+irdma/verbs.c, drivers/net/ethernet/mellanox/mlx5/core/en_stats.c with
+Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst (mlx5 ethtool),
+broadcom/bnxt/bnxt_ethtool.c (bnxt_en), intel/ice/ice_ethtool.c (ice); the IB PMA port counters
+(Documentation/ABI/stable/sysfs-class-infiniband) are the generic ``ib`` row.
 A name that an mlx5 port shows with a ``vport_`` prefix matches without it.
 """
 

@@ -1,6 +1,6 @@
 """The host a rule judges, typed: one end of the path, built once — this host from the report's
 ``host`` dict (``host_config.HostConfig.to_json``), the far end from the :class:`HostFacts` it
-sent (``measurements.peer_facts``). Sizes in bytes, absent is None (STYLE.md §3): a rule skips
+sent (``measurements.peer_facts``). Sizes in bytes, absent is None (docs/conventions.md §3): a rule skips
 what the host did not report, and a peer knows less than this host (no default_qdisc, no
 fq_available, one interface).
 """

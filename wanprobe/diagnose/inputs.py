@@ -3,7 +3,7 @@
 each came from.
 
 Pure functions. Every getter returns ``(value, source)`` or ``(None, None)`` when the figure was
-not measured: absent is None, never 0 (STYLE.md §3).
+not measured: absent is None, never 0 (docs/conventions.md §3).
 """
 
 from __future__ import annotations

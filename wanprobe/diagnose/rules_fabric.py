@@ -3,9 +3,12 @@ rates (the one rule set; ``wanprobe counters``, the daemon and ``diagnose`` all 
 :func:`evaluate`). NIC/link/TCP counter rules are in :mod:`wanprobe.diagnose.rules_nic`.
 
 Each rule is a pure function ``(snapshot, rates | None, window_s) -> list[Finding]``. The
-counters, their meaning and the thresholds come from reference/roce-nccl.md (§1.3 mlx5
-hw_counters, §1.4 bnxt_re/irdma, §2.1 mlx5 ethtool, §2.2 bnxt_en, §2.4 ECN, §2.6 the RoCE
-priority, §2.7 diagnosis heuristics). "Growing" means a positive delta over the rates window; a
+counters and their meaning come from the drivers that register them (linux
+drivers/infiniband/hw/mlx5/counters.c, bnxt_re/hw_counters.c, irdma/verbs.c; mlx5 ethtool names
+in drivers/net/ethernet/mellanox/mlx5/core/en_stats.c, meanings in Documentation/networking/
+device_drivers/ethernet/mellanox/mlx5/counters.rst; bnxt_en in bnxt_ethtool.c), the ECN knobs
+from NVIDIA's MLNX_OFED ECN documentation, and the RoCE priority from NVIDIA's lossless RoCE
+configuration guides; the thresholds are ours and each rule states its own. "Growing" means a positive delta over the rates window; a
 rule that needs rates stays silent on a single sample. Evidence always names the counter, its
 path, delta, rate and window.
 """

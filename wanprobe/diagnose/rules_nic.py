@@ -1,8 +1,9 @@
 """NIC, link and TCP counter rules (the rest of the fabric rule set in
 :mod:`wanprobe.diagnose.rules_fabric`, same signature ``(snapshot, rates, window_s)``).
 
-Sources: reference/roce-nccl.md §2.1 (K-MLX5DOC ``rx_discards_phy``, ``rx_out_of_buffer``,
-``rx_pcs_symbol_err_phy``), §2.2 (bnxt_en), §2.3 (ice); tcp-tuning.md (Mathis: rate ∝ 1/√p).
+Sources: linux Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst
+(``rx_discards_phy``, ``rx_out_of_buffer``, ``rx_pcs_symbol_err_phy``), bnxt_ethtool.c (bnxt_en),
+ice_ethtool.c (ice); Mathis et al. 1997 (rate ∝ 1/√p).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Throughput ceilings of one TCP flow: Mathis, Padhye, CUBIC, BBR, and what a host achieves.
 
-Sources (see ../shared/reference/tcp-tuning.md §3.1–3.2): Mathis, Semke, Mahdavi, Ott, CCR 27(3)
+Sources: Mathis, Semke, Mahdavi, Ott, CCR 27(3)
 1997; Padhye, Firoiu, Towsley, Kurose, SIGCOMM 1998 eq. 31; RFC 8312/9438 (CUBIC); Cardwell et
 al., "BBR: Congestion-Based Congestion Control", ACM Queue 14(5) 2016, and the BBRv1 loss
 ceiling 1.25·(1−p) ≥ 1 ⇒ p ≤ 20 % (bbr-dev). Units: bits/s, seconds, bytes, loss as a fraction.

@@ -13,7 +13,7 @@ def _cell(value: Any) -> str:
 
 
 def _fmt(key: str, value: Any) -> str:
-    """Numbers with their unit from the key name (names carry units, STYLE.md §4)."""
+    """Numbers with their unit from the key name (names carry units, docs/conventions.md §4)."""
     if isinstance(value, bool) or value is None:
         return str(value)
     if isinstance(value, (int, float)):

@@ -1,6 +1,6 @@
 """`--engine iperf3`: run the iperf3 client (`iperf3 -J`) and map its JSON into ThroughputResult.
 
-Keys per shared/reference/probe-anchors.md §2.2 (iperf_api.c): rtt/min_rtt/mean_rtt in µs,
+Keys as esnet/iperf writes them (src/iperf_api.c, src/iperf_tcp.c): rtt/min_rtt/mean_rtt in µs,
 snd_cwnd in bytes, retransmits = the sender's tcpi_total_retrans.
 """
 

@@ -1,7 +1,7 @@
 """Pure codec of Linux ``struct tcp_info`` (include/uapi/linux/tcp.h, x86-64 little-endian).
 
-Offsets are the kernel 6.18 layout (280 bytes, with the AccECN tail); see
-shared/reference/tcp-tuning.md §4.3. The kernel copies ``min(len, sizeof)`` bytes, so an older
+Offsets are the kernel 6.18 layout (280 bytes, with the AccECN tail; ``tcp_get_info()`` in
+net/ipv4/tcp.c fills it). The kernel copies ``min(len, sizeof)`` bytes, so an older
 kernel returns a shorter buffer: every field that does not fit in the returned length is ``None``
 (unknown), never 0.
 """

@@ -1,6 +1,6 @@
 """What limited a transfer: a pure decision from the sender's TCP_INFO and CPU samples.
 
-Models (shared/reference/tcp-tuning.md §3.1, §4.3):
+Models (Mathis et al., CCR 27(3) 1997; ``struct tcp_info`` in include/uapi/linux/tcp.h):
 - Mathis et al. 1997: rate ≤ (MSS/RTT)·C/√p, C = √(3/2) ≈ 1.22, p = bytes_retrans/bytes_sent.
 - BDP = rate × min RTT; a single stream needs a socket buffer of about 2×BDP, because the
   kernel advertises only part of the buffer as window (tcp_adv_win_scale / scaling_ratio).
