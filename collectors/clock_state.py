@@ -30,7 +30,6 @@ network namespace) tells whether two ends read one kernel clock.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import math
 import shutil
 import subprocess
@@ -179,7 +178,7 @@ class _Timex(ctypes.Structure):
 def read_adjtimex() -> dict | None:
     """The kernel's clock state via adjtimex(2) with modes = 0 (changes nothing)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)   # the C library already loaded (no ldconfig)
         tx = _Timex()
         state = libc.adjtimex(ctypes.byref(tx))
     except (OSError, AttributeError):
