@@ -276,3 +276,37 @@ def test_daemon_gauges_only_with_a_bound():
     assert len(series) == series_per_host(1, 1, owd=True)
     m.observe_probe(peer, "stamp", unknown)       # the clocks lost their bound: values go
     assert owd_series() == {}
+
+
+def test_authenticated_session_reads_the_clock_tlvs_under_the_hmac():
+    """RFC 8762 §4.4 / RFC 8972 §4.8: the clock TLVs sit before the HMAC TLV, so they are
+    protected; a loopback session against our reflector learns the one clock and both
+    Error Estimates."""
+    import asyncio
+
+    from wanprobe.probe.reflector import Reflector
+    from wanprobe.probe.sender import StampSender, probe_stamp
+
+    key = b"0123456789abcdef-owd-test-key"
+    other = replace(SYNCED, boot_id="ffffffff-0000-4000-8000-000000000000")
+
+    async def run(reflector_clock):
+        refl = Reflector(hmac_key=key, clock=ClockWatcher(lambda: reflector_clock))
+        sender = StampSender(clock=ClockWatcher(lambda: SYNCED))
+        await refl.start("127.0.0.1", 0)
+        try:
+            return await probe_stamp("127.0.0.1", port=refl.address[1], count=10,
+                                     interval_s=0.005, hmac_key=key, sender=sender)
+        finally:
+            sender.close()
+            await refl.close()
+
+    same = asyncio.run(run(SYNCED)).to_json()["owd_ms"]
+    assert same["same_clock"] is True and same["clock_error_bound_ms"] == 0.0
+    assert same["far_clock"]["sync_source"] == "ntp" and same["forward"]["p50"] is not None
+    apart = asyncio.run(run(other)).to_json()["owd_ms"]
+    assert apart["same_clock"] is False and apart["clock_source"] == "chrony/ntp"
+    # two synchronised clocks, 1.62 ms each: loopback delays are far below 3.24 ms
+    assert apart["clock_error_bound_ms"] == pytest.approx(
+        1.62 + ee.decode(ee.encode(1.62e-3, synchronized=True)).error_s * 1e3)
+    assert apart["forward"]["p50"] is None and "not smaller" in apart["withheld"]

@@ -13,7 +13,9 @@ throughput server's UDP tests) consumed it. Sessions are SSID + 4-tuple (RFC 897
 kernel RX timestamp (SO_TIMESTAMPING software RX); T3 is read right before sendmsg, and the
 kernel's software TX timestamp of each reply (error queue) is sent back in the Follow-Up
 Telemetry TLV of the session's next reply (RFC 8972 §4.7), so a sender can take the Python
-send path out of the turnaround time as well.
+send path out of the turnaround time as well. T2/T3 carry this host's Error Estimate (RFC 4656
+§4.1.2) and the Timestamp Information and Same-clock TLVs are answered from its clock state
+(local_clock.py, refreshed in the background).
 """
 
 from __future__ import annotations
