@@ -1,6 +1,7 @@
 """What a stateful STAMP Session-Reflector answers to one datagram: a pure function.
 
 RFC 8762 §4.3 (reflected packet, stateful sequence numbering), §4.6 (TWAMP-Light interop),
+RFC 8972 §4.3 (Timestamp Information, answered from this host's clock with its Error Estimate),
 RFC 8972 §4 (TLV flags: U for unrecognised, M for malformed, processing stops at a malformed TLV),
 §4.4 (Class of Service with erratum 8199), §4.5 (Direct Measurement), §4.8 (HMAC TLV); RFC 8762
 §4.3.2/§4.4 for authenticated mode (112-octet base packets with an HMAC over octets 0-95). One deliberate deviation

@@ -18,10 +18,7 @@ an authenticated one.
 
 RTT = (T4 - T1) - (T3 - T2): kernel TX stamp (or the clock read just before sendmsg when TX
 stamps are off or missing), kernel RX stamp, minus the reflector's residence time. One-way
-delays T2 - T1 and T4 - T3 come with the clocks' bound (owd.py): each probe carries this host's
-Error Estimate (RFC 4656 §4.1.2, from local_clock.py) and asks for the reflector's Timestamp
-Information (RFC 8972 §4.3) and whether it shares our clock (clock_tlvs.py); a reply's Error
-Estimate is noted only when it changes and the clock TLVs are read once per session.
+delays T2 - T1 and T4 - T3 and the clocks' bound: clock_tlvs.py, owd.py.
 """
 
 from __future__ import annotations
