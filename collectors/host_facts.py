@@ -17,12 +17,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from collectors.clock_state import read_boot_id
 from collectors.procfs_netstat import collect_netstat
 from collectors.procfs_sysctl import read_sysctls
 from collectors.route import route_get
 
 FACTS_VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9_.:@-]{1,32}$")  # cc, qdisc and interface names
+_BOOT_ID = re.compile(r"^[0-9a-fA-F-]{8,64}$")
 _MAX_INT = 2**63 - 1
 FACT_SYSCTLS = ("net.ipv4.tcp_congestion_control", "net.ipv4.tcp_allowed_congestion_control",
                 "net.ipv4.tcp_available_congestion_control", "net.ipv4.tcp_rmem",
@@ -54,6 +56,9 @@ class HostFacts:
     iface_tx_dropped_packets: int | None = None
     tcp_retrans_segs_total: int | None = None
     tcp_out_segs_total: int | None = None
+    # /proc/sys/kernel/random/boot_id: two ends with the same one read one kernel clock (two
+    # namespaces of one host), so their one-way delays carry no clock offset (probe/owd.py)
+    boot_id: str | None = None
     version: int = FACTS_VERSION
 
     @property
@@ -89,7 +94,16 @@ class HostFacts:
             iface_rx_dropped_packets=_int(d, "iface_rx_dropped_packets"),
             iface_tx_dropped_packets=_int(d, "iface_tx_dropped_packets"),
             tcp_retrans_segs_total=_int(d, "tcp_retrans_segs_total"),
-            tcp_out_segs_total=_int(d, "tcp_out_segs_total"))
+            tcp_out_segs_total=_int(d, "tcp_out_segs_total"), boot_id=_boot_id(d))
+
+
+def _boot_id(d: Mapping[str, Any]) -> str | None:
+    v = d.get("boot_id")
+    if v is None:
+        return None
+    if not isinstance(v, str) or not _BOOT_ID.match(v):
+        raise FactsError("host facts: boot_id must be a boot id (hex and dashes) or null")
+    return v
 
 
 def _int(d: Mapping[str, Any], key: str) -> int | None:
@@ -148,7 +162,7 @@ def parse_int(text: str | None) -> int | None:
 
 def facts_from(sysctls: Mapping[str, str], tcp_counters: Mapping[str, int],
                link: Mapping[str, Any] | None, *, iface: str | None,
-               page_size_bytes: int | None) -> HostFacts:
+               page_size_bytes: int | None, boot_id: str | None = None) -> HostFacts:
     """Pure: the collectors' outputs (sysctl values, Tcp/TcpExt counters, one rtnetlink link
     row as ``rtnl_raw.parse_link`` returns it) → :class:`HostFacts`."""
     stats = (link or {}).get("stats64") or {}
@@ -168,7 +182,7 @@ def facts_from(sysctls: Mapping[str, str], tcp_counters: Mapping[str, int],
         iface_rx_dropped_packets=stats.get("rx_dropped"),
         iface_tx_dropped_packets=stats.get("tx_dropped"),
         tcp_retrans_segs_total=tcp_counters.get("RetransSegs"),
-        tcp_out_segs_total=tcp_counters.get("OutSegs"))
+        tcp_out_segs_total=tcp_counters.get("OutSegs"), boot_id=boot_id)
 
 
 def read_host_facts(toward: str | None, *, proc_root: Path = Path("/proc")) -> HostFacts:
@@ -188,4 +202,5 @@ def read_host_facts(toward: str | None, *, proc_root: Path = Path("/proc")) -> H
         except (OSError, ValueError):
             link = None
     return facts_from(sysctls, tcp, link, iface=iface,
-                      page_size_bytes=os.sysconf("SC_PAGE_SIZE"))
+                      page_size_bytes=os.sysconf("SC_PAGE_SIZE"),
+                      boot_id=read_boot_id(Path(proc_root)))

@@ -100,3 +100,18 @@ def test_older_peer_that_refuses_the_op_is_one_plain_error():
     finally:
         t.join(5)
         lsock.close()
+
+
+def test_boot_id_is_carried_and_checked(tmp_path):
+    """Two ends with one boot id read one kernel clock (probe/owd.py); a peer's value is
+    checked like every other field."""
+    from collectors.host_facts import FactsError, HostFacts, facts_from
+
+    facts = facts_from({}, {}, None, iface=None, page_size_bytes=4096,
+                       boot_id="0c0ffee0-1111-4222-8333-444455556666")
+    doc = facts.to_json()
+    assert HostFacts.from_json(doc).boot_id == "0c0ffee0-1111-4222-8333-444455556666"
+    assert HostFacts.from_json({**doc, "boot_id": None}).boot_id is None
+    for bad in ("x" * 200, "../etc", 5, ["a"]):
+        with pytest.raises(FactsError, match="boot_id"):
+            HostFacts.from_json({**doc, "boot_id": bad})

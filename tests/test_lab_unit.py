@@ -256,3 +256,54 @@ def test_arrival_stamps_pair_frames_in_order_and_skip_dropped_ones():
     assert stamps.arrival_ns(frames[3] + b"payload") == 1003
     assert stamps.counters == {"stamped": 3, "unmatched": 1, "skipped": 1}
     assert not stamps.pending
+
+
+# -- one-way delays and queues per direction (issue 20) ---------------------------------------
+def test_one_way_delays_combine_with_the_rtt():
+    s = resolve_settings(None, delay_ab_ms=10, delay_ba_ms=50)
+    assert (s.rtt_ms, s.delay_ms("ab"), s.delay_ms("ba")) == (60.0, 10.0, 50.0)
+    s = resolve_settings(None, rtt_ms=60.0, delay_ab_ms=10)           # the rest goes back
+    assert (s.delay_ms("ab"), s.delay_ms("ba")) == (10.0, 50.0)
+    s = resolve_settings("taipei-tokyo", delay_ba_ms=30)                # the other keeps rtt/2
+    assert (s.delay_ms("ab"), s.delay_ms("ba"), s.rtt_ms) == (17.5, 30.0, 47.5)
+    assert s.changed(rtt_ms=80).delay_ms("ab") == 40.0                  # an rtt alone: symmetric
+    assert s.changed(delay_ab_ms=5).rtt_ms == 35.0
+    assert s.changed(queue_ba_ms=15).queue_of("ab") == 0.0
+    assert LinkSettings.from_json(s.to_json()).validated() == s
+    for bad in ({"rtt_ms": 20, "delay_ab_ms": 30}, {"rtt_ms": 20, "delay_ab_ms": 3,
+                                                    "delay_ba_ms": 4},
+                {"delay_ab_ms": -1, "delay_ba_ms": 1}, {"delay_ab_ms": 9000, "delay_ba_ms": 9000}):
+        with pytest.raises(UsageError) as exc:
+            resolve_settings(None, **bad)
+        assert "\n" not in str(exc.value)
+    with pytest.raises(UsageError, match="both one-way delays"):
+        LinkSettings(delay_ab_ms=3).validated()
+
+
+def test_cli_one_way_flags_to_lab_arguments():
+    from wanprobe.commands.lab_settings import describe, settings_kwargs
+    kw = settings_kwargs(delay_ab="10ms", delay_ba="0.05s", queue_ba="15")
+    assert kw == {"delay_ab_ms": 10.0, "delay_ba_ms": 50.0, "queue_ba_ms": 15.0}
+    with pytest.raises(UsageError):
+        settings_kwargs(delay_ab="-3ms")
+    s = resolve_settings(None, delay_ab_ms=10, delay_ba_ms=50).changed(queue_ba_ms=15)
+    assert describe(s).startswith("rtt 60 ms (a→b 10 ms, b→a 50 ms)")
+    assert "queue a→b 0 ms b→a 15 ms" in describe(s)
+
+
+def test_delay_line_delays_and_queues_each_direction_on_its_own():
+    s = LinkSettings(delay_ab_ms=10, delay_ba_ms=50, queue_ba_ms=20)
+    line, sent = delay_line(s, offload=False, seed=3)
+    assert (line.ab.delay_ns, line.ba.delay_ns) == (10_000_000, 50_000_000)
+    assert (line.ab.queue_ns, line.ba.queue_ns) == (0, 20_000_000)
+    gap = 1_000_000_000   # arrivals 1 s apart: no packet waits behind another (FIFO)
+    for i in range(200):
+        line.receive(line.ab, struct.pack("!I", i) + bytes(40), i * gap)
+        line.receive(line.ba, struct.pack("!I", i) + bytes(40), i * gap)
+    delays = {d.name: sorted(r % gap for r, _, dd, _ in line.heap if dd is d)
+              for d in (line.ab, line.ba)}
+    assert set(delays["ab"]) == {10_000_000}
+    ba = delays["ba"]
+    assert ba[0] >= 50_000_000 and 65e6 < sum(ba) / len(ba) < 75e6   # + exponential, mean 20 ms
+    line.set_offset(100_000)
+    assert (line.ab.delay_ns, line.ba.delay_ns) == (9_900_000, 49_900_000)

@@ -76,7 +76,7 @@ class Harness:
 _harness: Harness | None = None
 
 tlv = st.builds(lambda f, t, v, lie: struct.pack("!BBH", f, t, (len(v) + lie) & 0xFFFF) + v,
-                st.integers(0, 255), st.sampled_from([0, 1, 2, 3, 4, 5, 7, 8, 12, 200, 255]),
+                st.integers(0, 255), st.sampled_from([0, 1, 2, 3, 4, 5, 7, 8, 12, 200, 244, 255]),
                 st.binary(max_size=40), st.sampled_from([0, 0, 0, 1, -1, 100, 60000]))
 structured = st.builds(lambda head, tlvs: head + b"".join(tlvs),
                        st.binary(min_size=44, max_size=44), st.lists(tlv, max_size=6))

@@ -10,11 +10,14 @@ import threading
 import time
 
 import pytest
+import third_party_reflector
 from conftest import udp_server
 
+from collectors.clock_state import ClockState
 from wanprobe.probe import stamp_packet as sp
+from wanprobe.probe.local_clock import ClockWatcher
 from wanprobe.probe.reflector import Reflector
-from wanprobe.probe.sender import probe_stamp
+from wanprobe.probe.sender import StampSender, probe_stamp
 
 scapy_stamp = pytest.importorskip("scapy.contrib.stamp")
 NTP_OFFSET = 2208988800
@@ -181,3 +184,68 @@ def test_dual_stack_reflector_keeps_dscp_for_ipv4_and_ipv6():
     for r in asyncio.run(run()):
         assert r.loss.received == 5
         assert (r.dscp.at_reflector, r.dscp.returned, r.dscp.bleached) == (46, 46, "none")
+
+
+# -- clock information (issue 20): the Error Estimate (RFC 4656 §4.1.2) and TLV 3 (RFC 8972 §4.3)
+SYNCED = ClockState("chrony", True, 0.5, "ntp", "chrony: normal",
+                    boot_id="0c0ffee0-1111-4222-8333-444455556666")
+
+
+def test_scapy_parses_our_probe_and_ours_parses_its_clock_answers():
+    async def run(port):
+        sender = StampSender(clock=ClockWatcher(lambda: SYNCED))
+        try:
+            return await probe_stamp("127.0.0.1", port=port, count=20, interval_s=0.005,
+                                     sender=sender)
+        finally:
+            sender.close()
+
+    requests = []
+
+    def keep(data, state, t2):   # what scapy parsed of our probe, then its reply
+        requests.append(scapy_stamp.STAMPSessionSenderTestUnauthenticated(data))
+        return third_party_reflector.reply(data, state["count"], t2)
+
+    with udp_server(keep) as port:
+        r = asyncio.run(run(port))
+    req = requests[0]
+    # scapy reads our Error Estimate (chrony 0.5 ms, synchronised) and our TLVs
+    assert (req.err_estimate.S, req.err_estimate.Z) == (1, 0)
+    assert req.err_estimate.multiplier * 2.0 ** (req.err_estimate.scale - 32) >= 0.5e-3
+    types = [t.type for t in req.tlv_objects]
+    assert types[:5] == [4, 5, 7, 3, 244]
+    ts_tlv = req.tlv_objects[3]
+    assert int(ts_tlv.flags) & 0x80 and ts_tlv.len == 4 and bytes(ts_tlv.value) == bytes(4)
+    owd = r.to_json()["owd_ms"]
+    # ours reads scapy's answer: TLV 3, its Error Estimate; it did not answer Same-clock
+    far = owd["far_clock"]
+    assert far["sync_source"] == "ntp" and far["timestamp_method"] == "sw-local"
+    assert far["synchronized"] and far["error_bound_ms"] == pytest.approx(132 * 2 ** -17 * 1e3)
+    assert owd["same_clock"] is None and "third-party" in owd["note"]
+    assert owd["clock_source"] == "chrony/ntp"
+    assert owd["clock_error_bound_ms"] == pytest.approx(0.5 + 132 * 2 ** -17 * 1e3)
+    # loopback delays are far below a 1.5 ms bound: absolute values withheld, variation kept
+    assert owd["forward"]["p50"] is None and "not smaller" in owd["withheld"]
+    assert owd["variation"]["forward"]["p99"] is not None
+
+
+def test_our_reflector_answers_scapy_clock_requests():
+    s = scapy_stamp
+    with our_reflector(clock=ClockWatcher(lambda: SYNCED)) as refl:
+        cli = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        cli.settimeout(2)
+        try:
+            req = s.STAMPSessionSenderTestUnauthenticated(
+                seq=1, ssid=77, ts=time.time() + NTP_OFFSET,
+                err_estimate=s.ErrorEstimate(S=0, Z=0, scale=63, multiplier=255),
+                tlv_objects=[s.STAMPTestTLV(flags="U", type=3, len=4, value=bytes(4))])
+            cli.sendto(bytes(req), refl.address)
+            rep = s.STAMPSessionReflectorTestUnauthenticated(cli.recvfrom(2048)[0])
+        finally:
+            cli.close()
+    assert (rep.err_estimate_sender.S, rep.err_estimate_sender.scale,
+            rep.err_estimate_sender.multiplier) == (0, 63, 255)     # the sender's, copied
+    e = rep.err_estimate
+    assert e.S == 1 and e.Z == 0 and 0.5e-3 <= e.multiplier * 2.0 ** (e.scale - 32) < 0.51e-3
+    (tlv,) = rep.tlv_objects
+    assert tlv.type == 3 and int(tlv.flags) & 0x80 == 0 and bytes(tlv.value) == bytes((1, 2, 1, 2))

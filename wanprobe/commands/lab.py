@@ -12,10 +12,14 @@ from rich.table import Table
 
 from wanprobe.commands import lab_multipath
 from wanprobe.commands.lab_settings import (
+    DelayAb,
+    DelayBa,
     JsonOpt,
     NewJitter,
     NewLoss,
     NewRtt,
+    QueueAb,
+    QueueBa,
     describe,
     settings_kwargs,
 )
@@ -38,6 +42,8 @@ def up(
     name: NameArg,
     profile: Annotated[str | None, typer.Option(help="Route profile: metro, taipei-tokyo, taipei-singapore, taipei-uswest, subsea-degraded.")] = None,
     rtt: Annotated[str | None, typer.Option(help="Round-trip delay, e.g. 60ms (half each way).")] = None,
+    delay_ab: DelayAb = None,
+    delay_ba: DelayBa = None,
     jitter: Annotated[str | None, typer.Option(help="Delay jitter per direction (std dev), e.g. 1ms.")] = None,
     loss: Annotated[str | None, typer.Option(help="Loss in each direction, e.g. 0.5%.")] = None,
     loss_ab: Annotated[str | None, typer.Option("--loss-ab", help="Loss a→b only.")] = None,
@@ -54,7 +60,8 @@ def up(
 
     kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
                              loss_ba=loss_ba, rate=rate, black_hole_mtu=black_hole_mtu,
-                             bleach_dscp=bleach_dscp or None, reorder=reorder)
+                             bleach_dscp=bleach_dscp or None, reorder=reorder,
+                             delay_ab=delay_ab, delay_ba=delay_ba)
     lab = Lab(name, profile=profile, mtu=mtu, persistent=True, **kwargs)
     lab.up()
     if json_out:
@@ -133,6 +140,8 @@ def exec_(
 def update(
     name: NameArg,
     rtt: NewRtt = None,
+    delay_ab: DelayAb = None,
+    delay_ba: DelayBa = None,
     jitter: NewJitter = None,
     loss: NewLoss = None,
     loss_ab: Annotated[str | None, typer.Option("--loss-ab")] = None,
@@ -140,6 +149,8 @@ def update(
     rate: Annotated[str | None, typer.Option(help="New rate per direction.")] = None,
     reorder: Annotated[str | None, typer.Option()] = None,
     bleach_dscp: Annotated[bool | None, typer.Option("--bleach-dscp/--no-bleach-dscp")] = None,
+    queue_ab: QueueAb = None,
+    queue_ba: QueueBa = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Change a running lab's impairments live."""
@@ -147,7 +158,8 @@ def update(
 
     kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
                              loss_ba=loss_ba, rate=rate, reorder=reorder,
-                             bleach_dscp=bleach_dscp)
+                             bleach_dscp=bleach_dscp, delay_ab=delay_ab, delay_ba=delay_ba,
+                             queue_ab=queue_ab, queue_ba=queue_ba)
     if not kwargs:
         raise UsageError("nothing to change: give e.g. --loss 1% or --rtt 80ms")
     lab = Lab.attach(name)

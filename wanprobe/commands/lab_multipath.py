@@ -8,7 +8,16 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from wanprobe.commands.lab_settings import JsonOpt, NewJitter, NewLoss, NewRtt
+from wanprobe.commands.lab_settings import (
+    DelayAb,
+    DelayBa,
+    JsonOpt,
+    NewJitter,
+    NewLoss,
+    NewRtt,
+    QueueAb,
+    QueueBa,
+)
 from wanprobe.errors import UsageError
 
 console = Console(highlight=False)
@@ -97,13 +106,19 @@ def path(
     loss_ab: Annotated[str | None, typer.Option("--loss-ab", help="Loss r1→r2 (a→b).")] = None,
     loss_ba: Annotated[str | None, typer.Option("--loss-ba", help="Loss r2→r1 (b→a).")] = None,
     queue: Annotated[str | None, typer.Option(help="Mean queueing delay at this hop, e.g. 15ms.")] = None,
+    delay_ab: DelayAb = None,
+    delay_ba: DelayBa = None,
+    queue_ab: QueueAb = None,
+    queue_ba: QueueBa = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Change one path's impairments live."""
     from wanprobe.commands.lab_settings import describe, settings_kwargs
     from wanprobe.lab.multipath import MultipathLab
 
-    kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab, loss_ba=loss_ba)
+    kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab, loss_ba=loss_ba,
+                             delay_ab=delay_ab, delay_ba=delay_ba, queue_ab=queue_ab,
+                             queue_ba=queue_ba)
     if queue is not None:
         kwargs["queue_ms"] = settings_kwargs(rtt=queue)["rtt_ms"]
     if not kwargs:

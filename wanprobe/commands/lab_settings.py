@@ -14,6 +14,15 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document."
 NewRtt = Annotated[str | None, typer.Option(help="New round-trip delay.")]
 NewJitter = Annotated[str | None, typer.Option(help="New jitter.")]
 NewLoss = Annotated[str | None, typer.Option(help="New loss, both directions.")]
+# one-way delays (`lab up`, `lab update`, `lab path`): asymmetric paths; the RTT is their sum
+DelayAb = Annotated[str | None, typer.Option(
+    "--delay-ab", help="One-way delay a→b, e.g. 10ms (with --delay-ba; the RTT is the sum).")]
+DelayBa = Annotated[str | None, typer.Option(
+    "--delay-ba", help="One-way delay b→a, e.g. 50ms.")]
+QueueAb = Annotated[str | None, typer.Option(
+    "--queue-ab", help="Mean queueing delay a→b only, e.g. 15ms.")]
+QueueBa = Annotated[str | None, typer.Option(
+    "--queue-ba", help="Mean queueing delay b→a only, e.g. 15ms.")]
 
 
 def _opt(text: str | None, parse):
@@ -26,9 +35,12 @@ def _ms(text: str) -> float:
 
 
 def settings_kwargs(*, rtt=None, jitter=None, loss=None, loss_ab=None, loss_ba=None, rate=None,
-                    black_hole_mtu=None, bleach_dscp=None, reorder=None) -> dict:
+                    black_hole_mtu=None, bleach_dscp=None, reorder=None, delay_ab=None,
+                    delay_ba=None, queue_ab=None, queue_ba=None) -> dict:
     """Parse the CLI's unit strings into Lab keyword arguments (only those given)."""
     out = {
+        "delay_ab_ms": _opt(delay_ab, _ms), "delay_ba_ms": _opt(delay_ba, _ms),
+        "queue_ab_ms": _opt(queue_ab, _ms), "queue_ba_ms": _opt(queue_ba, _ms),
         "rtt_ms": _opt(rtt, _ms), "jitter_ms": _opt(jitter, _ms), "loss": _opt(loss, parse_ratio),
         "loss_ab": _opt(loss_ab, parse_ratio), "loss_ba": _opt(loss_ba, parse_ratio),
         "rate_bps": _opt(rate, parse_rate_bps), "black_hole_mtu": black_hole_mtu,
@@ -40,6 +52,10 @@ def settings_kwargs(*, rtt=None, jitter=None, loss=None, loss_ab=None, loss_ba=N
 def describe(settings) -> str:
     s = settings
     parts = [f"rtt {s.rtt_ms:g} ms"]
+    if s.asymmetric:
+        parts[0] += f" (a→b {s.delay_ms('ab'):g} ms, b→a {s.delay_ms('ba'):g} ms)"
+    if s.queue_ab_ms is not None or s.queue_ba_ms is not None:
+        parts.append(f"queue a→b {s.queue_of('ab'):g} ms b→a {s.queue_of('ba'):g} ms")
     if s.jitter_ms:
         parts.append(f"jitter {s.jitter_ms:g} ms")
     if s.loss_ab == s.loss_ba:

@@ -233,6 +233,8 @@ def _fmt(x, unit: str = "", digits: int = 3) -> str:
 
 
 def _print_probe(r) -> None:
+    from wanprobe.probe.owd import text_rows as owd_rows
+
     out = Console(highlight=False)
     t = Table(title=f"{r.method} probe to {r.peer}" + (f" port {r.port}" if r.port else ""),
               show_header=True)
@@ -248,6 +250,8 @@ def _print_probe(r) -> None:
     t.add_row("loss forward", "-" if loss.forward_ratio is None else f"{loss.forward_ratio:.3%}")
     t.add_row("loss reverse", "-" if loss.reverse_ratio is None else f"{loss.reverse_ratio:.3%}")
     t.add_row("jitter (IPDV)", _fmt(r.jitter_ms, " ms"))
+    for label, value in owd_rows(r.owd):   # one-way delay per direction and its clock bound
+        t.add_row(label, value)
     t.add_row("reordered / duplicates", f"{r.reordered} / {r.duplicates}")
     d = r.dscp
 

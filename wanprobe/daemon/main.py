@@ -27,7 +27,7 @@ from wanprobe.daemon.baseline import BaselineTracker, Transition
 from wanprobe.daemon.config import DaemonConfig, Peer, load_config
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
 from wanprobe.daemon.path_findings import path_finding
-from wanprobe.daemon.path_watch import PathEvent, PathWatch
+from wanprobe.daemon.path_watch import PathEvent, PathWatch, one_way_spreads
 from wanprobe.daemon.prober import MeshProber
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
@@ -280,7 +280,9 @@ class Daemon:
             if pending is not None:   # this session traced the flows again: hops after
                 self._path_event(peer, pending, traced=True)
         rtt = doc.get("rtt_ms") or {}
-        events = self.path_watch.observe(peer.name, rtt.get("min"), rtt.get("p99"))
+        fwd, rev = one_way_spreads(doc)   # which direction a queue builds in (STAMP)
+        events = self.path_watch.observe(peer.name, rtt.get("min"), rtt.get("p99"),
+                                         forward_spread_ms=fwd, reverse_spread_ms=rev)
         self.metrics.observe_path(peer, *self.path_watch.current(peer.name))
         for ev in events:
             self._path_event(peer, ev)

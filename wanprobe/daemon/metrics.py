@@ -25,6 +25,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from wanprobe.daemon import owd_metrics
 from wanprobe.daemon.config import Peer
 
 QUANTILES = (("min", "0"), ("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"), ("max", "1"))
@@ -43,11 +44,13 @@ SERIES_PER_PEER = 5
 SERIES_PER_HOST = 1 + len(SEVERITIES) + 2 + 1
 
 
-def series_per_host(peers: int, methods: int = 1) -> int:
+def series_per_host(peers: int, methods: int = 1, owd: bool = False) -> int:
     """Path and daemon series one host exports for ``peers`` peers probed with ``methods``
     methods each: linear in peers, never quadratic (Goldpinger issue #52). Regression counters
-    (at most 4 per peer, only after a regression) and host counter rates come on top."""
-    return SERIES_PER_HOST + peers * (SERIES_PER_PEER + methods * SERIES_PER_PEER_METHOD)
+    (at most 4 per peer, only after a regression) and host counter rates come on top; with
+    ``owd``, the one-way delay series of sessions whose clock bound is known (owd_metrics.py)."""
+    per_method = SERIES_PER_PEER_METHOD + (owd_metrics.SERIES_PER_PEER_METHOD if owd else 0)
+    return SERIES_PER_HOST + peers * (SERIES_PER_PEER + methods * per_method)
 PATH_EVENTS = ("rerouted", "queueing")
 MAX_FINGERPRINTS = 16   # per peer: ECMP fans out to a handful of paths, never more series
 
@@ -127,6 +130,7 @@ class DaemonMetrics:
         self.fp_flows = Gauge("wanprobe_path_fingerprint_flows", "Probe flows (source ports) "
                               "hashed onto one path.", ["peer", "fingerprint"], registry=r)
         self._fingerprints: dict[str, set[str]] = {}
+        self.owd = owd_metrics.OwdGauges(r, path)
         for sev in SEVERITIES:
             self.findings.labels(severity=sev).set(0)
         for result in ("applied", "refused"):
@@ -198,6 +202,7 @@ class DaemonMetrics:
                     child.inc(lost[direction])
         if doc.get("jitter_ms") is not None:
             ch["jitter"].set(doc["jitter_ms"] / 1e3)
+        self.owd.observe(self.path_labels(peer), method, doc)
         ch["last"].set(time.time())
 
     def observe_path(self, peer: Peer, floor_ms: float | None, spread_ms: float | None) -> None:
@@ -301,6 +306,7 @@ class DaemonMetrics:
             removals += [(self.rtt, lab + (q, method)) for _, q in QUANTILES]
             removals += [(self.loss, lab + (d, method)) for _, d in LOSS_DIRECTIONS]
             removals += [(self.jitter, lab + (method,))]
+            self.owd.forget(lab, method)
         removals += [(g, lab) for g in (self.throughput, self.last_probe)]
         for gauge, labels in removals:
             try:

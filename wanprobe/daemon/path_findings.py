@@ -57,8 +57,11 @@ def path_finding(peer_name: str, address: str, ev: PathEvent, *, hops_before=Non
     else:
         kind = "queueing"
         old_ms, new_ms = ev.old_floor_ms + ev.old_spread_ms, ev.new_floor_ms + ev.new_spread_ms
-        title = (f"Queueing on the path to {peer_name}: RTT spread {ev.old_spread_ms:.2f} → "
-                 f"{ev.new_spread_ms:.2f} ms over a steady {ev.new_floor_ms:.2f} ms floor")
+        where = {"forward": f", on the way to {peer_name}", "reverse": f", on the way back from "
+                 f"{peer_name}", "both": ", in both directions"}.get(ev.direction or "", "")
+        title = (f"Queueing on the path to {peer_name}{where}: RTT spread "
+                 f"{ev.old_spread_ms:.2f} → {ev.new_spread_ms:.2f} ms over a steady "
+                 f"{ev.new_floor_ms:.2f} ms floor")
     evidence["training_step"] = step_impact(old_ms, new_ms, link_bps)
     recommendation, effect = _ADVICE[kind]
     return Finding(id=f"path.{kind}", severity="warning", title=title, evidence=evidence,

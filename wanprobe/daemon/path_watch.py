@@ -15,13 +15,20 @@ the window: the queueing a probe meets on the way. The two answer different ques
   normal; ``queueing_cleared`` when the spread is back under half the threshold.
 
 The reference is the ``window`` sessions before the last ``recent`` (as baseline.py does).
+
+Which direction queues: STAMP sessions also give each direction's one-way delay spread (p99 −
+min of T2 − T1 and of T4 − T3, probe/owd.py). A clock offset between the ends shifts every
+one-way delay of a direction by the same amount, so the spread needs no clock synchronisation
+(RFC 5481 §4.2, PDV). A ``queueing`` event names the direction(s) whose median spread rose by
+more than half the RTT spread threshold: ``forward`` (toward the peer), ``reverse`` (back from
+it), ``both``, or None when the sessions carry no one-way delays (ICMP, TCP).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,11 @@ class PathEvent:
     floor_threshold_ms: float
     spread_threshold_ms: float
     sessions: int
+    direction: str | None = None          # queueing: forward, reverse, both (None: unknown)
+    old_forward_spread_ms: float | None = None
+    new_forward_spread_ms: float | None = None
+    old_reverse_spread_ms: float | None = None
+    new_reverse_spread_ms: float | None = None
 
     def to_json(self) -> dict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -99,24 +111,28 @@ class PathWatch:
     def forget(self, peer: str) -> None:
         self._peers.pop(peer, None)
 
-    def observe(self, peer: str, min_ms: float | None, p99_ms: float | None) -> list[PathEvent]:
-        """Add one session's RTT min and p99 (ms); sessions without replies are skipped."""
+    def observe(self, peer: str, min_ms: float | None, p99_ms: float | None, *,
+                forward_spread_ms: float | None = None,
+                reverse_spread_ms: float | None = None) -> list[PathEvent]:
+        """Add one session's RTT min and p99 (ms), and when known each direction's one-way
+        delay spread (p99 − min, ms); sessions without replies are skipped."""
         if min_ms is None or p99_ms is None:
             return []
         st = self._peer(peer)
         if len(st.recent) == st.recent.maxlen and not st.queueing:
             st.history.append(st.recent[0])
-        st.recent.append((float(min_ms), max(0.0, float(p99_ms) - float(min_ms))))
-        st.floor_ms = min(m for m, _ in st.recent)
-        st.spread_ms = statistics.median(s for _, s in st.recent)
+        st.recent.append((float(min_ms), max(0.0, float(p99_ms) - float(min_ms)),
+                          forward_spread_ms, reverse_spread_ms))
+        st.floor_ms = min(r[0] for r in st.recent)
+        st.spread_ms = statistics.median(r[1] for r in st.recent)
         if len(st.history) < self.s.min_history or len(st.recent) < self.s.recent:
             return []
         return self._judge(peer, st)
 
     def _judge(self, peer: str, st: _Peer) -> list[PathEvent]:
         s = self.s
-        ref_floor = min(m for m, _ in st.history)
-        ref_spread = statistics.median(x for _, x in st.history)
+        ref_floor = min(r[0] for r in st.history)
+        ref_spread = statistics.median(r[1] for r in st.history)
         step = s.floor_step.of(ref_floor)
         rise = s.spread_rise.of(ref_spread)
         cur_floor, cur_spread = st.floor_ms, st.spread_ms
@@ -125,7 +141,7 @@ class PathWatch:
             return PathEvent(peer, name, ref_floor, cur_floor, ref_spread, cur_spread, step, rise,
                              len(st.recent))
 
-        mins = [m for m, _ in st.recent]
+        mins = [r[0] for r in st.recent]
         # held: every recent session is off the old floor on the same side and they agree on
         # the new one (a session that straddles the change, with packets that went out on the
         # old route and came back on the new, sits in between and must leave the window first)
@@ -143,8 +159,34 @@ class PathWatch:
         if not st.queueing and steady and cur_spread > ref_spread + rise \
                 and len(st.history) >= s.queueing_history:
             st.queueing = True
-            return [event("queueing")]
+            return [replace(event("queueing"), **_direction(st, rise / 2))]
         if st.queueing and cur_spread < ref_spread + rise / 2:
             st.queueing = False
             return [event("queueing_cleared")]
         return []
+
+
+def _median_of(rows, i: int) -> float | None:
+    vals = [r[i] for r in rows if r[i] is not None]
+    return statistics.median(vals) if len(vals) * 2 > len(rows) else None
+
+
+def _direction(st: _Peer, threshold_ms: float) -> dict:
+    """Which direction's one-way spread rose by more than ``threshold_ms`` (module docstring),
+    with the spreads it compared; empty when the sessions carry no one-way delays."""
+    f_old, f_new = _median_of(st.history, 2), _median_of(st.recent, 2)
+    r_old, r_new = _median_of(st.history, 3), _median_of(st.recent, 3)
+    if None in (f_old, f_new, r_old, r_new):
+        return {}
+    grew = (f_new - f_old > threshold_ms, r_new - r_old > threshold_ms)
+    direction = {(True, False): "forward", (False, True): "reverse", (True, True): "both"}.get(grew)
+    return {"direction": direction, "old_forward_spread_ms": f_old,
+            "new_forward_spread_ms": f_new, "old_reverse_spread_ms": r_old,
+            "new_reverse_spread_ms": r_new}
+
+
+def one_way_spreads(doc: dict) -> tuple[float | None, float | None]:
+    """(forward, reverse) one-way delay spread (p99 − min, ms) of a probe document
+    (``owd_ms.variation``, offset-free), or Nones."""
+    var = ((doc.get("owd_ms") or {}).get("variation") or {})
+    return ((var.get("forward") or {}).get("p99"), (var.get("reverse") or {}).get("p99"))

@@ -70,10 +70,10 @@ class DelayLine:
     def apply(self, settings: LinkSettings) -> None:
         """Switch to new settings; packets already in flight keep their release times."""
         self.settings = settings
-        one_way_ns = max(0, int(settings.one_way_ms * 1e6) - self.offset_ns)
         for d, loss in ((self.ab, settings.loss_ab), (self.ba, settings.loss_ba)):
-            d.loss, d.delay_ns, d.jitter_ns = loss, one_way_ns, int(settings.jitter_ms * 1e6)
-            d.queue_ns = int(settings.queue_ms * 1e6)
+            d.loss, d.jitter_ns = loss, int(settings.jitter_ms * 1e6)
+            d.delay_ns = max(0, int(settings.delay_ms(d.name) * 1e6) - self.offset_ns)
+            d.queue_ns = int(settings.queue_of(d.name) * 1e6)
 
     def set_offset(self, offset_ns: int) -> None:
         """Subtract ``offset_ns`` from each direction's delay: the host's own path overhead

@@ -111,8 +111,10 @@ def forwarder_pids(name: str) -> list[int]:
 
 def resolve_settings(profile: str | None = None, *, rtt_ms=_UNSET, jitter_ms=_UNSET, loss=_UNSET,
                      loss_ab=None, loss_ba=None, rate_bps=_UNSET, mtu=1500,
-                     black_hole_mtu=None, bleach_dscp=False, reorder=0.0) -> LinkSettings:
-    """Combine a profile with explicit values (explicit wins) and validate the result."""
+                     black_hole_mtu=None, bleach_dscp=False, reorder=0.0,
+                     delay_ab_ms=None, delay_ba_ms=None) -> LinkSettings:
+    """Combine a profile with explicit values (explicit wins) and validate the result. One-way
+    delays combine with the RTT as :meth:`LinkSettings.with_delays` says (an explicit RTT)."""
     base = {"rtt_ms": 60.0, "jitter_ms": 0.0, "loss": 0.0, "rate_bps": None}
     if profile is not None:
         p = get_profile(profile)
@@ -126,7 +128,8 @@ def resolve_settings(profile: str | None = None, *, rtt_ms=_UNSET, jitter_ms=_UN
         loss_ba=loss_all if loss_ba is None else loss_ba,
         rate_bps=pick["rate_bps"], mtu=mtu, black_hole_mtu=black_hole_mtu,
         bleach_dscp=bleach_dscp, reorder=reorder,
-    ).validated()
+    ).with_delays(None if rtt_ms is _UNSET else pick["rtt_ms"], delay_ab_ms,
+                  delay_ba_ms).validated()
 
 
 class Lab:
@@ -136,13 +139,15 @@ class Lab:
                  loss_ab: float | None = None, loss_ba: float | None = None, rate_bps=_UNSET,
                  mtu: int = 1500, black_hole_mtu: int | None = None, bleach_dscp: bool = False,
                  reorder: float = 0.0, profile: str | None = None, offload: bool = True,
-                 persistent: bool = False, calibrate: bool = True) -> None:
+                 persistent: bool = False, calibrate: bool = True,
+                 delay_ab_ms: float | None = None, delay_ba_ms: float | None = None) -> None:
         self.name = validate_name(name if name is not None else f"lab{os.getpid()}-{next(_counter)}")
         self.profile = profile
         self.settings = resolve_settings(
             profile, rtt_ms=rtt_ms, jitter_ms=jitter_ms, loss=loss, loss_ab=loss_ab,
             loss_ba=loss_ba, rate_bps=rate_bps, mtu=mtu, black_hole_mtu=black_hole_mtu,
-            bleach_dscp=bleach_dscp, reorder=reorder)
+            bleach_dscp=bleach_dscp, reorder=reorder, delay_ab_ms=delay_ab_ms,
+            delay_ba_ms=delay_ba_ms)
         self.offload = offload
         # A non-persistent lab is removed by its forwarder when the process that brought it up
         # exits, so a test killed with SIGKILL leaves nothing behind; `wanprobe lab up` is
@@ -171,6 +176,7 @@ class Lab:
                   black_hole_mtu=s.black_hole_mtu, bleach_dscp=s.bleach_dscp,
                   reorder=s.reorder, offload=state.get("offload", True),
                   persistent=state.get("persistent", True))
+        lab.settings = s.validated()   # every field, one-way delays and queues included
         lab.profile = state.get("profile")
         lab._started = state.get("started_unix")
         lab.offset_ns = state.get("calibration_offset_ns", 0)
@@ -240,18 +246,13 @@ class Lab:
     def update(self, **changes) -> LinkSettings:
         """Change impairments while the lab runs, e.g. ``lab.update(loss_ab=0.02)``.
 
-        Keys: the LinkSettings fields plus ``loss`` (both directions). Validated first.
+        Keys: the LinkSettings fields plus ``loss`` (both directions); ``rtt_ms`` and the
+        one-way ``delay_ab_ms``/``delay_ba_ms`` combine as :meth:`LinkSettings.with_delays`
+        says. Validated first.
         """
-        if "loss" in changes:
-            loss = changes.pop("loss")
-            changes.setdefault("loss_ab", loss)
-            changes.setdefault("loss_ba", loss)
-        unknown = set(changes) - set(LinkSettings.__dataclass_fields__)
-        if unknown:
-            raise UsageError(f"unknown lab setting(s): {', '.join(sorted(unknown))}")
         if "mtu" in changes:
             raise UsageError("mtu cannot change on a running lab; bring it up again")
-        new = replace(self.settings, **changes).validated()
+        new = self.settings.changed(**changes)
         self._control({"op": "update", "settings": new.to_json()})
         if (new.rate_bps, new.rtt_ms) != (self.settings.rate_bps, self.settings.rtt_ms):
             for ep in (self.a, self.b):

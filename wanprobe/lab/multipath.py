@@ -19,7 +19,6 @@ import contextlib
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 from wanprobe.errors import LabError, UsageError
 from wanprobe.lab import netns, registry
@@ -162,14 +161,10 @@ class MultipathLab:
     def update_path(self, i: int, **changes) -> LinkSettings:
         """Change path ``i``'s impairments live (LinkSettings fields; ``loss`` = both ways)."""
         self._check_via([i])
-        if "loss" in changes:
-            loss = changes.pop("loss")
-            changes.setdefault("loss_ab", loss)
-            changes.setdefault("loss_ba", loss)
-        unknown = set(changes) - set(LinkSettings.__dataclass_fields__) | ({"mtu", "rate_bps"} & set(changes))
-        if unknown:
-            raise UsageError(f"cannot change path setting(s): {', '.join(sorted(unknown))}")
-        new = replace(self.paths[i], **changes).validated()
+        fixed = {"mtu", "rate_bps"} & set(changes)
+        if fixed:
+            raise UsageError(f"cannot change path setting(s): {', '.join(sorted(fixed))}")
+        new = self.paths[i].changed(**changes)
         control(self.forwarder_name(i), {"op": "update", "settings": new.to_json()})
         self.paths[i] = new
         registry.write(self.name, self.state())

@@ -17,6 +17,7 @@ import statistics
 from dataclasses import replace
 
 from wanprobe.probe.flowtrace import FlowTrace
+from wanprobe.probe.owd import merge as owd_merge
 from wanprobe.probe.path_groups import summarize
 from wanprobe.probe.paths import FlowResult, probe_ports, trace_ports
 from wanprobe.probe.result import LossStats, ProbeResult, RttStats
@@ -54,7 +55,7 @@ def merge(results: list[ProbeResult], interval_s: float) -> ProbeResult:
         results[0], duration_s=max(r.duration_s for r in results), interval_s=interval_s,
         rtt=RttStats(**rtt) if rtt else None, loss=loss,
         jitter_ms=statistics.median(jitters) if jitters else None,
-        jitter_forward_ms=None, jitter_reverse_ms=None,
+        jitter_forward_ms=None, jitter_reverse_ms=None, owd=owd_merge([r.owd for r in results]),
         reordered=sum(r.reordered for r in results), duplicates=sum(r.duplicates for r in results),
         rtt_samples_ms=samples)
 

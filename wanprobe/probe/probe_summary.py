@@ -15,6 +15,7 @@ from collections import Counter
 from typing import NamedTuple
 
 from wanprobe.probe import stats
+from wanprobe.probe.owd import OwdClock, owd_report
 from wanprobe.probe.result import DscpReport, LossStats, ProbeResult, RttStats
 from wanprobe.probe.stamp_packet import ClassOfService
 
@@ -43,10 +44,12 @@ def iso_utc(unix_ns: int) -> str:
 def summarize(*, method: str, peer: str, port: int | None, started_ns: int, duration_s: float,
               interval_s: float, size_bytes: int | None, dscp: int, sent: int,
               tx_user_ns: dict[int, int], tx_kernel_ns: dict[int, int], replies: list[Reply],
-              timeout_ns: int, follow_up_ns: dict[int, int] | None = None) -> ProbeResult:
+              timeout_ns: int, follow_up_ns: dict[int, int] | None = None,
+              clock: OwdClock | None = None) -> ProbeResult:
     """Compute the result of one session from its raw records. ``follow_up_ns`` maps a reflector
     sequence number to the kernel transmit time the reflector reported later (RFC 8972 §4.7); it
-    replaces T3 read before sendmsg."""
+    replaces T3 read before sendmsg. ``clock`` (both ends' clocks) gives the one-way delays and
+    their bound (owd.py)."""
     follow_up_ns = follow_up_ns or {}
     arrival = [r[0] for r in replies]
     first: dict[int, Reply] = {r[0]: r for r in reversed(replies)}  # the first copy of each
@@ -98,6 +101,7 @@ def summarize(*, method: str, peer: str, port: int | None, started_ns: int, dura
         tx_timestamp=("kernel" if kernel_tx == len(first) and first else
                       "user" if kernel_tx == 0 else "mixed"),
         rtt_samples_ms=tuple(rtts_ms),
+        owd=owd_report(fwd_ms, rev_ms, clock) if have_oneway else None,
     )
 
 

@@ -1,5 +1,6 @@
 """The TLVs wanprobe's STAMP sender puts in every probe (Class of Service, RFC 8972 §4.7;
-Direct Measurement, §4.5; Follow-Up Telemetry, §4.6; the HMAC TLV in authenticated mode, §4.8)
+Direct Measurement, §4.5; Follow-Up Telemetry, §4.6; Timestamp Information, §4.3, and the
+Same-clock TLV of clock_tlvs.py; the HMAC TLV in authenticated mode, §4.8)
 and how it reads them back from a reply: a fixed-offset fast path for its own layout, a TLV
 walk for anything else. The base layouts come from :mod:`wanprobe.probe.stamp_packet`."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from wanprobe.probe.clock_tlvs import request_tlvs as clock_request_tlvs
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     BASE_LEN,
@@ -73,12 +75,13 @@ def own_tlvs(sess: Any, data, offset: int) -> tuple[ClassOfService | None, tuple
 def probe_template(sess: Any) -> bytearray:
     """The probe bytes with sequence/timestamp/S_TxC left to fill in per packet: the base packet
     (44 octets, or 112 in authenticated mode, RFC 8762 §4.2.2, base HMAC per packet), then CoS,
-    Direct Measurement and Follow-Up, in authenticated mode the HMAC TLV (value per packet,
+    Direct Measurement, Follow-Up, Timestamp Information and Same-clock, in authenticated mode the HMAC TLV (value per packet,
     RFC 8972 §4.8), and Extra Padding up to the payload length."""
     body = bytearray(SENDER_LAYOUT.size if sess.auth is None else AUTH_BASE_LEN)
     body += cos_tlv(sess.dscp).pack()
     body += _DM_HEAD.pack(FLAG_U, TLV_DIRECT_MEASUREMENT, 12, 0, 0, 0)
     body += follow_up_tlv().pack()
+    body += clock_request_tlvs(sess.clock.local.boot_id if sess.clock is not None else None)
     if sess.auth is not None:
         body += TLV_HEADER.pack(FLAG_U, TLV_HMAC, 16) + bytes(16)
     return bytearray(pad_payload(body, sess.payload_len))

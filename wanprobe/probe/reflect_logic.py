@@ -1,6 +1,7 @@
 """What a stateful STAMP Session-Reflector answers to one datagram: a pure function.
 
 RFC 8762 §4.3 (reflected packet, stateful sequence numbering), §4.6 (TWAMP-Light interop),
+RFC 8972 §4.3 (Timestamp Information, answered from this host's clock with its Error Estimate),
 RFC 8972 §4 (TLV flags: U for unrecognised, M for malformed, processing stops at a malformed TLV),
 §4.4 (Class of Service with erratum 8199), §4.5 (Direct Measurement), §4.8 (HMAC TLV); RFC 8762
 §4.3.2/§4.4 for authenticated mode (112-octet base packets with an HMAC over octets 0-95). One deliberate deviation
@@ -15,6 +16,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from wanprobe.probe.clock_tlvs import SAME_CLOCK_LEN, TIMESTAMP_INFO_LEN, TLV_SAME_CLOCK
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     BASE_LEN,
@@ -33,6 +35,7 @@ from wanprobe.probe.stamp_packet import (
     TLV_FOLLOW_UP,
     TLV_HMAC,
     TLV_REFLECTED_CONTROL,
+    TLV_TIMESTAMP_INFO,
     TWAMP_REFLECTOR_MIN_LEN,
     HmacKey,
     check_tlv_hmac,
@@ -59,7 +62,8 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
                 error_estimate: int = 0x0001,
                 dscp_permitted: Callable[[int], bool] | None = None,
                 follow_up: tuple[int, int] | None = None,
-                auth: HmacKey | None = None, base_verified: bool = False) -> Reply | None:
+                auth: HmacKey | None = None, base_verified: bool = False,
+                clock=None) -> Reply | None:
     """Answer ``request`` (a UDP payload) or return None when it is too short to answer.
 
     ``rx_count``/``tx_count`` are the session's counts including this packet (Direct
@@ -72,13 +76,17 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
     octets with a valid HMAC (checked here unless ``base_verified``), else None; the reply uses the
     authenticated layout with its own HMAC, and its TLVs are answered only if the request's HMAC
     TLV verifies (RFC 8972 §4.8), else copied with the I flag set.
+
+    ``clock`` (a :class:`~wanprobe.probe.local_clock.ClockAnswer`) answers the Timestamp
+    Information TLV (RFC 8972 §4.3) and wanprobe's Same-clock TLV (clock_tlvs.py); without it
+    both are echoed as not understood (U set).
     """
     if auth is not None:
         return _build_auth_reply(
             request, auth, base_verified=base_verified, reflector_seq=reflector_seq,
             rx_count=rx_count, tx_count=tx_count, t2_ntp=t2_ntp, t3_ntp=t3_ntp, ttl=ttl,
             tos_received=tos_received, error_estimate=error_estimate,
-            dscp_permitted=dscp_permitted, follow_up=follow_up)
+            dscp_permitted=dscp_permitted, follow_up=follow_up, clock=clock)
     n = len(request)
     if n < TWAMP_REFLECTOR_MIN_LEN:
         return None
@@ -94,7 +102,8 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
     if not any(rest):  # plain zero padding (TWAMP-Light symmetric size, RFC 6038): copy
         return Reply(base + rest, reply_tos)
     out, padding_idx, want_len, malformed, reply_tos, _hmac_idx = _reflect_tlvs(
-        rest, tos_received, rx_count, tx_count, dscp_permitted, follow_up, auth=False)
+        rest, tos_received, rx_count, tx_count, dscp_permitted, follow_up, auth=False,
+        clock=clock)
     if want_len is not None and want_len < n and not malformed:
         # Asymmetrical reply (draft-ietf-ippm-asymmetrical-pkts): drop the Extra Padding and
         # pad back up to the requested length, never above the request.
@@ -114,7 +123,7 @@ def _padded_to(body: bytes, want_len: int) -> bytes:
 
 def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
                   dscp_permitted: Callable[[int], bool] | None,
-                  follow_up: tuple[int, int] | None, *, auth: bool):
+                  follow_up: tuple[int, int] | None, *, auth: bool, clock=None):
     """Answer each TLV (RFC 8972 §4). Returns (reply TLV byte strings, indices of Extra Padding,
     Reflected Control length or None, malformed, reply TOS, index of the HMAC TLV or None). The
     HMAC TLV (auth only) is copied as is; the caller recomputes its value. Long because: one
@@ -166,10 +175,14 @@ def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
             (want_len,) = struct.unpack_from("!I", value)
         elif typ == TLV_EXTRA_PADDING:
             padding_idx.append(len(out))
+        elif clock is not None and typ == TLV_TIMESTAMP_INFO and length == TIMESTAMP_INFO_LEN:
+            value = clock.timestamp_info
+        elif clock is not None and typ == TLV_SAME_CLOCK and length == SAME_CLOCK_LEN:
+            value = clock.same_clock(value)
         elif auth and typ == TLV_HMAC and length == HMAC_LEN and hmac_idx is None:
             hmac_idx = len(out)
         elif typ in (TLV_CLASS_OF_SERVICE, TLV_DIRECT_MEASUREMENT, TLV_REFLECTED_CONTROL,
-                     TLV_FOLLOW_UP):
+                     TLV_FOLLOW_UP) or (clock is not None and typ == TLV_TIMESTAMP_INFO):
             flags |= FLAG_M  # known type, wrong length: RFC 8972 §4 malformed
         else:
             flags |= FLAG_U  # not understood: echo it with U set
@@ -196,7 +209,7 @@ def _build_auth_reply(request: bytes, key: HmacKey, *, base_verified: bool, refl
                       rx_count: int, tx_count: int, t2_ntp: int, t3_ntp: int, ttl: int,
                       tos_received: int, error_estimate: int,
                       dscp_permitted: Callable[[int], bool] | None,
-                      follow_up: tuple[int, int] | None) -> Reply | None:
+                      follow_up: tuple[int, int] | None, clock=None) -> Reply | None:
     n = len(request)
     if n < AUTH_BASE_LEN or not (base_verified or key.verify_base(request)):
         return None
@@ -212,7 +225,8 @@ def _build_auth_reply(request: bytes, key: HmacKey, *, base_verified: bool, refl
     if integrity is False:
         return Reply(base + _integrity_failed_copy(rest), reply_tos, integrity_failed=True)
     out, padding_idx, want_len, malformed, reply_tos, hmac_idx = _reflect_tlvs(
-        rest, tos_received, rx_count, tx_count, dscp_permitted, follow_up, auth=True)
+        rest, tos_received, rx_count, tx_count, dscp_permitted, follow_up, auth=True,
+        clock=clock)
     asym = want_len is not None and want_len < n and not malformed
     keep = [i for i in range(len(out)) if not (asym and i in padding_idx)]
     tlvs = [out[i] for i in keep]

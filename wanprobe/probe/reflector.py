@@ -13,7 +13,9 @@ throughput server's UDP tests) consumed it. Sessions are SSID + 4-tuple (RFC 897
 kernel RX timestamp (SO_TIMESTAMPING software RX); T3 is read right before sendmsg, and the
 kernel's software TX timestamp of each reply (error queue) is sent back in the Follow-Up
 Telemetry TLV of the session's next reply (RFC 8972 §4.7), so a sender can take the Python
-send path out of the turnaround time as well.
+send path out of the turnaround time as well. T2/T3 carry this host's Error Estimate (RFC 4656
+§4.1.2) and the Timestamp Information and Same-clock TLVs are answered from its clock state
+(local_clock.py, refreshed in the background).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from wanprobe.errors import ProbeError
 from wanprobe.probe import timestamps as ts
 from wanprobe.probe.access import AllowList, DscpPolicy
+from wanprobe.probe.local_clock import LOCAL_CLOCK, ClockWatcher
 from wanprobe.probe.probe_options import close_socket, ready_socket
 from wanprobe.probe.reflect_logic import build_reply
 from wanprobe.probe.session_table import MAX_SESSIONS, PER_SOURCE, SessionTable
@@ -97,7 +100,8 @@ class Reflector:
                  dscp_permitted: Callable[[int], bool] | None = None,
                  session_idle_s: float = SESSION_IDLE_S,
                  hmac_key: bytes | str | HmacKey | None = None, allow: tuple[str, ...] = (),
-                 max_sessions: int = MAX_SESSIONS, sessions_per_source: int = PER_SOURCE) -> None:
+                 max_sessions: int = MAX_SESSIONS, sessions_per_source: int = PER_SOURCE,
+                 clock: ClockWatcher | None = None) -> None:
         try:
             self._auth = HmacKey.of(hmac_key)
         except ValueError as exc:
@@ -122,6 +126,8 @@ class Reflector:
                                  "tlv_auth_failed", "not_allowed"), 0)
         self._last_sweep = time.monotonic()
         self._cmsgs: dict[tuple, list] = {}
+        # this host's clock: the Error Estimate of T2/T3 and the clock TLVs (local_clock.py)
+        self._clock = clock if clock is not None else LOCAL_CLOCK
 
     @property
     def address(self) -> tuple:
@@ -132,6 +138,7 @@ class Reflector:
     async def start(self, host: str = "0.0.0.0", port: int = 862) -> None:
         """Bind and start answering; raises ProbeError if the address cannot be bound."""
         self._loop = asyncio.get_running_loop()
+        self._clock.current()   # the first (synchronous) read, before any packet waits on it
         family = socket.AF_INET6 if ":" in (host or "") else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
@@ -234,11 +241,13 @@ class Reflector:
         key = (ssid, addr[0], addr[1], anc.local_addr)
         sess = self._sessions.touch(key, time.monotonic())
         sess[0] += 1
+        clock = self._clock.answer()
         reply = build_reply(
             data, reflector_seq=sess[0] - 1, rx_count=sess[0], tx_count=sess[1] + 1,
             t2_ntp=ntp_from_ns(rx_ns), t3_ntp=ntp_from_ns(time.time_ns()),
             ttl=anc.ttl or 0, tos_received=anc.tos or 0, dscp_permitted=self.dscp_permitted,
             follow_up=sess[3], auth=auth, base_verified=True,
+            error_estimate=clock.error_estimate, clock=clock,
         )
         if reply is None:
             c["short"] += 1

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wanprobe.probe.owd import OwdReport
 
 RTT_KEYS = ("min", "p50", "p90", "p99", "max", "mean", "stdev")
 
@@ -121,6 +125,7 @@ class ProbeResult:
     duplicates: int = 0
     tx_timestamp: str = "kernel"     # "kernel" (SO_TIMESTAMPING TX) or "user" (clock read)
     rtt_samples_ms: tuple[float, ...] = field(default=(), repr=False)
+    owd: OwdReport | None = None     # one-way delay per direction (STAMP only; owd.py)
 
     def to_json(self, *, samples: bool = False) -> dict:
         r = _r6
@@ -135,6 +140,7 @@ class ProbeResult:
             "reordered": self.reordered, "duplicates": self.duplicates,
             "dscp": self.dscp.to_json(), "tx_timestamp": self.tx_timestamp,
             "samples": len(self.rtt_samples_ms),
+            "owd_ms": self.owd.to_json() if self.owd is not None else None,
         }
         if samples:
             doc["rtt_samples_ms"] = [round(x, 6) for x in self.rtt_samples_ms]

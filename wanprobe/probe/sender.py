@@ -17,7 +17,8 @@ its HMAC verifies with that session's key; unauthenticated sessions never take a
 an authenticated one.
 
 RTT = (T4 - T1) - (T3 - T2): kernel TX stamp (or the clock read just before sendmsg when TX
-stamps are off or missing), kernel RX stamp, minus the reflector's residence time.
+stamps are off or missing), kernel RX stamp, minus the reflector's residence time. One-way
+delays T2 - T1 and T4 - T3 and the clocks' bound: clock_tlvs.py, owd.py.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from dataclasses import dataclass, field
 from wanprobe.errors import ProbeError, UsageError
 from wanprobe.probe import limits
 from wanprobe.probe import timestamps as ts
+from wanprobe.probe.clock_tlvs import CLOCK_TLV_BYTES, SessionClock
+from wanprobe.probe.local_clock import LOCAL_CLOCK, ClockWatcher
 from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
 from wanprobe.probe.probe_options import (
     check_common,
@@ -70,7 +73,8 @@ from wanprobe.probe.timer_heap import TimerHeap
 
 STAMP_PORT = 862
 UDP_HEADER = 8
-TLV_BYTES = 8 + 16 + 20      # CoS, Direct Measurement and Follow-Up Telemetry TLVs
+# CoS, Direct Measurement, Follow-Up Telemetry, then Timestamp Information and Same-clock
+TLV_BYTES = 8 + 16 + 20 + CLOCK_TLV_BYTES
 MIN_PAYLOAD = BASE_LEN + TLV_BYTES
 SEND_AHEAD_S = 0.0002   # probes due this soon go out in the same timer tick
 _TIMESPEC = struct.Struct("qq")
@@ -80,10 +84,10 @@ SOL_SOCKET, IPPROTO_IP, IPPROTO_IPV6 = socket.SOL_SOCKET, socket.IPPROTO_IP, soc
 # Authenticated mode (RFC 8762 §4.2.2/§4.3.2): base 0-95, HMAC 96-111, then CoS, DM, Follow-Up,
 # the HMAC TLV (RFC 8972 §4.8) over them, and Extra Padding last.
 _U16 = struct.Struct("!H")
-AUTH_TLVS_END = AUTH_BASE_LEN + TLV_BYTES                 # 156: the HMAC TLV starts here
-AUTH_MIN_PAYLOAD = AUTH_TLVS_END + 4 + 16                 # 176
+AUTH_TLVS_END = AUTH_BASE_LEN + TLV_BYTES                 # 184: the HMAC TLV starts here
+AUTH_MIN_PAYLOAD = AUTH_TLVS_END + 4 + 16                 # 204
 AUTH_S_TXC_OFFSET = AUTH_BASE_LEN + 8 + 4
-_AUTH_TLV_HMAC_AT = AUTH_TLVS_END + 4                     # 160..176: the HMAC TLV value
+_AUTH_TLV_HMAC_AT = AUTH_TLVS_END + 4                     # 188..204: the HMAC TLV value
 _NTP_OFFSET_NS = NTP_UNIX_OFFSET_S * 1_000_000_000
 _new_reply = tuple.__new__   # Reply(...) without NamedTuple's keyword handling, on the hot path
 # With many concurrent sessions, wake-ups are coalesced: replies are read at most every
@@ -124,6 +128,8 @@ class _Session(SessionRecords):
     tlv_rejected: int = 0                         # replies whose TLVs failed RFC 8972 §4.8
     size_bytes: int = 0
     started_ns: int = 0                           # wall clock when the session was opened
+    clock: SessionClock | None = None             # both ends' clocks (clock_tlvs.py)
+    err_word: int = 0x0001                        # our Error Estimate (RFC 4656 §4.1.2)
 
     def pending(self) -> int:
         return len(self.tx_user_ns) - len(self.answered)
@@ -133,7 +139,8 @@ class StampSender:
     """One UDP socket serving any number of concurrent STAMP sessions in the running loop."""
 
     def __init__(self, family: int = socket.AF_INET, *, tx_timestamps: bool = True,
-                 source_port: int = 0, polled: bool = False) -> None:
+                 source_port: int = 0, polled: bool = False,
+                 clock: ClockWatcher | None = None) -> None:
         self.family = family
         self.source_port = source_port  # fixed: one ECMP flow (paths.py); 0: any
         self.tx_timestamps = tx_timestamps
@@ -147,6 +154,7 @@ class StampSender:
         self._timers = TimerHeap(self._tick)   # every session's next probe, one loop timer
         self._paused = False
         self._n_auth = 0   # authenticated sessions on this socket: replies get the auth demux
+        self._clock = clock if clock is not None else LOCAL_CLOCK
 
     def open(self) -> None:
         """Create the socket (in the current thread's network namespace) and start reading."""
@@ -224,6 +232,8 @@ class StampSender:
         self.open()
         sess = _Session(peer, port, self._ssids.take(self._by_ssid, "STAMP sessions on one socket"), dscp, payload_len, int(timeout_s * 1e9))
         sess.auth = auth
+        sess.clock = SessionClock(self._clock.current())
+        sess.err_word = sess.clock.error_word
         self._by_ssid[sess.ssid] = sess
         if auth is not None:
             self._n_auth += 1
@@ -290,10 +300,10 @@ class StampSender:
         ntp = ((sec & 0xFFFFFFFF) << 32) | ((rem_ns << 32) // 1_000_000_000)
         auth = sess.auth
         if auth is None:
-            _BASE.pack_into(template, 0, seq, ntp, 0x0001, sess.ssid)
+            _BASE.pack_into(template, 0, seq, ntp, sess.err_word, sess.ssid)
             _S_TXC.pack_into(template, S_TXC_OFFSET, seq + 1)  # DM S_TxC
         else:  # RFC 8762 §4.2.2 layout; HMAC TLV (RFC 8972 §4.8) first, then the base HMAC
-            _AUTH_BASE.pack_into(template, 0, seq, ntp, 0x0001, sess.ssid)
+            _AUTH_BASE.pack_into(template, 0, seq, ntp, sess.err_word, sess.ssid)
             _S_TXC.pack_into(template, AUTH_S_TXC_OFFSET, seq + 1)
             template[_AUTH_TLV_HMAC_AT:AUTH_MIN_PAYLOAD] = auth.tlv_hmac(
                 template[:4], template[AUTH_BASE_LEN:AUTH_TLVS_END])
@@ -344,7 +354,7 @@ class StampSender:
                     continue
             else:
                 data = buf if n >= BASE_LEN else bytes(buf[:n]) + bytes(BASE_LEN - n)
-                rseq, t3, _e, ssid, t2, sseq, _t1, _se, _ttl = _REFL.unpack_from(data)
+                rseq, t3, err, ssid, t2, sseq, _t1, _se, _ttl = _REFL.unpack_from(data)
                 sess = by_ssid.get(ssid)
                 if sess is None or sess.peer != addr[0] or sess.auth is not None:
                     sess = self._match_without_ssid(addr)
@@ -352,6 +362,11 @@ class StampSender:
                         continue
                 if sseq not in sess.tx_user_ns:
                     continue
+                clk = sess.clock
+                if err != clk.far_word:
+                    clk.note_far(err)   # the reflector's Error Estimate of T2/T3 changed
+                if clk.pending and n > BASE_LEN:
+                    clk.read_tlvs(data[BASE_LEN:n])
                 cos = dm = None
                 if n >= OWN_LAYOUT_LEN and data[45] == 4 and data[53] == 5 and data[69] == 7:
                     # fast path: the TLVs this sender put in, at their fixed offsets
@@ -418,14 +433,16 @@ class StampSender:
             # maybe an unauthenticated reply whose octets 26-27 look like this SSID
             sess.auth_rejected += 1
             return None
-        rseq, t3, _e, _ssid, t2, sseq, _t1, _se, _ttl = _AUTH_REFL.unpack_from(buf)
+        rseq, t3, err, _ssid, t2, sseq, _t1, _se, _ttl = _AUTH_REFL.unpack_from(buf)
         if sseq not in sess.tx_user_ns:
             return (None, 0, 0, 0, 0, None, None)
+        if err != sess.clock.far_word:
+            sess.clock.note_far(err)
         cos = dm = None
         if n > AUTH_BASE_LEN:
             if (n >= AUTH_MIN_PAYLOAD and buf[113] == 4 and buf[121] == 5 and buf[137] == 7
-                    and buf[157] == TLV_HMAC
-                    and not (buf[112] | buf[120] | buf[136] | buf[156]) & FLAG_I):
+                    and buf[AUTH_TLVS_END + 1] == TLV_HMAC
+                    and not (buf[112] | buf[120] | buf[136] | buf[AUTH_TLVS_END]) & FLAG_I):
                 # fast path: our own TLVs at their offsets; RFC 8972 §4.8 check before use
                 with memoryview(buf) as mv:
                     ok = hmac.compare_digest(
@@ -433,6 +450,8 @@ class StampSender:
                         mv[_AUTH_TLV_HMAC_AT:AUTH_MIN_PAYLOAD])
                 if ok:
                     cos, dm = _own_tlvs(sess, buf, AUTH_BASE_LEN)
+                    if sess.clock.pending:
+                        sess.clock.read_tlvs(buf[AUTH_BASE_LEN:AUTH_TLVS_END])
                 else:
                     sess.tlv_rejected += 1
             else:
@@ -444,6 +463,8 @@ class StampSender:
                     sess.tlv_rejected += 1  # RFC 8972 §4.8: stop processing the TLVs
                 else:
                     cos, dm = _slow_tlvs(sess, rest)
+                    if sess.clock.pending:
+                        sess.clock.read_tlvs(rest)
         return sess, rseq, t3, t2, sseq, cos, dm
 
 

@@ -5,6 +5,7 @@ template cache (the daemon opens a session per peer every interval)."""
 
 from __future__ import annotations
 
+from wanprobe.probe.owd import OwdClock
 from wanprobe.probe.probe_summary import summarize
 from wanprobe.probe.probe_tlvs import probe_template
 from wanprobe.probe.result import ProbeResult
@@ -20,13 +21,15 @@ def session_result(sess, duration_s: float) -> ProbeResult:
         dscp=sess.dscp, sent=len(sess.tx_user_ns), tx_user_ns=sess.tx_user_ns,
         tx_kernel_ns=sess.tx_kernel_ns, replies=sess.replies, timeout_ns=sess.timeout_ns,
         follow_up_ns=sess.follow_up_ns,
+        clock=OwdClock(sess.clock.local, sess.clock.far()) if sess.clock is not None else None,
     )
 
 
 def template_for(sess) -> bytearray:
     """A fresh copy of :func:`~wanprobe.probe.probe_tlvs.probe_template` (built once per DSCP,
     length and mode)."""
-    key = (sess.dscp, sess.payload_len, sess.auth is not None)
+    key = (sess.dscp, sess.payload_len, sess.auth is not None,
+           sess.clock.local.boot_id if sess.clock is not None else None)
     made = _TEMPLATES.get(key)
     if made is None:
         made = _TEMPLATES[key] = bytes(probe_template(sess))

@@ -1,0 +1,62 @@
+"""The daemon's one-way delay gauges (issue 20): exported only for a session whose one-way delays
+have a known clock error bound (probe/owd.py did not withhold them); a later session without
+one removes them, so Prometheus never scrapes a value the clocks cannot back. The variation,
+which needs no clock, drives the path watch instead (path_watch.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+
+OWD_QUANTILES = (("min", "0"), ("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"))
+DIRECTIONS = ("forward", "reverse")
+# series one peer adds per probe method while its one-way delays have a bound
+SERIES_PER_PEER_METHOD = len(DIRECTIONS) * len(OWD_QUANTILES) + 1
+
+
+class OwdGauges:
+    """``wanprobe_owd_seconds{direction,quantile}`` and ``wanprobe_owd_clock_error_bound_
+    seconds``, on the path labels the caller gives."""
+
+    def __init__(self, registry: CollectorRegistry, path_labels: list[str]) -> None:
+        self.owd = Gauge("wanprobe_owd_seconds", "One-way delay of the last probe session by "
+                         "direction (forward = to the peer) and quantile; only while the clock "
+                         "error bound is known and smaller than the delays.",
+                         [*path_labels, "direction", "quantile", "method"], registry=registry)
+        self.bound = Gauge("wanprobe_owd_clock_error_bound_seconds", "Worst-case clock error of "
+                           "the one-way delays (0 when both ends share one kernel clock).",
+                           [*path_labels, "method"], registry=registry)
+        self._shown: set[tuple[str, ...]] = set()
+
+    def observe(self, labels: tuple[str, ...], method: str, doc: dict[str, Any]) -> None:
+        """Export the ``owd_ms`` of one ProbeResult document, or remove stale values."""
+        owd = doc.get("owd_ms") or {}
+        bound = owd.get("clock_error_bound_ms")
+        fwd, rev = owd.get("forward") or {}, owd.get("reverse") or {}
+        if bound is None or owd.get("withheld") or fwd.get("p50") is None \
+                or rev.get("p50") is None:
+            self.forget(labels, method)
+            return
+        for direction, values in (("forward", fwd), ("reverse", rev)):
+            for key, q in OWD_QUANTILES:
+                if values.get(key) is not None:
+                    self.owd.labels(*labels, direction, q, method).set(values[key] / 1e3)
+        self.bound.labels(*labels, method).set(bound / 1e3)
+        self._shown.add((*labels, method))
+
+    def forget(self, labels: tuple[str, ...], method: str) -> None:
+        key = (*labels, method)
+        if key not in self._shown:
+            return
+        self._shown.discard(key)
+        for direction in DIRECTIONS:
+            for _, q in OWD_QUANTILES:
+                try:
+                    self.owd.remove(*labels, direction, q, method)
+                except KeyError:
+                    pass
+        try:
+            self.bound.remove(*labels, method)
+        except KeyError:
+            pass
