@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -83,7 +84,6 @@ def test_cli_validator_reads_the_stream(tmp_path, full):
     path = tmp_path / "all.yaml"
     r = invoke("fleet", "kubernetes", "--mesh", MESH)
     path.write_text(r.stdout)
-    import sys
     out = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", str(path)],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -243,5 +243,5 @@ def test_containerfile_builds_what_the_manifests_run():
     # the default command is the one the agent DaemonSet passes
     cmd = json.loads(re.search(r"^CMD (.+)$", text, re.M).group(1))
     assert cmd == ["daemon", "--config", f"{kube_pods.CONFIG_DIR}/wanprobe.toml"]
-    assert re.search(rf"^FROM \S+ AS wheels$", text, re.M)
+    assert re.search(r"^FROM \S+ AS wheels$", text, re.M)
     assert f"python:{pyproject['project']['requires-python'].lstrip('>=')}" in text
