@@ -5,8 +5,9 @@ A host is no-go when it is:
 - ``unreachable``: nothing came back, neither from its STAMP reflector nor to ICMP echo (or it
   does not resolve), or ``timed_out``: its measurement had not finished at the deadline;
 - ``loss_over_slo`` / ``rtt_over_slo``: round-trip loss above the loss SLO (default the fleet
-  rules' ``loss_slo_ratio``, judged on the ratio like ``WanprobeLoss*AboveSLO``), median RTT
-  above ``--rtt-slo`` when one is given;
+  rules' ``loss_slo_ratio``) with 95 % confidence — the Wilson interval's lower end above it, so
+  one lost probe of a few hundred does not block a job (the fleet alerts judge the ratio over
+  minutes of probes; a preflight has seconds) — and median RTT above ``--rtt-slo`` when given;
 - ``mtu_mismatch``: its interface MTU differs from the job's (the most common MTU among the
   hosts that reported one; a tie goes to the larger, the deliberate jumbo setting), or the DF
   search found a path MTU below the interfaces' (a smaller hop: a black hole when PMTUD fails);
@@ -94,8 +95,8 @@ def _slo(m: HostMeasure, th: Thresholds) -> list[Reason]:
         return []
     out = []
     loss = p.loss
-    if loss.ratio > th.loss_slo_ratio:
-        lo, hi = loss.ci95
+    lo, hi = loss.ci95
+    if lo > th.loss_slo_ratio:  # above the SLO with 95 % confidence, not by a probe's chance
         out.append(Reason("loss_over_slo", f"{p.method} round-trip loss {_pct(loss.ratio)} "
                           f"({loss.sent - loss.received} of {loss.sent}; 95 % CI {_pct(lo)}–"
                           f"{_pct(hi)}) over the SLO of {_pct(th.loss_slo_ratio)}"))

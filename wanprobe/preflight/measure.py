@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from collectors.host_facts import HostFacts
@@ -25,7 +25,12 @@ from wanprobe.errors import WanprobeError
 from wanprobe.preflight.hostlist import HostEntry
 from wanprobe.probe.result import MtuResult, ProbeResult
 
-MAX_PPS = 10_000        # probes per second over all hosts; above it the interval stretches
+# Probes per second over all hosts: above it each host's interval stretches. One Python
+# receive loop on the launching host takes the replies of all of them; at 6,400/s on the loaded
+# 2-core VM it dropped replies in its own socket buffer (bench/preflight_scale.py), which would
+# read as path loss.
+MAX_PPS = 2_000
+MIN_COUNT = 20          # fewer probes than this say nothing about loss
 MAX_THREADS = 32        # blocking helpers (DNS, facts) at once
 FACTS_TIMEOUT_S = 5.0
 
@@ -181,12 +186,21 @@ async def _one(m: HostMeasure, plan: ProbePlan, interval_s: float, threads: _Thr
     m.finished = True
 
 
+def fit(plan: ProbePlan, hosts: int, budget_s: float) -> tuple[ProbePlan, float]:
+    """The plan and per-host interval that keep all hosts under MAX_PPS and a host's sessions
+    (STAMP, then ICMP for a silent one, then the MTU search) inside ``budget_s``: a third of it
+    per session; fewer probes per host when a long list needs it, never below MIN_COUNT."""
+    interval_s = max(plan.interval_s, hosts / MAX_PPS)
+    fits = int(budget_s / 3 / interval_s)
+    return replace(plan, count=max(min(plan.count, fits), min(plan.count, MIN_COUNT))), interval_s
+
+
 async def measure(entries: list[HostEntry], plan: ProbePlan, deadline: float,
                   local: frozenset[str] = frozenset(), grace_s: float = 0.5) -> list[HostMeasure]:
     """Every host measured at once; returns at ``deadline`` (time.monotonic()) at the latest.
     ``local``: this host's addresses (a job host that is this host is read, not probed)."""
     out = [HostMeasure(e) for e in entries]
-    interval_s = max(plan.interval_s, len(entries) / MAX_PPS)
+    plan, interval_s = fit(plan, len(entries), deadline - time.monotonic())
     threads = _Threads()
     tasks = [asyncio.ensure_future(_one(m, plan, interval_s, threads, local, deadline))
              for m in out]
