@@ -10,6 +10,9 @@ one runs preflight and fping. "Silent" hosts have every packet dropped by iptabl
 namespace, so preflight pays its ICMP fallback for them.
 
     python bench/preflight_scale.py [--hosts 64] [--silent 8] [--runs 3] [--count 200]
+
+BENCH_DEBUG=1 also prints the first host's reasons and both namespaces' UDP receive-buffer
+drops (nstat UdpRcvbufErrors): where replies were lost when the probe rate was too high.
 """
 
 from __future__ import annotations
