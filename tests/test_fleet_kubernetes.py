@@ -217,6 +217,8 @@ def test_bad_input_is_one_line(tmp_path):
     aliases.write_text("a: &a [x, x]\nb: &b [*a, *a]\ngroups: [*b, *b]\n")
     notrules = tmp_path / "not.yml"
     notrules.write_text("groups: [{name: g}]\n")
+    badtuner = tmp_path / "plan.json"
+    badtuner.write_text('{"changes": [{"tuner": "firmware", "key": "x"}]}')
     twoports = tmp_path / "mesh.toml"
     twoports.write_text('[sites.a]\nmetrics_port = 9100\nhosts = [{ name = "a1", address = '
                         '"10.0.0.1" }]\n[sites.b]\nhosts = [{ name = "b1", address = "10.0.0.2" }]\n')
@@ -225,6 +227,7 @@ def test_bad_input_is_one_line(tmp_path):
             (("--namespace", "Wanprobe"), "RFC 1123"), (("--site-label", "bad label"), "label"),
             (("--plan", str(aliases)), "--tuner and --plan"),
             (("--tuner", "--plan", str(notrules)), "not a wanprobe plan"),
+            (("--tuner", "--plan", str(badtuner)), "cannot be applied unattended"),
             (("--image", "x y"), "image"), (("--scrape-interval", "0s"), "scrape-interval")]:
         assert text in one_line_error(invoke("fleet", "kubernetes", "--mesh", MESH, *args))
     assert "metrics ports" in one_line_error(invoke("fleet", "kubernetes", "--mesh", twoports))

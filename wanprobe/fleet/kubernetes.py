@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from wanprobe import __version__
+from wanprobe.daemon.config import AUTO_APPLY_TUNERS
 from wanprobe.daemon.mesh import Mesh, select_peers
 from wanprobe.errors import ConfigError, UsageError
 from wanprobe.fleet import kube_pods as pods
@@ -147,6 +148,10 @@ def _plan_gate(plan_json: str) -> dict[str, Any]:
                          "tuner; make one with `wanprobe tune plan`)") from None
     if not tuners:
         raise UsageError("--plan: the plan changes nothing")
+    unknown = [t for t in tuners if t not in AUTO_APPLY_TUNERS]
+    if unknown:
+        raise UsageError(f"--plan: tuner {unknown[0]!r} cannot be applied unattended (auto_apply "
+                         f"knows {', '.join(AUTO_APPLY_TUNERS)})")
     return {"enabled": True, "tuners": tuners, "plan": f"{pods.PLAN_DIR}/{pods.PLAN_FILE_NAME}",
             "plan_sha256": hashlib.sha256(plan_json.encode()).hexdigest()}
 
