@@ -106,8 +106,9 @@ def xdc_settings(ports: Sequence[tuple[str, int, float | None]], job: JobSites,
     rails = len(ports)
     out = [("NCCL_IB_HCA", fabric_hcas([(d, p) for d, p, _ in ports], job, rails),
             f"fabric id per NIC = DC_ID × MAX_RAILS + RAIL_ID: this host is in {job.local} "
-            f"(DC_ID {job.dc_id} of {names}, the mesh's order), {rails} rail(s); NICs of one "
-            "datacenter share ids so rings cross datacenters only 2·(nDC−1) times (NCCL ≥ 2.27)"),
+            f"(DC_ID {job.dc_id} of {names}, the mesh's order), {rails} rail(s); a rail's NICs in "
+            "one datacenter share an id, so NCCL knows which NICs are in which datacenter and "
+            "rings cross between them only 2·(nDC−1) times (NCCL ≥ 2.27)"),
            ("NCCL_ALLNET_ENABLE", "1",
             f"the job spans {names}: lets NCCL use the RDMA fabric inside each datacenter and "
             f"another network between them (disables CollNet; NCCL ≥ 2.27; {_CHECK})")]
