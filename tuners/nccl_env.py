@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tuners import sysfs_path
+from tuners.nccl_xdc import Flow, JobSites, qps_for_paths, xdc_settings
 from tuners.rdma_sysfs import RdmaPort, best_gid_for_netdev, nccl_gid_index, read_ports
 from wanprobe.errors import UsageError
 
@@ -63,20 +64,20 @@ class PathFacts:
     peer_tcp_rmem_max: int | None = None
     peer_tcp_wmem_max: int | None = None
     per_stream_bps: tuple[tuple[int, float], ...] = ()  # (streams, rate per stream)
+    # issue 24: the ECMP flows `wanprobe paths` measured, and the sites the job spans
+    flows: tuple[Flow, ...] = ()
+    job: JobSites | None = None
 
 
 def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-def _pick(d: Any, *keys: str) -> float | None:
-    if not isinstance(d, dict):
-        return _num(d)
-    for k in keys:
-        v = _num(d.get(k))
-        if v is not None:
-            return v
-    return None
+def _at(d: Any, key: str) -> float | None:
+    """``d[key]`` (a dotted path) when it is a finite number; None when absent or not one."""
+    for part in key.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return _num(d)
 
 
 def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list]:
@@ -106,60 +107,52 @@ def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list]:
     return dscp, ecmp, knobs
 
 
-def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
-    """Lenient read of a diagnose report: every part is optional."""
-    if not report:
-        return PathFacts()
-    host, peer = report.get("host") or {}, report.get("peer") or {}
-    meas = report.get("measurements") or {}
-    path = meas.get("path") or {}
-    ifaces = host.get("ifaces") or {}
-    iface = peer.get("iface") or host.get("route_iface") or (meas.get("mtu") or {}).get("iface")
-    if not iface:
-        real = [n for n in ifaces if n != "lo"]
-        iface = real[0] if len(real) == 1 else None
-    info = ifaces.get(iface) or {} if iface else {}
-    rtt = _pick(path.get("rtt_ms"), "p99", "p95", "max", "p50", "median", "mean")
-    loss = _pick(path.get("loss"), "ratio", "fraction", "total", "ab", "ba")
-    if loss is not None and loss > 1:
-        loss = loss / 100  # given in percent
-    speed = _num(info.get("speed_mbps"))
-    link = speed * 1e6 if speed and speed > 0 else _pick(meas.get("throughput") or {}, "link_bits_per_second")
-    for f in report.get("findings") or []:  # the rate diagnose sized for, unless it only assumed it
+def _link_bps(report: dict[str, Any], path: dict, speed_mbps: float | None) -> float | None:
+    """The rate to size for: the measured (or operator's) path capacity, else the rate a rule
+    sized for (unless it only assumed one), else the egress NIC speed."""
+    cap = _num(path.get("capacity_bits_per_second"))  # diagnose/run.py _capacity
+    if cap and str(path.get("capacity_source", "")).startswith(("udp_burst", "operator")):
+        return cap
+    for f in report.get("findings") or []:  # rules' evidence: link_rate_bps / link_rate_assumed
         ev = (f or {}).get("evidence") or {}
         if isinstance(ev, dict) and _num(ev.get("link_rate_bps")) and ev.get("link_rate_assumed") is not True:
-            link = _num(ev["link_rate_bps"])
-            break
-    sysctls = host.get("sysctls") or {}
+            return _num(ev["link_rate_bps"])
+    return speed_mbps * 1e6 if speed_mbps and speed_mbps > 0 else None
 
-    def field_max(key: str) -> int | None:
-        try:
-            return int(str(sysctls[key]).split()[-1])
-        except (KeyError, ValueError, IndexError):
-            return None
 
-    dscp, ecmp_knob, knobs = _report_knobs(report)
-    ecmp = ecmp_knob or bool(path.get("ecmp") or (_num(path.get("ecmp_paths")) or 0) > 1)
-    cap = _num(path.get("capacity_bits_per_second"))
-    if cap and str(path.get("capacity_source", "")).startswith(("udp_burst", "operator")):
-        link = cap  # measured (or the operator's) path capacity beats the NIC speed
-    peer = meas.get("peer_facts") or {}
+def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
+    """A diagnose report's figures, each under the one key its producer writes: the probe's
+    ``rtt_ms.p99`` and ``loss.ratio`` (probe/result.py), the MTU search's ``iface``
+    (diagnose/run.py), the host dict (diagnose/host_config.py, typed by ``Host.from_report``),
+    the peer's host facts (``HostFacts``), the 1/2/4/8-stream scan (run.measure_streams_scan).
+    Every part is optional."""
+    from wanprobe.diagnose.host_inputs import Host, facts_or_none
 
-    def peer_max(key: str) -> int | None:
-        v = peer.get(key) if isinstance(peer, dict) else None
-        return int(v[2]) if isinstance(v, list) and len(v) == 3 and isinstance(v[2], int) else None
-
+    if not report:
+        return PathFacts()
+    meas = report.get("measurements") or {}
+    path = meas.get("path") if isinstance(meas.get("path"), dict) else {}
+    host = Host.from_report(report.get("host") if isinstance(report.get("host"), dict) else None)
+    iface = (meas.get("mtu") or {}).get("iface") if isinstance(meas.get("mtu"), dict) else None
+    if not iface and host:
+        real = [i.name for i in host.ifaces if i.name != "lo"]
+        iface = real[0] if len(real) == 1 else None
+    link = host.iface(iface) if host and iface else None
+    dscp, ecmp, knobs = _report_knobs(report)
+    peer = facts_or_none(meas.get("peer_facts"))
     scan = tuple((int(r["streams"]), float(r["per_stream_bits_per_second"]))
                  for r in meas.get("streams_scan") or []
                  if isinstance(r, dict) and _num(r.get("streams")) and
                  _num(r.get("per_stream_bits_per_second")))
-    return PathFacts(iface=iface, rtt_ms=rtt, loss=loss, link_bps=link,
-                     peer_tcp_rmem_max=peer_max("tcp_rmem_bytes"),
-                     peer_tcp_wmem_max=peer_max("tcp_wmem_bytes"), per_stream_bps=scan,
-                     tcp_rmem_max=field_max("net.ipv4.tcp_rmem"), tcp_wmem_max=field_max("net.ipv4.tcp_wmem"),
-                     mtu=int(info["mtu"]) if isinstance(info.get("mtu"), int) else None,
-                     cc=sysctls.get("net.ipv4.tcp_congestion_control"), dscp=dscp, ecmp=ecmp,
-                     nccl_knobs=tuple(knobs))
+    return PathFacts(iface=iface, rtt_ms=_at(path, "rtt_ms.p99"), loss=_at(path, "loss.ratio"),
+                     link_bps=_link_bps(report, path, link.speed_mbps if link else None),
+                     peer_tcp_rmem_max=peer.tcp_rmem_bytes[2] if peer and peer.tcp_rmem_bytes else None,
+                     peer_tcp_wmem_max=peer.tcp_wmem_bytes[2] if peer and peer.tcp_wmem_bytes else None,
+                     per_stream_bps=scan,
+                     tcp_rmem_max=host.tcp_rmem_bytes[2] if host and host.tcp_rmem_bytes else None,
+                     tcp_wmem_max=host.tcp_wmem_bytes[2] if host and host.tcp_wmem_bytes else None,
+                     mtu=link.mtu_bytes if link else None, cc=host.cc_current if host else None,
+                     dscp=dscp, ecmp=ecmp, nccl_knobs=tuple(knobs))
 
 
 def with_live_sysctls(facts: PathFacts, proc_root: Path) -> PathFacts:
@@ -185,23 +178,45 @@ def ib_timeout(rtt_ms: float, rtts: int = 4) -> int:
     return max(1, min(31, math.ceil(math.log2(need_s / IB_TIMEOUT_UNIT_S))))
 
 
-def sockets_needed(f: PathFacts) -> tuple[int, float] | None:
-    """(sockets, per-socket ceiling bit/s) so that sockets × ceiling ≥ link rate (not capped)."""
-    if not f.rtt_ms or not f.link_bps:
-        return None
+def _socket_ceiling(f: PathFacts, rtt_ms: float, loss: float | None) -> float:
+    """What one socket reaches at ``rtt_ms`` and ``loss``: the link, the smallest buffer's
+    window per RTT, the congestion control's loss bound."""
     from wanprobe.models.bdp import window_from_buffer_bytes, window_limited_rate_bps
     from wanprobe.models.tcp_rate import cc_limited_rate_bps
 
-    rtt_s = f.rtt_ms / 1e3
-    ceiling = f.link_bps
+    if loss is not None and loss >= 1.0:
+        return 0.0  # every probe lost: a socket hashed onto that path stalls
+    rtt_s = rtt_ms / 1e3
+    ceiling = f.link_bps or 0.0
     # both directions of an all-reduce: each end's receive and send buffers bound a socket
     bufs = [b for b in (f.tcp_rmem_max, f.tcp_wmem_max, f.peer_tcp_rmem_max,
                         f.peer_tcp_wmem_max) if b]
     if bufs:
         ceiling = min(ceiling, window_limited_rate_bps(window_from_buffer_bytes(min(bufs)), rtt_s))
-    if f.loss:
+    if loss:
         mss = (f.mtu or 1500) - 52
-        ceiling = min(ceiling, cc_limited_rate_bps(f.cc or "cubic", f.link_bps, mss, rtt_s, min(f.loss, 1.0)))
+        ceiling = min(ceiling, cc_limited_rate_bps(f.cc or "cubic", f.link_bps or 0.0, mss, rtt_s, loss))
+    return ceiling
+
+
+def flow_ceilings(f: PathFacts) -> list[tuple[Flow, float]]:
+    """Each measured ECMP flow with what one socket on its path reaches (its own RTT and
+    loss; the path's RTT where the flow has none)."""
+    if not f.link_bps or not f.rtt_ms:
+        return []
+    return [(fl, _socket_ceiling(f, fl.rtt_p99_ms or f.rtt_ms, fl.loss_ratio)) for fl in f.flows]
+
+
+def sockets_needed(f: PathFacts) -> tuple[int, float] | None:
+    """(sockets, per-socket ceiling bit/s) so that sockets × ceiling ≥ link rate (not capped).
+    With measured ECMP flows the ceiling is the slowest flow's: NCCL splits a transfer equally
+    over its sockets, so all of them move at the slowest one's pace (nccl-tests#83)."""
+    if not f.rtt_ms or not f.link_bps:
+        return None
+    ceiling = _socket_ceiling(f, f.rtt_ms, min(f.loss, 1.0) if f.loss else None)
+    flows = flow_ceilings(f)
+    if flows:
+        ceiling = min(ceiling, min(c for _, c in flows))
     if f.per_stream_bps:  # measured: the best one stream reached on this path
         ceiling = min(ceiling, max(bps for _, bps in f.per_stream_bps))
     if ceiling <= 0:
@@ -224,9 +239,67 @@ def _ecn_on(sys_root: Path, netdev: str, prio: int) -> bool | None:
     return any(v == "1" for v in vals)
 
 
+def _socket_why(f: PathFacts, ceiling: float) -> str:
+    """Where the per-socket ceiling came from: the slowest measured ECMP flow, or the path."""
+    flows = flow_ceilings(f)
+    slow = min(flows, key=lambda x: x[1]) if flows else None
+    if slow is None or slow[1] > ceiling:
+        return (f"one socket tops out at ~{ceiling / 1e6:.0f} Mbit/s (window/RTT"
+                f"{', loss' if f.loss else ''}) at {f.rtt_ms:.3g} ms")
+    fl, rate = slow
+    mean = sum(c for _, c in flows) / len(flows)
+    loss = f"{fl.loss_ratio * 100:.2g} % loss" if fl.loss_ratio else "no loss"
+    return (f"the slowest of {len(flows)} measured ECMP flows (source port {fl.src_port}, "
+            f"{loss}, p99 {fl.rtt_p99_ms or f.rtt_ms:.3g} ms; `wanprobe paths`) tops out at "
+            f"~{rate / 1e6:.0f} Mbit/s per socket, the flows' average ~{mean / 1e6:.0f}: NCCL "
+            "moves every socket at the slowest one's pace (nccl-tests#83)")
+
+
+def _socket_vars(f: PathFacts) -> list[EnvVar]:
+    """NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD: enough sockets at the per-socket ceiling
+    for the link rate, within NCCL's 16 threads and 64 sockets."""
+    need = sockets_needed(f)
+    if not need or need[0] <= 1:
+        return []
+    n, ceiling = need
+    threads, per = split_sockets(min(n, MAX_SOCKETS))
+    total = threads * per
+    why = f"{_socket_why(f, ceiling)}; {threads}×{per}={total} sockets "
+    if n <= MAX_SOCKETS:
+        why += f"cover {f.link_bps / 1e9:g} Gbit/s (≤ 64)"
+    else:
+        why += (f"(NCCL's cap of 64) reach ~{total * ceiling / 1e9:.2g} of {f.link_bps / 1e9:g} "
+                f"Gbit/s; {n} would be needed: raise tcp_rmem/tcp_wmem max, or mend the slow path")
+    return [EnvVar("NCCL_SOCKET_NTHREADS", str(threads), why),
+            EnvVar("NCCL_NSOCKS_PERTHREAD", str(per), why)]
+
+
+def _ib_vars(f: PathFacts) -> list[EnvVar]:
+    """NCCL_IB_TIMEOUT from the measured RTT; NCCL_IB_QPS_PER_CONNECTION from the measured
+    ECMP paths (or 4 where a finding only said the fabric is ECMP)."""
+    out = []
+    if f.rtt_ms:
+        t = ib_timeout(f.rtt_ms)
+        chosen = max(t, IB_TIMEOUT_DEFAULT)
+        out.append(EnvVar("NCCL_IB_TIMEOUT", str(chosen),
+                          f"4.096 µs × 2^{chosen} = {IB_TIMEOUT_UNIT_S * 2**chosen:.3g} s ≥ 4 × RTT "
+                          f"({f.rtt_ms:.3g} ms needs t ≥ {t}); NCCL < 2.23 defaults to 18 or 14 (67 ms)"))
+    paths = qps_for_paths(f.flows)
+    if paths:
+        out.append(EnvVar("NCCL_IB_QPS_PER_CONNECTION", str(paths[0]),
+                          f"{paths[1]}: {paths[0]} QPs per connection (each its own 5-tuple for the "
+                          f"switch hash) spread it over all of them at {f.rtt_ms or 0:.3g} ms"))
+    elif f.ecmp:
+        out.append(EnvVar("NCCL_IB_QPS_PER_CONNECTION", "4",
+                          "ECMP fabric: 4 QPs per connection give the switch hash 4× the entropy"))
+    return out
+
+
 def compute(facts: PathFacts, sys_root: Path = Path("/sys"), *,
-            nccl_version: tuple[int, int] = (2, 21), transport: str = "auto") -> list[EnvVar]:
-    """The variables to set, in a stable order; nothing is emitted without a reason."""
+            nccl_version: tuple[int, int] = (2, 21), transport: str = "auto",
+            notes: list[str] | None = None) -> list[EnvVar]:
+    """The variables to set, in a stable order; nothing is emitted without a reason. What
+    could not be set and why goes to ``notes`` when given."""
     out: list[EnvVar] = []
     ports = [p for p in read_ports(sys_root) if p.active]
     iface = facts.iface
@@ -240,36 +313,21 @@ def compute(facts: PathFacts, sys_root: Path = Path("/sys"), *,
         out.append(EnvVar("NCCL_SOCKET_IFNAME", f"={iface}",
                           f"bootstrap/socket traffic on {iface}, the interface toward the peer (exact match, "
                           "no prefix surprises)"))
-    if rdma:
+    xdc, xdc_notes = (xdc_settings([(p.device, p.port, p.rate_gbps) for p in rdma], facts.job,
+                                   nccl_version) if facts.job else ([], []))
+    if notes is not None:
+        notes += xdc_notes
+    if rdma and not xdc:
         hcas = ",".join(f"{p.device}:{p.port}" for p in rdma)
         out.append(EnvVar("NCCL_IB_HCA", f"={hcas}", f"active {'RoCE' if roce else 'IB'} port(s) "
                           f"{hcas}{' bound to ' + iface if roce and iface else ''}"))
+    out += [EnvVar(*x) for x in xdc]
     if roce:
         out += _roce_vars(roce, iface, facts, sys_root, nccl_version)
-    if rdma and facts.rtt_ms:
-        t = ib_timeout(facts.rtt_ms)
-        chosen = max(t, IB_TIMEOUT_DEFAULT)
-        out.append(EnvVar("NCCL_IB_TIMEOUT", str(chosen),
-                          f"4.096 µs × 2^{chosen} = {IB_TIMEOUT_UNIT_S * 2**chosen:.3g} s ≥ 4 × RTT "
-                          f"({facts.rtt_ms:.3g} ms needs t ≥ {t}); NCCL < 2.23 defaults to 18 or 14 (67 ms)"))
-    if rdma and facts.ecmp:
-        out.append(EnvVar("NCCL_IB_QPS_PER_CONNECTION", "4",
-                          "ECMP fabric: 4 QPs per connection give the switch hash 4× the entropy"))
+    if rdma:
+        out += _ib_vars(facts)
     if not rdma or transport == "socket":
-        need = sockets_needed(facts)
-        if need and need[0] > 1:
-            n, ceiling = need
-            threads, per = split_sockets(min(n, MAX_SOCKETS))
-            total = threads * per
-            why = (f"one socket tops out at ~{ceiling / 1e6:.0f} Mbit/s (window/RTT"
-                   f"{', loss' if facts.loss else ''}) at {facts.rtt_ms:.3g} ms; {threads}×{per}={total} sockets ")
-            if n <= MAX_SOCKETS:
-                why += f"cover {facts.link_bps / 1e9:g} Gbit/s (≤ 64)"
-            else:
-                why += (f"(NCCL's cap of 64) reach ~{total * ceiling / 1e9:.2g} of {facts.link_bps / 1e9:g} "
-                        f"Gbit/s; {n} would be needed: raise tcp_rmem/tcp_wmem max")
-            out.append(EnvVar("NCCL_SOCKET_NTHREADS", str(threads), why))
-            out.append(EnvVar("NCCL_NSOCKS_PERTHREAD", str(per), why))
+        out += _socket_vars(facts)
     have = {v.name for v in out}
     for name, value, reason in facts.nccl_knobs:
         if name in have:
@@ -278,7 +336,8 @@ def compute(facts: PathFacts, sys_root: Path = Path("/sys"), *,
             out.append(EnvVar(name, value, reason))
             have.add(name)
     buffsize = buffsize_var(facts)
-    if buffsize and buffsize.name not in have and (not rdma or transport == "socket"):
+    spans = facts.job is not None and facts.job.spans
+    if buffsize and buffsize.name not in have and (not rdma or transport == "socket" or spans):
         out.append(buffsize)
     return out
 
@@ -338,12 +397,14 @@ def _quote_sh(v: str) -> str:
     return "'" + v.replace("'", "'\\''") + "'"
 
 
-def render(variables: list[EnvVar], fmt: str, *, header: str = "generated by wanprobe nccl-env") -> str:
+def render(variables: list[EnvVar], fmt: str, *, header: str = "generated by wanprobe nccl-env",
+           notes: list[str] | tuple[str, ...] = ()) -> str:
     """``env``/``nccl.conf``: NAME=VALUE with ``#`` comment lines (NCCL's parser: no quoting);
-    ``shell``: export lines; ``systemd``: Environment= lines; ``k8s``: a container ``env:`` list."""
+    ``shell``: export lines; ``systemd``: Environment= lines; ``k8s``: a container ``env:`` list.
+    ``notes`` (what was not set, and why) become comment lines under the header."""
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
-    lines = [f"# {header}"]
+    lines = [f"# {header}"] + [f"# note: {n}" for n in notes]
     if fmt == "k8s":
         lines.append("env:")
         for v in variables:

@@ -41,7 +41,7 @@ EX_SOFTWARE = 70  # sysexits.h: an internal error, not the user's input
 
 COMMAND_MODULES = (
     "lab", "demo", "probe", "throughput", "counters", "diagnose", "tune", "nccl",
-    "report", "impact", "daemon", "fleet", "paths",
+    "report", "impact", "daemon", "fleet", "paths", "preflight",
 )
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

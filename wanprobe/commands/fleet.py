@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -113,6 +114,60 @@ def rules(
                      runbook_url=_matching("--runbook-url", _RUNBOOK, runbook_url,
                                            "an http(s) URL or a .md path"))
     typer.echo(dumps(rule_groups(s)), nl=False)
+
+
+def _labels(option: str, items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{option}: {shown(item)} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+@app.command("kubernetes")
+def kubernetes(
+    mesh: Annotated[Path, typer.Option("--mesh", help="The fleet's mesh file (TOML or JSON).")],
+    namespace: Annotated[str, typer.Option("--namespace", help="The agent's namespace.")] = "wanprobe",
+    image: Annotated[str | None, typer.Option("--image", help="Container image (built with the "
+                                              "Containerfile; default wanprobe:VERSION).")] = None,
+    key_secret: Annotated[str | None, typer.Option(
+        "--key-secret", help="An existing Secret holding the reflector's HMAC key as hmac.key "
+        "(never written into a ConfigMap).")] = None,
+    site_label: Annotated[str, typer.Option("--site-label", help="Node label whose value is the "
+                                            "node's site.")] = "topology.kubernetes.io/region",
+    site: Annotated[str | None, typer.Option("--site", help="Only this site's agents (one "
+                                             "cluster per site).")] = None,
+    job: Annotated[str, typer.Option("--job", help="Scrape job name (as `fleet rules --job`).")] = "wanprobe",
+    monitor_label: Annotated[list[str] | None, typer.Option(
+        "--monitor-label", help="KEY=VALUE on the ServiceMonitor and PrometheusRule (your "
+        "Prometheus' selectors, e.g. release=kube-prometheus-stack); repeatable.")] = None,
+    scrape_interval: Annotated[str, typer.Option("--scrape-interval")] = "30s",
+    rules_file: Annotated[Path | None, typer.Option(
+        "--rules", help="A rules file from `wanprobe fleet rules` (default: its defaults).")] = None,
+    tuner: Annotated[bool, typer.Option("--tuner", help="Also the tuner (NET_ADMIN, its own "
+                                        "privileged namespace); needs --plan.")] = False,
+    tuner_namespace: Annotated[str, typer.Option("--tuner-namespace")] = "wanprobe-tuner",
+    plan: Annotated[Path | None, typer.Option("--plan", help="The signed-off plan the tuner may "
+                                              "apply (from `wanprobe tune plan`).")] = None,
+) -> None:
+    """Print Kubernetes manifests (one YAML stream): agent DaemonSets, config, Service,
+    ServiceMonitor, PrometheusRule, and the opt-in tuner."""
+    from wanprobe.fleet.kubernetes import KubeSettings, render
+    from wanprobe.fleet.rules import prom_duration
+
+    if tuner != (plan is not None):
+        raise UsageError("--tuner and --plan go together: the tuner applies only the signed-off plan")
+    settings = KubeSettings(namespace=namespace, tuner_namespace=tuner_namespace,
+                            key_secret=key_secret, site_label=site_label, site=site,
+                            job=_matching("--job", _JOB, job, "a Prometheus job name"),
+                            monitor_labels=_labels("--monitor-label", monitor_label or []),
+                            scrape_interval=prom_duration(_duration(
+                                "--scrape-interval", scrape_interval, allow_zero=False)))
+    if image is not None:
+        settings = replace(settings, image=image)
+    typer.echo(render(mesh, settings, rules_file, plan), nl=False)
 
 
 @app.command("matrix")

@@ -32,6 +32,9 @@ def nccl_env(
     nccl_version: Annotated[str, typer.Option("--nccl-version", help="NCCL release the job uses (GID index logic changed in 2.21).")] = "2.21",
     transport: Annotated[str, typer.Option("--transport", help="auto | ib | socket")] = "auto",
     ecmp: Annotated[bool, typer.Option("--ecmp", help="The fabric hashes flows over ECMP paths.")] = False,
+    mesh: Annotated[str | None, typer.Option("--mesh", help="The fleet's mesh file: which site this host and the report's peer are in (cross-datacenter settings when they differ).")] = None,
+    site: Annotated[str | None, typer.Option("--site", help="This host's site (default: found in --mesh by name or address).")] = None,
+    paths: Annotated[str | None, typer.Option("--paths", help="`wanprobe paths --json` toward the peer: sockets are sized from its slowest ECMP flow.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Compute NCCL_SOCKET_IFNAME, NCCL_IB_HCA/TC/TIMEOUT/QPS/GID_INDEX and socket counts."""
@@ -51,7 +54,8 @@ def nccl_env(
     if iface:
         iface = parse_ifname(iface)
     rtt_ms = parse_duration_ms(rtt, maximum_s=MAX_RTT_S) if rtt else None
-    facts = facts_from_report(load_report(report) if report else None)
+    doc = load_report(report) if report else None
+    facts = facts_from_report(doc)
     if facts.tcp_rmem_max is None or facts.cc is None:
         facts = with_live_sysctls(facts, proc_path)
     if iface:
@@ -62,10 +66,42 @@ def nccl_env(
         facts = replace(facts, link_bps=parse_rate_bps(link_rate))
     if ecmp:
         facts = replace(facts, ecmp=True)
-    variables = compute(facts, sys_path, nccl_version=_version(nccl_version), transport=transport)
+    notes: list[str] = []
+    facts = _with_sites_and_flows(facts, doc, mesh, site, paths, notes)
+    variables = compute(facts, sys_path, nccl_version=_version(nccl_version), transport=transport,
+                        notes=notes)
     if as_json:
         typer.echo(json.dumps({"format": fmt, "variables": [v.to_json() for v in variables],
-                               "text": render(variables, fmt)}, indent=2))
+                               "notes": notes, "text": render(variables, fmt, notes=notes)},
+                              indent=2))
         return
-    typer.echo(render(variables, fmt), nl=False)
+    typer.echo(render(variables, fmt, notes=notes), nl=False)
+
+
+def _with_sites_and_flows(facts, report: dict | None, mesh: str | None, site: str | None,
+                          paths: str | None, notes: list[str]):
+    """The job's sites (--mesh, the report's peer) and the ECMP flows (--paths) in the facts."""
+    from dataclasses import replace
+    from socket import gethostname
+
+    from tuners.nccl_xdc import flows_from_paths, job_from_mesh
+    from wanprobe.daemon.mesh import load_mesh, local_addresses
+    from wanprobe.userfiles import read_json
+
+    if paths is not None:
+        flows = flows_from_paths(read_json(paths, "--paths"))
+        if not flows:
+            raise UsageError(f"--paths {paths}: no flows (want `wanprobe paths --json` output)")
+        facts = replace(facts, flows=flows)
+    if mesh is None:
+        if site is not None:
+            raise UsageError("--site needs --mesh (the sites and their order)")
+        return facts
+    peer = ((report or {}).get("peer") or {}).get("address")
+    if not isinstance(peer, str) or not peer:
+        raise UsageError("--mesh needs --report (its peer is the far end of the job)")
+    job, more = job_from_mesh(load_mesh(mesh), site, [peer], hostname=gethostname(),
+                              addresses=local_addresses())
+    notes += more
+    return replace(facts, job=job)
 

@@ -1,50 +1,47 @@
-"""A YAML writer for the plain documents wanprobe prints (Prometheus rules): mappings, lists,
-strings, numbers and booleans. Every string is a JSON string, which YAML 1.2 reads as a
-double-quoted scalar (YAML 1.2 §7.3.1), so no value can change meaning on the way."""
+"""YAML for the documents wanprobe prints (Prometheus rules, Kubernetes manifests), written by
+PyYAML (https://pyyaml.org/wiki/PyYAMLDocumentation) in block style.
+
+Plain data only (mappings, lists, strings, numbers, booleans): ``SafeDumper`` quotes every
+string a YAML 1.1 or 1.2 reader would take for another type (``"on"``, ``"1e3"``, ``"null"``),
+so Prometheus (Go yaml) and kubectl read back exactly the document that was written; a shared
+object is written out again instead of as an anchor/alias, lines are never folded (a PromQL
+expression stays on one line as written) and a multi-line string is a literal block.
+"""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable
 from typing import Any
 
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    raise TypeError(f"no YAML form for {type(value).__name__}")
+import yaml
 
 
-def _lines(value: Any, indent: int) -> list[str]:
-    pad = " " * indent
-    if isinstance(value, dict):
-        if not value:
-            return [pad + "{}"]
-        out = []
-        for k, v in value.items():
-            if isinstance(v, dict | list) and v:
-                out.append(f"{pad}{k}:")
-                out += _lines(v, indent + 2)
-            elif isinstance(v, dict | list):
-                out.append(f"{pad}{k}: {'{}' if isinstance(v, dict) else '[]'}")
-            else:
-                out.append(f"{pad}{k}: {_scalar(v)}")
-        return out
-    if isinstance(value, list):
-        if not value:
-            return [pad + "[]"]
-        out = []
-        for item in value:
-            sub = _lines(item, indent + 2)
-            out.append(f"{pad}- {sub[0].lstrip()}")
-            out += sub[1:]
-        return out
-    return [pad + _scalar(value)]
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper without anchors: Kubernetes and Prometheus files are read by people too."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    """A multi-line string (a file in a ConfigMap) as a literal block (YAML 1.2 §8.1.2), so it
+    reads as the file; PyYAML falls back to a quoted scalar where a block cannot hold it."""
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text,
+                                   style="|" if "\n" in text else None)
+
+
+_Dumper.add_representer(str, _str)
+
+
+_OPTIONS = {"Dumper": _Dumper, "default_flow_style": False, "sort_keys": False,
+            "allow_unicode": True, "width": 2**31 - 1}
 
 
 def dumps(doc: Any) -> str:
     """``doc`` as block-style YAML text, ending in a newline."""
-    return "\n".join(_lines(doc, 0)) + "\n"
+    return yaml.dump(doc, **_OPTIONS)
+
+
+def dumps_all(docs: Iterable[Any]) -> str:
+    """Several documents as one YAML stream (``---`` between them), as ``kubectl apply -f`` reads."""
+    return yaml.dump_all(list(docs), explicit_start=True, **_OPTIONS)
