@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
+import itertools
 import socket
 import struct
 import subprocess
@@ -521,6 +522,9 @@ def fuzz_target():
         yield r, port, c
 
 
+_LIVENESS_SEQ = itertools.count(0xF00D)   # a fresh number each time: a repeat is a replay
+
+
 def _valid_probe_answered(c, port, seq):
     c.sendto(auth_sender_bytes(seq, ntp_now(), 77, KEY), ("127.0.0.1", port))
     data = recv_or_none(c, 2)
@@ -555,7 +559,7 @@ def test_fuzz_garbage_at_authenticated_reflector(fuzz_target, batch):
     before = r.stats()
     for g in batch:
         c.sendto(g, ("127.0.0.1", port))
-    _valid_probe_answered(c, port, 0xF00D)
+    _valid_probe_answered(c, port, next(_LIVENESS_SEQ))
     after = stats(r, lambda s: s["reflected"] - before.reflected == 1)
     assert after["auth_failed"] - before.auth_failed == len(batch)
     assert after["reflected"] - before.reflected == 1

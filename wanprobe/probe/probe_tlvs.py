@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from wanprobe.probe.reflector_report import sender_tlv as report_tlv
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     BASE_LEN,
@@ -74,11 +75,13 @@ def probe_template(sess: Any) -> bytearray:
     """The probe bytes with sequence/timestamp/S_TxC left to fill in per packet: the base packet
     (44 octets, or 112 in authenticated mode, RFC 8762 §4.2.2, base HMAC per packet), then CoS,
     Direct Measurement and Follow-Up, in authenticated mode the HMAC TLV (value per packet,
-    RFC 8972 §4.8), and Extra Padding up to the payload length."""
+    RFC 8972 §4.8), and Extra Padding up to the payload length. Our Reflector Report TLV goes
+    after Follow-Up (before the HMAC TLV, which covers it)."""
     body = bytearray(SENDER_LAYOUT.size if sess.auth is None else AUTH_BASE_LEN)
     body += cos_tlv(sess.dscp).pack()
     body += _DM_HEAD.pack(FLAG_U, TLV_DIRECT_MEASUREMENT, 12, 0, 0, 0)
     body += follow_up_tlv().pack()
+    body += report_tlv()   # reflector_report.py: the reflector's drops, limit and session epoch
     if sess.auth is not None:
         body += TLV_HEADER.pack(FLAG_U, TLV_HMAC, 16) + bytes(16)
     return bytearray(pad_payload(body, sess.payload_len))

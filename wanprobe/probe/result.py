@@ -36,8 +36,13 @@ class LossStats:
     """Round-trip loss and, when the reflector counts what it received, its split by direction.
 
     ``forward_ratio`` = probes that never reached the reflector / probes sent up to the last
-    answered one; ``reverse_ratio`` = replies lost / probes the reflector received. None when
-    the reflector gives no receive count (stateless, no Direct Measurement TLV)."""
+    answered one; ``reverse_ratio`` = replies lost / probes the reflector answered. None when
+    the reflector gives no receive count (stateless, no Direct Measurement TLV). All three ratios
+    are the path's: what a wanprobe reflector received and did not answer (its rate limit, its
+    authentication refusing replays) is counted in ``reflector_rate_limited`` and
+    ``reflector_auth_refused`` (None: the reflector cannot say) and left out (loss_split.py).
+    ``reflector_resets``: times the reflector's session restarted (evicted or reset);
+    ``reset_unattributed``: unanswered probes around a restart, in no direction."""
 
     sent: int
     received: int
@@ -49,10 +54,21 @@ class LossStats:
     forward_ci95: tuple[float, float] | None = None
     reverse_ci95: tuple[float, float] | None = None
     late: int = 0
+    reflector_rate_limited: int | None = None
+    reflector_auth_refused: int | None = None
+    reflector_resets: int = 0
+    reset_unattributed: int = 0
+
+    @property
+    def reflector_dropped(self) -> int:
+        """Probes the reflector received and did not answer, as far as it said."""
+        return (self.reflector_rate_limited or 0) + (self.reflector_auth_refused or 0)
 
     @property
     def ratio(self) -> float:
-        return (self.sent - self.received) / self.sent if self.sent else 0.0
+        """Round-trip loss of the path: the reflector's own drops are neither sent nor lost."""
+        of = self.sent - self.reflector_dropped
+        return (of - self.received) / of if of > 0 else 0.0
 
     @property
     def forward_ratio(self) -> float | None:
@@ -74,6 +90,10 @@ class LossStats:
             "ci95": ci(self.ci95), "forward_ci95": ci(self.forward_ci95),
             "reverse_ci95": ci(self.reverse_ci95), "forward_lost": self.forward_lost,
             "reverse_lost": self.reverse_lost, "late": self.late,
+            "reflector_rate_limited": self.reflector_rate_limited,
+            "reflector_auth_refused": self.reflector_auth_refused,
+            "reflector_resets": self.reflector_resets,
+            "reset_unattributed": self.reset_unattributed,
         }
 
 
@@ -101,6 +121,20 @@ class DscpReport:
 
 
 @dataclass(frozen=True)
+class ReflectorInfo:
+    """What a STAMP session learned about its reflector from the Reflector Report TLV
+    (reflector_report.py): ``counts`` "reported" (a wanprobe reflector counted its drops),
+    "not_supported" (a third-party reflector echoed the TLV) or None (no reply); the rate it
+    answers per source address, probes/s, when it said."""
+
+    counts: str | None = None
+    limit_pps: int | None = None
+
+    def to_json(self) -> dict:
+        return {"counts": self.counts, "limit_pps": self.limit_pps}
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     """One probe run against one peer."""
 
@@ -121,6 +155,7 @@ class ProbeResult:
     duplicates: int = 0
     tx_timestamp: str = "kernel"     # "kernel" (SO_TIMESTAMPING TX) or "user" (clock read)
     rtt_samples_ms: tuple[float, ...] = field(default=(), repr=False)
+    reflector: ReflectorInfo | None = None
 
     def to_json(self, *, samples: bool = False) -> dict:
         r = _r6
@@ -135,6 +170,7 @@ class ProbeResult:
             "reordered": self.reordered, "duplicates": self.duplicates,
             "dscp": self.dscp.to_json(), "tx_timestamp": self.tx_timestamp,
             "samples": len(self.rtt_samples_ms),
+            "reflector": self.reflector.to_json() if self.reflector is not None else None,
         }
         if samples:
             doc["rtt_samples_ms"] = [round(x, 6) for x in self.rtt_samples_ms]

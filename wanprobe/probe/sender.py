@@ -49,6 +49,8 @@ from wanprobe.probe.probe_summary import Reply
 from wanprobe.probe.probe_tlvs import OWN_LAYOUT_LEN
 from wanprobe.probe.probe_tlvs import own_tlvs as _own_tlvs
 from wanprobe.probe.probe_tlvs import slow_tlvs as _slow_tlvs
+from wanprobe.probe.reflector_report import TLV_LEN as REPORT_TLV_LEN
+from wanprobe.probe.reflector_report import ReportLog, offset_in
 from wanprobe.probe.result import ProbeResult
 from wanprobe.probe.sender_session import session_result, template_for
 from wanprobe.probe.session_base import SessionIds, SessionRecords, drain_tx_stamps, send_failed
@@ -70,7 +72,7 @@ from wanprobe.probe.timer_heap import TimerHeap
 
 STAMP_PORT = 862
 UDP_HEADER = 8
-TLV_BYTES = 8 + 16 + 20      # CoS, Direct Measurement and Follow-Up Telemetry TLVs
+TLV_BYTES = 8 + 16 + 20 + REPORT_TLV_LEN  # CoS, Direct Measurement, Follow-Up, Reflector Report
 MIN_PAYLOAD = BASE_LEN + TLV_BYTES
 SEND_AHEAD_S = 0.0002   # probes due this soon go out in the same timer tick
 _TIMESPEC = struct.Struct("qq")
@@ -78,12 +80,12 @@ _S_TXC = struct.Struct("!I")
 S_TXC_OFFSET = BASE_LEN + 8 + 4   # Direct Measurement TLV: Session-Sender TX count
 SOL_SOCKET, IPPROTO_IP, IPPROTO_IPV6 = socket.SOL_SOCKET, socket.IPPROTO_IP, socket.IPPROTO_IPV6
 # Authenticated mode (RFC 8762 §4.2.2/§4.3.2): base 0-95, HMAC 96-111, then CoS, DM, Follow-Up,
-# the HMAC TLV (RFC 8972 §4.8) over them, and Extra Padding last.
+# Reflector Report, the HMAC TLV (RFC 8972 §4.8) over them, and Extra Padding last.
 _U16 = struct.Struct("!H")
-AUTH_TLVS_END = AUTH_BASE_LEN + TLV_BYTES                 # 156: the HMAC TLV starts here
-AUTH_MIN_PAYLOAD = AUTH_TLVS_END + 4 + 16                 # 176
+AUTH_TLVS_END = AUTH_BASE_LEN + TLV_BYTES                 # 180: the HMAC TLV starts here
+AUTH_MIN_PAYLOAD = AUTH_TLVS_END + 4 + 16                 # 200
 AUTH_S_TXC_OFFSET = AUTH_BASE_LEN + 8 + 4
-_AUTH_TLV_HMAC_AT = AUTH_TLVS_END + 4                     # 160..176: the HMAC TLV value
+_AUTH_TLV_HMAC_AT = AUTH_TLVS_END + 4                     # 184..200: the HMAC TLV value
 _NTP_OFFSET_NS = NTP_UNIX_OFFSET_S * 1_000_000_000
 _new_reply = tuple.__new__   # Reply(...) without NamedTuple's keyword handling, on the hot path
 # With many concurrent sessions, wake-ups are coalesced: replies are read at most every
@@ -124,6 +126,8 @@ class _Session(SessionRecords):
     tlv_rejected: int = 0                         # replies whose TLVs failed RFC 8972 §4.8
     size_bytes: int = 0
     started_ns: int = 0                           # wall clock when the session was opened
+    report: ReportLog = field(default_factory=ReportLog)  # the reflector's drops, per reply
+    report_at: int = 0                            # offset of the Reflector Report TLV, 0: none
 
     def pending(self) -> int:
         return len(self.tx_user_ns) - len(self.answered)
@@ -228,6 +232,7 @@ class StampSender:
         if auth is not None:
             self._n_auth += 1
         sess.template = template_for(sess)
+        sess.report_at = offset_in(sess.template, BASE_LEN if auth is None else AUTH_BASE_LEN) or 0
         sess.cmsgs = [ts.tos_cmsg(self.family, dscp << 2)] if dscp else []
         sess.dest = (peer, port)
         sess.total = total
@@ -358,6 +363,8 @@ class StampSender:
                     cos, dm = _own_tlvs(sess, data, BASE_LEN)
                 elif n > BASE_LEN:
                     cos, dm = _slow_tlvs(sess, data[BASE_LEN:n])
+                if sess.report_at:
+                    sess.report.note(sseq, data, sess.report_at, n)
             rx_ns = tos = None
             for level, typ, cdata in ancdata:  # inline ts.parse_ancillary: the hot path
                 if typ == scm_ts and level == SOL_SOCKET:
@@ -424,8 +431,8 @@ class StampSender:
         cos = dm = None
         if n > AUTH_BASE_LEN:
             if (n >= AUTH_MIN_PAYLOAD and buf[113] == 4 and buf[121] == 5 and buf[137] == 7
-                    and buf[157] == TLV_HMAC
-                    and not (buf[112] | buf[120] | buf[136] | buf[156]) & FLAG_I):
+                    and buf[AUTH_TLVS_END + 1] == TLV_HMAC
+                    and not (buf[112] | buf[120] | buf[136] | buf[AUTH_TLVS_END]) & FLAG_I):
                 # fast path: our own TLVs at their offsets; RFC 8972 §4.8 check before use
                 with memoryview(buf) as mv:
                     ok = hmac.compare_digest(
@@ -433,6 +440,8 @@ class StampSender:
                         mv[_AUTH_TLV_HMAC_AT:AUTH_MIN_PAYLOAD])
                 if ok:
                     cos, dm = _own_tlvs(sess, buf, AUTH_BASE_LEN)
+                    if sess.report_at:
+                        sess.report.note(sseq, buf, sess.report_at, n)
                 else:
                     sess.tlv_rejected += 1
             else:
@@ -444,6 +453,7 @@ class StampSender:
                     sess.tlv_rejected += 1  # RFC 8972 §4.8: stop processing the TLVs
                 else:
                     cos, dm = _slow_tlvs(sess, rest)
+                    sess.report.note_area(sseq, rest)
         return sess, rseq, t3, t2, sseq, cos, dm
 
 
