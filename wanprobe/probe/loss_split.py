@@ -16,9 +16,11 @@ Reflector Report TLV, or, from a reflector that has no epoch, by a receive count
 to no more than the probes sent since the previous answer (a forward reordering makes the count
 fall by a little, never to that). The session is then split at the restart: each part is
 accounted on its own, and the probes in the gap before the first answer of a new part, which
-could have reached either incarnation, are counted as ``reset_unattributed`` instead of as lost
-in either direction. Probes after the last answered one cannot be attributed either; they count
-in the round-trip ratio only.
+could have reached either incarnation, are counted as ``unattributed`` instead of as lost in
+either direction. Probes after the last answered one cannot be attributed to a direction; they
+count in the round-trip ratio, unless the reflector was dropping probes of this session (then
+each could be its drop as well as the path's loss, and they are ``unattributed`` too: at twice
+the limit, the last few probes of one flow of sixteen are often all the reflector's).
 """
 
 from __future__ import annotations
@@ -75,14 +77,17 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
                                                     - bisect_right(answered, prev.sseq))
             base = prev = p
     dropped = limited + refused if known else 0
+    if dropped:   # the tail after the last answer: the reflector's or the path's, unknown
+        unattributed += (sent - 1 - prev.sseq) - (len(answered) - bisect_right(answered, prev.sseq))
+    path_sent = sent - dropped - unattributed
     return LossStats(
-        sent, received, stats.wilson_interval(sent - dropped - received, sent - dropped),
+        sent, received, stats.wilson_interval(path_sent - received, path_sent),
         forward_lost=fwd, forward_of=fwd_of, reverse_lost=rev, reverse_of=rev_of,
         forward_ci95=stats.wilson_interval(fwd, fwd_of),
         reverse_ci95=stats.wilson_interval(rev, rev_of), late=late,
         reflector_rate_limited=limited if known else None,
         reflector_auth_refused=refused if known else None,
-        reflector_resets=resets, reset_unattributed=unattributed)
+        reflector_resets=resets, unattributed=unattributed)
 
 
 def _points(kept: list, received: int, by_seq: dict) -> list[_Point] | None:

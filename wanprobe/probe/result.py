@@ -42,7 +42,9 @@ class LossStats:
     authentication refusing replays) is counted in ``reflector_rate_limited`` and
     ``reflector_auth_refused`` (None: the reflector cannot say) and left out (loss_split.py).
     ``reflector_resets``: times the reflector's session restarted (evicted or reset);
-    ``reset_unattributed``: unanswered probes around a restart, in no direction."""
+    ``unattributed``: unanswered probes whose fate cannot be told apart from the reflector's
+    doing (around a restart, or after the last answer of a session the reflector was dropping
+    from), in no direction and not in ``ratio``."""
 
     sent: int
     received: int
@@ -57,7 +59,7 @@ class LossStats:
     reflector_rate_limited: int | None = None
     reflector_auth_refused: int | None = None
     reflector_resets: int = 0
-    reset_unattributed: int = 0
+    unattributed: int = 0
 
     @property
     def reflector_dropped(self) -> int:
@@ -65,9 +67,14 @@ class LossStats:
         return (self.reflector_rate_limited or 0) + (self.reflector_auth_refused or 0)
 
     @property
+    def path_sent(self) -> int:
+        """Probes whose fate is the path's: sent, less the reflector's drops and unattributed."""
+        return self.sent - self.reflector_dropped - self.unattributed
+
+    @property
     def ratio(self) -> float:
         """Round-trip loss of the path: the reflector's own drops are neither sent nor lost."""
-        of = self.sent - self.reflector_dropped
+        of = self.path_sent
         return (of - self.received) / of if of > 0 else 0.0
 
     @property
@@ -93,7 +100,7 @@ class LossStats:
             "reflector_rate_limited": self.reflector_rate_limited,
             "reflector_auth_refused": self.reflector_auth_refused,
             "reflector_resets": self.reflector_resets,
-            "reset_unattributed": self.reset_unattributed,
+            "unattributed": self.unattributed,
         }
 
 
