@@ -480,9 +480,10 @@ def test_cli_reflect_and_probe_with_key_file(tmp_path):
     finally:
         refl.terminate()
         _, err = refl.communicate(timeout=10)
-    # 5 unkeyed probes, and the one datagram `probe` sends to tell "no reply" from "port
-    # unreachable" after nothing answered (wanprobe.probe.peer.udp_silence_reason)
-    assert "6 failed authentication" in err, err
+    # 5 unkeyed probes, the one that asks the reflector's limit first (200 probes/s is above
+    # rate_guard.ASK_ABOVE_PPS), and the one datagram `probe` sends to tell "no reply" from
+    # "port unreachable" after nothing answered (wanprobe.probe.peer.udp_silence_reason)
+    assert "7 failed authentication" in err, err
 
 
 # -- daemon ------------------------------------------------------------------------------------

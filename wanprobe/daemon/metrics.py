@@ -85,14 +85,16 @@ class DaemonMetrics:
                             path + ["method"], registry=r)
         self.received = Counter("wanprobe_probe_packets_received_total", "Probe replies received.",
                                 path + ["method"], registry=r)
-        self.lost = Counter("wanprobe_probe_packets_lost_total", "Probe packets lost: round_trip "
-                            "(sent - received), forward (never reached the reflector, RFC 8762 "
-                            "counters) or reverse (reflected, reply lost).",
+        self.lost = Counter("wanprobe_probe_packets_lost_total", "Probe packets the path lost: "
+                            "round_trip (sent - received, less the reflector's own drops), "
+                            "forward (never reached the reflector, RFC 8762 counters) or "
+                            "reverse (reflected, reply lost).",
                             path + ["direction", "method"], registry=r)
         self.reflector_drops = Counter(
             "wanprobe_probe_reflector_drops_total", "Probes the peer's reflector received and did "
-            "not answer, by cause (rate_limited, auth_refused), as its Reflector Report TLV said; "
-            "never in wanprobe_probe_packets_lost_total. Series appear with the first drop.",
+            "not answer, by cause (rate_limited, replay: a copy refused by authentication), as its "
+            "Reflector Report TLV said; never in wanprobe_probe_packets_lost_total. Series appear "
+            "with the first drop.",
             path + ["cause", "method"], registry=r)
         self.reflector_resets = Counter(
             "wanprobe_probe_reflector_session_resets_total", "Times the peer's reflector restarted "
@@ -200,8 +202,7 @@ class DaemonMetrics:
         if sent is not None and received is not None:
             ch["sent"].inc(sent)
             ch["received"].inc(received)
-            not_path = sum(loss.get(k) or 0 for k in ("reflector_rate_limited",
-                                                      "reflector_auth_refused", "unattributed"))
+            not_path = sum(loss.get(k) or 0 for k in ("reflector_rate_limited", "unattributed"))
             lost = {"round_trip": max(0, sent - received - not_path),
                     "forward": loss.get("forward_lost"), "reverse": loss.get("reverse_lost")}
             for direction, child in ch["lost"]:
@@ -215,9 +216,10 @@ class DaemonMetrics:
     def _observe_reflector(self, peer: Peer, method: str, loss: dict[str, Any]) -> None:
         """The reflector's drops and session restarts (issue 20), children made on first use."""
         lab = self.path_labels(peer)
-        for cause in ("rate_limited", "auth_refused"):
-            if loss.get(f"reflector_{cause}"):
-                self.reflector_drops.labels(*lab, cause, method).inc(loss[f"reflector_{cause}"])
+        for cause, key in (("rate_limited", "reflector_rate_limited"),
+                           ("replay", "reflector_replays_refused")):
+            if loss.get(key):
+                self.reflector_drops.labels(*lab, cause, method).inc(loss[key])
         if loss.get("reflector_resets"):
             self.reflector_resets.labels(*lab, method).inc(loss["reflector_resets"])
 

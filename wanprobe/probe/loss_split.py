@@ -5,7 +5,9 @@ The reflector's receive count at each answered probe (Direct Measurement R_RxC, 
 a stateful reflector's own sequence number, RFC 8762 §4.3.1) splits loss by direction: between two
 answered probes, the probes sent minus the probes the reflector received were lost on the way
 there, and those it received minus those it answered (its drops, from the Reflector Report TLV,
-reflector_report.py) minus the replies that came back were lost on the way back. Summed over the
+reflector_report.py) minus the replies that came back were lost on the way back. Copies the
+reflector refused as replays (authenticated mode) were never counted as received, so they take
+nothing away: they are reported, not subtracted. Summed over the
 session this is the familiar "sent up to the last answered probe - received" (issue 3), with the
 reflector's drops taken out of both directions (issue 20: they are the reflector's, not the
 path's).
@@ -61,7 +63,7 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
             continue
         window = prev.sseq - base.sseq
         reached = prev.rx - base.rx
-        dropped = (prev.rate_limited - base.rate_limited) + (prev.refused - base.refused)
+        dropped = prev.rate_limited - base.rate_limited
         delivered = max(0, min(reached, window) - dropped) if known else min(reached, window)
         got = bisect_right(answered, prev.sseq) - bisect_right(answered, base.sseq)
         fwd += max(0, window - reached)
@@ -76,7 +78,7 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
             unattributed += (p.sseq - prev.sseq) - (bisect_right(answered, p.sseq)
                                                     - bisect_right(answered, prev.sseq))
             base = prev = p
-    dropped = limited + refused if known else 0
+    dropped = limited if known else 0
     if dropped:   # the tail after the last answer: the reflector's or the path's, unknown
         unattributed += (sent - 1 - prev.sseq) - (len(answered) - bisect_right(answered, prev.sseq))
     path_sent = sent - dropped - unattributed
@@ -86,7 +88,7 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
         forward_ci95=stats.wilson_interval(fwd, fwd_of),
         reverse_ci95=stats.wilson_interval(rev, rev_of), late=late,
         reflector_rate_limited=limited if known else None,
-        reflector_auth_refused=refused if known else None,
+        reflector_replays_refused=refused if known else None,
         reflector_resets=resets, unattributed=unattributed)
 
 

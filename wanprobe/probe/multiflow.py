@@ -50,7 +50,7 @@ def merge(results: list[ProbeResult], interval_s: float) -> ProbeResult:
     f_lost, f_of = _sum([r.loss.forward_lost for r in results]), _sum([r.loss.forward_of for r in results])
     r_lost, r_of = _sum([r.loss.reverse_lost for r in results]), _sum([r.loss.reverse_of for r in results])
     limited = _sum([r.loss.reflector_rate_limited for r in results])
-    refused = _sum([r.loss.reflector_auth_refused for r in results])
+    refused = _sum([r.loss.reflector_replays_refused for r in results])
     path_sent = sum(r.loss.path_sent for r in results)
     loss = LossStats(
         sent=sent, received=received, ci95=wilson_interval(path_sent - received, path_sent),
@@ -58,7 +58,7 @@ def merge(results: list[ProbeResult], interval_s: float) -> ProbeResult:
         forward_ci95=wilson_interval(f_lost, f_of) if f_lost is not None and f_of else None,
         reverse_ci95=wilson_interval(r_lost, r_of) if r_lost is not None and r_of else None,
         late=sum(r.loss.late for r in results), reflector_rate_limited=limited,
-        reflector_auth_refused=refused,
+        reflector_replays_refused=refused,
         reflector_resets=sum(r.loss.reflector_resets for r in results),
         unattributed=sum(r.loss.unattributed for r in results))
     jitters = [r.jitter_ms for r in results if r.jitter_ms is not None]

@@ -128,8 +128,8 @@ def note(loss: dict, reflector: dict | None, session_pps: float) -> str | None:
             limit = reflector.get("limit_pps")
             parts.append(f"{loss['reflector_rate_limited']:,} probes dropped by its rate limit"
                          + (f" ({limit:,}/s per source)" if limit else ""))
-        if loss.get("reflector_auth_refused"):
-            parts.append(f"{loss['reflector_auth_refused']:,} refused by its authentication")
+        if loss.get("reflector_replays_refused"):
+            parts.append(f"{loss['reflector_replays_refused']:,} copies refused as replays")
         if loss.get("reflector_resets"):
             parts.append(f"its session restarted {loss['reflector_resets']} time(s)")
         if parts and loss.get("unattributed"):

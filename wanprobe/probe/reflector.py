@@ -46,6 +46,8 @@ from wanprobe.probe.session_table import (
     RATE_LIMITED,
     REFUSED,
     RX,
+    START,
+    START_SEQS,
     TX,
     SessionTable,
 )
@@ -261,6 +263,8 @@ class Reflector:
             sess[REFUSED] += 1   # a replay: not counted as received, no tokens spent
             c["replayed"] += 1
             return
+        if not sess[RX] and int.from_bytes(data[:4], "big") < START_SEQS:
+            sess[START] = True   # a session's first probes (session_table.py)
         sess[RX] += 1            # received (RFC 8972 §4.5 R_RxC), answered or not
         if not self._allow(addr[0], now):
             sess[RATE_LIMITED] += 1

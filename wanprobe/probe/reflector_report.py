@@ -30,8 +30,8 @@ Value, 20 octets, big-endian::
       different epoch means the session was evicted or reset and its counters restarted
     8 Rate limit (4): probes per second per source address the reflector answers, 0 = none
    12 Rate-limited (4): probes of this session received and not answered (rate limit)
-   16 Refused (4): probes of this session refused by authentication (authenticated mode: the
-      anti-replay window, replay_window.py)
+   16 Refused (4): copies of this session's probes refused by authentication (authenticated
+      mode: the anti-replay window, replay_window.py); not counted as received
 
 The sender zeroes everything after the version. Counts are cumulative over the session, so each
 reply carries the drops up to it and the sender takes differences between replies

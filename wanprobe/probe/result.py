@@ -38,9 +38,10 @@ class LossStats:
     ``forward_ratio`` = probes that never reached the reflector / probes sent up to the last
     answered one; ``reverse_ratio`` = replies lost / probes the reflector answered. None when
     the reflector gives no receive count (stateless, no Direct Measurement TLV). All three ratios
-    are the path's: what a wanprobe reflector received and did not answer (its rate limit, its
-    authentication refusing replays) is counted in ``reflector_rate_limited`` and
-    ``reflector_auth_refused`` (None: the reflector cannot say) and left out (loss_split.py).
+    are the path's: what a wanprobe reflector received and did not answer for its rate limit is
+    counted in ``reflector_rate_limited`` (None: the reflector cannot say) and left out
+    (loss_split.py). ``reflector_replays_refused``: copies of this session's probes its
+    authentication refused as replays (never counted as received, so no probe is missing).
     ``reflector_resets``: times the reflector's session restarted (evicted or reset);
     ``unattributed``: unanswered probes whose fate cannot be told apart from the reflector's
     doing (around a restart, or after the last answer of a session the reflector was dropping
@@ -57,14 +58,14 @@ class LossStats:
     reverse_ci95: tuple[float, float] | None = None
     late: int = 0
     reflector_rate_limited: int | None = None
-    reflector_auth_refused: int | None = None
+    reflector_replays_refused: int | None = None
     reflector_resets: int = 0
     unattributed: int = 0
 
     @property
     def reflector_dropped(self) -> int:
         """Probes the reflector received and did not answer, as far as it said."""
-        return (self.reflector_rate_limited or 0) + (self.reflector_auth_refused or 0)
+        return self.reflector_rate_limited or 0
 
     @property
     def path_sent(self) -> int:
@@ -98,7 +99,7 @@ class LossStats:
             "reverse_ci95": ci(self.reverse_ci95), "forward_lost": self.forward_lost,
             "reverse_lost": self.reverse_lost, "late": self.late,
             "reflector_rate_limited": self.reflector_rate_limited,
-            "reflector_auth_refused": self.reflector_auth_refused,
+            "reflector_replays_refused": self.reflector_replays_refused,
             "reflector_resets": self.reflector_resets,
             "unattributed": self.unattributed,
         }

@@ -14,7 +14,10 @@ Eviction recycles only sessions that are not still probing (issue 19: a flood of
 from the prober's own address or from many others, evicted the prober's session, its counters
 restarted and the sender read that as forward loss). A session is *active* while it has seen at
 least two probes and the last one is no older than ``PROTECT_GAPS`` of its own mean gap between
-probes (at least ``PROTECT_MIN_S``, at most ``idle_s``). When the entry that would be evicted is
+probes (at least ``PROTECT_MIN_S``, at most ``idle_s``), and for ``PROTECT_NEW_S`` after a first
+probe that starts a session (a sender numbers a session's probes from zero, RFC 8762 §4.2.1; the
+reflector marks a first probe numbered below ``START_SEQS``): otherwise a flood that cycles the
+share faster than the prober's interval would evict every new session before its second probe. When the entry that would be evicted is
 active it gets a second chance (moved to the back, as in the CLOCK algorithm) and the next one is
 tried, at most ``SECOND_CHANCES`` times; when all of those are active, the new session is refused
 (``refused``) instead of evicting one that is in use. A flood of one-probe sessions therefore only
@@ -39,16 +42,19 @@ MAX_SESSIONS = 65536
 PER_SOURCE = 1024
 _EXPIRE_PER_CALL = 8
 PROTECT_MIN_S = 1.0     # a session that probed within this is never evicted
+PROTECT_NEW_S = 2.0     # nor a session started (probe 0-3) within this, before its second probe
+START_SEQS = 4          # a first probe numbered below this starts a session (RFC 8762 §4.2.1)
 PROTECT_GAPS = 4.0      # ... nor one that probed within 4 of its own mean gaps (up to idle_s)
 SECOND_CHANCES = 8      # active entries skipped per new session before it is refused
 # session list indices
-RX, TX, SEEN, FOLLOW_UP, EPOCH, FIRST, RATE_LIMITED, REFUSED, REPLAY_HI, REPLAY_MASK = range(10)
+RX, TX, SEEN, FOLLOW_UP, EPOCH, FIRST, RATE_LIMITED, REFUSED, REPLAY_HI, REPLAY_MASK, START = \
+    range(11)
 
 
 def new_session(now_s: float) -> list:
     """A fresh session: counts 0, seen now, a random non-zero 32-bit epoch, an empty replay
-    window (highest sequence number -1)."""
-    return [0, 0, now_s, None, random.getrandbits(32) or 1, now_s, 0, 0, -1, 0]
+    window (highest sequence number -1), not (yet) marked as a session's start."""
+    return [0, 0, now_s, None, random.getrandbits(32) or 1, now_s, 0, 0, -1, 0, False]
 
 
 def is_active(sess: list, now_s: float, idle_s: float) -> bool:
@@ -56,7 +62,7 @@ def is_active(sess: list, now_s: float, idle_s: float) -> bool:
     within PROTECT_GAPS of its mean gap (clamped to [PROTECT_MIN_S, idle_s])."""
     rx = sess[RX]
     if rx < 2:
-        return False
+        return sess[START] and now_s - sess[SEEN] <= PROTECT_NEW_S
     gap_s = (sess[SEEN] - sess[FIRST]) / (rx - 1)
     return now_s - sess[SEEN] <= min(idle_s, max(PROTECT_MIN_S, PROTECT_GAPS * gap_s))
 
