@@ -82,13 +82,13 @@ def paths(
 
 
 def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool,
-                     plan=None) -> None:
-    """``probe --flows K``: the probe's packets over K traced source ports (multiflow.py);
-    ``plan``: the rate checked against the reflector's limit (rate_guard.py)."""
+                     policy: str = "pace") -> None:
+    """``probe --flows K``: the probe's packets over K traced source ports (multiflow.py), the
+    rate checked against the reflector's limit first (rate_guard.py, ``policy``)."""
     from wanprobe.probe.multiflow import probe_flows
     from wanprobe.probe.paths import MAX_FLOWS
     from wanprobe.probe.peer import resolve_peer
-    from wanprobe.probe.rate_guard import annotate
+    from wanprobe.probe.rate_guard import annotate, checked_rate
 
     if method != "stamp":
         raise UsageError("--flows needs --method stamp")
@@ -96,7 +96,9 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
         raise UsageError(f"--flows must be 1-{MAX_FLOWS}, got {flows}")
     if kw.get("size") is not None or kw.get("dscp"):
         raise UsageError("--flows does not take --size or --dscp yet")
-    interval_s = kw["interval_s"]
+    plan = checked_rate(host, kw, policy, 1 / kw["interval_s"],
+                        say=Console(stderr=True, highlight=False, soft_wrap=True).print)
+    interval_s = kw["interval_s"] = plan.interval_s
     count = kw["count"] or (round(kw["duration_s"] / interval_s) if kw["duration_s"] else 10)
 
     async def run() -> dict:

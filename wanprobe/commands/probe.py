@@ -148,8 +148,10 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
     s = reflector.stats()
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"wanprobe reflect: stopped; {s.reflected} reflected, {s.short + s.oversize} short/oversize,"
-        f" {s.malformed} malformed, {s.rate_limited} rate-limited"
-        + (f", {s.auth_failed} failed authentication" if hmac_key is not None else "")
+        f" {s.malformed} malformed, {s.rate_limited} rate-limited, {s.session_refused} new "
+        "sessions refused (their source's share was all in use)"
+        + (f", {s.auth_failed} failed authentication, {s.replayed} replays refused"
+           if hmac_key is not None else "")
         + f", {s.not_allowed} from outside --allow; throughput refusals: "
         + (", ".join(f"{k} {v}" for k, v in sorted(server.refusals().items())) or "none"))
 
@@ -202,14 +204,15 @@ def probe(
         raise UsageError(f"--count must be >= 1 (got {count})")
     if count is not None and duration:
         raise UsageError("give either --count or --duration, not both")
-    plan = None
-    if method == "stamp":
-        plan = checked_rate(host, kw, check_policy(above_limit), 1 / kw["interval_s"],
-                            say=Console(stderr=True, highlight=False, soft_wrap=True).print)
-        kw["interval_s"] = plan.interval_s
+    policy = check_policy(above_limit)
     if flows != 1:
         from wanprobe.commands.paths import probe_over_flows
-        return probe_over_flows(host, flows, method, kw, as_json, plan)
+        return probe_over_flows(host, flows, method, kw, as_json, policy)
+    plan = None
+    if method == "stamp":
+        plan = checked_rate(host, kw, policy, 1 / kw["interval_s"],
+                            say=Console(stderr=True, highlight=False, soft_wrap=True).print)
+        kw["interval_s"] = plan.interval_s
     result = _run(host, method, kw, quiet=as_json)
     doc = annotate(result.to_json(), plan, 1 / kw["interval_s"]) if method == "stamp" \
         else result.to_json()
