@@ -97,6 +97,7 @@ def checked_rate(host: str, kw: dict, policy: str, asked_pps: float,
     with one line through ``say``. Runs its own event loop."""
     if asked_pps <= ASK_ABOVE_PPS or policy == "send":
         return RatePlan(asked_pps, None, kw["interval_s"])
+    refuse_early(kw)
     from wanprobe.probe.peer import resolve_peer
 
     async def ask() -> RatePlan:
@@ -109,6 +110,21 @@ def checked_rate(host: str, kw: dict, policy: str, asked_pps: float,
     if got.paced:
         say(pace_line(got, host))
     return got
+
+
+def refuse_early(kw: dict) -> None:
+    """What the run itself would refuse (port, DSCP, timeout, count/duration, a size below the
+    IPv4 minimum), refused before the probe that asks the limit: bad input sends nothing."""
+    import socket
+
+    from wanprobe.probe.probe_options import check_common, probe_count
+    from wanprobe.probe.sender import min_size_bytes
+
+    check_common(kw.get("port"), kw.get("dscp") or 0, kw["timeout_s"])
+    probe_count(kw.get("count"), kw.get("duration_s"), kw["interval_s"])
+    smallest = min_size_bytes(socket.AF_INET, kw.get("hmac_key") is not None)
+    if kw.get("size") is not None and kw["size"] < smallest:
+        raise UsageError(f"--size {kw['size']} is below the STAMP minimum of {smallest} bytes")
 
 
 def pace_line(p: RatePlan, peer: str) -> str:
