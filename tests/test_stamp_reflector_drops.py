@@ -132,6 +132,25 @@ def test_rate_limited_probes_are_neither_forward_nor_round_trip_loss():
     assert without.reverse_lost == 4 and without.ratio == 0.5
 
 
+def test_a_flow_without_drops_of_its_own_shares_its_siblings_rate_limit():
+    """Flows of one host to one reflector share its per-source bucket: a flow whose last two
+    probes went unanswered, with no drop before them, is judged with its siblings."""
+    from dataclasses import replace as copy
+
+    from wanprobe.probe.loss_split import share_tails
+    from wanprobe.probe.result import ProbeResult
+
+    quiet = split_loss(10, 8, 0, _replies([(s, s + 1) for s in range(8)]),
+                       ReportLog(by_seq={s: (3, 0, 0) for s in range(8)}))
+    assert quiet.tail == 2 and quiet.ratio == 0.2        # alone: the path's, as ever
+    busy = split_loss(10, 5, 0, _replies([(s, s + 1) for s in range(0, 10, 2)]),
+                      ReportLog(by_seq={s: (4, s // 2, 0) for s in range(0, 10, 2)}))
+    one = ProbeResult("stamp", "b", 862, "", 0.1, 0.01, 100, None, quiet, None)
+    shared = share_tails([one, copy(one, loss=busy)])
+    assert shared[0].loss.ratio == 0.0 and shared[0].loss.unattributed == 2
+    assert share_tails([one, one])[0].loss.ratio == 0.2   # nobody dropped: still the path's
+
+
 def test_a_restarted_session_is_a_reset_not_forward_loss():
     # the counter restarts at probe 10 (evicted): 1..10 then 1..10
     kept = _replies([(s, s % 10 + 1) for s in range(20)])

@@ -20,14 +20,16 @@ fall by a little, never to that). The session is then split at the restart: each
 accounted on its own, and the probes in the gap before the first answer of a new part, which
 could have reached either incarnation, are counted as ``unattributed`` instead of as lost in
 either direction. Probes after the last answered one cannot be attributed to a direction; they
-count in the round-trip ratio, unless the reflector was dropping probes of this session (then
-each could be its drop as well as the path's loss, and they are ``unattributed`` too: at twice
-the limit, the last few probes of one flow of sixteen are often all the reflector's).
+count in the round-trip ratio (``tail``), unless the reflector was dropping probes of this
+session, or of a sibling flow from the same host (multiflow.py): then each could be its drop as
+well as the path's loss, and they are ``unattributed`` too (at twice the limit, the last few
+probes of one flow of sixteen are often all the reflector's).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from dataclasses import replace
 from typing import NamedTuple
 
 from wanprobe.probe import stats
@@ -79,8 +81,9 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
                                                     - bisect_right(answered, prev.sseq))
             base = prev = p
     dropped = limited if known else 0
+    tail = (sent - 1 - prev.sseq) - (len(answered) - bisect_right(answered, prev.sseq))
     if dropped:   # the tail after the last answer: the reflector's or the path's, unknown
-        unattributed += (sent - 1 - prev.sseq) - (len(answered) - bisect_right(answered, prev.sseq))
+        unattributed, tail = unattributed + tail, 0
     path_sent = sent - dropped - unattributed
     return LossStats(
         sent, received, stats.wilson_interval(path_sent - received, path_sent),
@@ -89,7 +92,7 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
         reverse_ci95=stats.wilson_interval(rev, rev_of), late=late,
         reflector_rate_limited=limited if known else None,
         reflector_replays_refused=refused if known else None,
-        reflector_resets=resets, unattributed=unattributed)
+        reflector_resets=resets, unattributed=unattributed, tail=tail)
 
 
 def _points(kept: list, received: int, by_seq: dict) -> list[_Point] | None:
@@ -119,3 +122,12 @@ def _restarted(prev: _Point, cur: _Point) -> bool:
     if prev.epoch is not None and cur.epoch is not None:
         return prev.epoch != cur.epoch
     return cur.rx < prev.rx and cur.rx <= cur.sseq - prev.sseq
+
+
+def share_tails(results: list) -> list:
+    """Sessions of one host to one reflector at the same time (the flows of ``paths`` and
+    ``probe --flows``) share its per-source rate limit: when any of them says the reflector
+    dropped probes, every flow's unanswered tail could be its drop too (``unattributed``)."""
+    if not any(r.loss.reflector_rate_limited for r in results):
+        return results
+    return [replace(r, loss=r.loss.tail_unattributed()) for r in results]

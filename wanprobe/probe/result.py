@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 RTT_KEYS = ("min", "p50", "p90", "p99", "max", "mean", "stdev")
 
@@ -61,6 +61,18 @@ class LossStats:
     reflector_replays_refused: int | None = None
     reflector_resets: int = 0
     unattributed: int = 0
+    tail: int = 0      # unanswered after the last answer, still counted in ``ratio``
+
+    def tail_unattributed(self) -> LossStats:
+        """The same with the tail moved to ``unattributed`` (its reflector was dropping probes
+        of this source: a sibling flow said so; multiflow.py)."""
+        if not self.tail:
+            return self
+        from wanprobe.probe.stats import wilson_interval
+
+        moved = replace(self, unattributed=self.unattributed + self.tail, tail=0)
+        return replace(moved, ci95=wilson_interval(moved.path_sent - self.received,
+                                                   moved.path_sent))
 
     @property
     def reflector_dropped(self) -> int:
