@@ -35,7 +35,10 @@ def limited_reflector(lab, limit: int = LIMIT):
     try:
         ready, _, _ = select.select([proc.stderr], [], [], 30)
         line = proc.stderr.readline() if ready else ""
-        assert "STAMP on udp" in line, f"reflector did not start: {line!r}"
+        if "STAMP on udp" not in line:
+            netns.stop(proc, 10)
+            pytest.fail(f"reflector did not start (exit {proc.poll()}): {line!r} "
+                        f"{proc.stderr.read()[-500:]!r}")
         yield proc
     finally:
         netns.stop(proc, 10)
@@ -60,6 +63,7 @@ def test_probe_and_paths_at_twice_the_limit(lab_factory):
                        "--above-limit", "refuse")
         paths = _cli(lab, "paths", lab.b.addr, "--flows", "16", "--interval", "16ms",
                      "--count", "40", "--above-limit", "send", "--json")
+    assert sent.returncode == 0 and paced.returncode == 0, (sent.stderr, paced.stderr)
     doc = json.loads(sent.stdout)
     loss = doc["loss"]
     print("probe:", json.dumps(loss), doc["reflector"])
