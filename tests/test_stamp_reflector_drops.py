@@ -276,3 +276,29 @@ def test_an_authenticated_session_is_not_hurt_by_the_window():
                                       interval_s=0.002, timeout_s=0.5, hmac_key=KEY))
     assert res.loss.received == 200 and res.loss.reflector_replays_refused == 0
     assert res.reflector.counts == "reported"
+
+
+def test_the_split_is_consistent_whatever_the_replies_say():
+    """Arbitrary (hostile or broken) counters and reports: counts stay within what was sent and
+    every ratio within [0, 1]; nothing raises."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    row = st.tuples(st.integers(0, 60), st.integers(0, 2**32 - 1),
+                    st.one_of(st.none(), st.tuples(st.integers(1, 3), st.integers(0, 80),
+                                                   st.integers(0, 80))))
+
+    @settings(max_examples=300, deadline=None, derandomize=True, database=None)
+    @given(st.integers(1, 60), st.lists(row, max_size=60, unique_by=lambda r: r[0]))
+    def check(sent, rows):
+        rows = sorted(r for r in rows if r[0] < sent)
+        kept = _replies([(s, rx) for s, rx, _rep in rows])
+        log = ReportLog(by_seq={s: rep for s, _rx, rep in rows if rep is not None})
+        loss = split_loss(sent, len(kept), 0, kept, log)
+        assert 0.0 <= loss.ratio <= 1.0 and loss.received <= loss.path_sent <= sent
+        for lost, of in ((loss.forward_lost, loss.forward_of),
+                         (loss.reverse_lost, loss.reverse_of)):
+            assert lost is None or 0 <= lost <= of
+        assert loss.unattributed >= 0 and loss.tail >= 0
+
+    check()

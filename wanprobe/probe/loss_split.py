@@ -53,7 +53,7 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
     """``kept``: the answered replies in sender sequence order (probe_summary.Reply);
     ``reports``: the session's ReportLog (reflector_report.py) or None."""
     points = _points(kept, received, reports.by_seq if reports is not None else {})
-    if points is None:
+    if not points:
         return LossStats(sent, received, stats.wilson_interval(sent - received, sent), late=late)
     answered = [r.sseq for r in kept]
     known = bool(points) and all(p.epoch is not None for p in points)
@@ -64,17 +64,17 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
             prev = p
             continue
         window = prev.sseq - base.sseq
-        reached = prev.rx - base.rx
-        dropped = prev.rate_limited - base.rate_limited
-        delivered = max(0, min(reached, window) - dropped) if known else min(reached, window)
+        reached = min(max(0, prev.rx - base.rx), window)
         got = bisect_right(answered, prev.sseq) - bisect_right(answered, base.sseq)
-        fwd += max(0, window - reached)
+        # a count that went down or claims more than went unanswered is not believed
+        dropped = min(max(0, prev.rate_limited - base.rate_limited),
+                      max(0, reached - got)) if known else 0
+        fwd += window - reached
         fwd_of += window
-        rev += max(0, delivered - got)
-        rev_of += delivered
-        if known:
-            limited += prev.rate_limited - base.rate_limited
-            refused += prev.refused - base.refused
+        rev += max(0, reached - dropped - got)
+        rev_of += reached - dropped
+        limited += dropped
+        refused += max(0, prev.refused - base.refused) if known else 0
         if p is not None:   # a restart between prev and p: p starts the next part
             resets += 1
             unattributed += (p.sseq - prev.sseq) - (bisect_right(answered, p.sseq)
