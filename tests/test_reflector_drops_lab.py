@@ -101,27 +101,36 @@ def test_probe_and_paths_at_twice_the_limit(lab_factory):
 
 
 def test_daemon_at_twice_the_limit_keeps_reflector_drops_out_of_loss(lab_factory, tmp_path):
+    """400-probe sessions at 1,000/s against 500/s: the first session's drops are the
+    reflector's, not loss; told the limit, the daemon paces the peer's next sessions to 400/s
+    (one line naming the rates) and they lose nothing to the reflector."""
     lab = lab_factory(rtt_ms=4)
     cfg = tmp_path / "wanprobe.toml"
     cfg.write_text(daemon_toml(
         {"state_dir": tmp_path / "state", "metrics_listen": "127.0.0.1:9862",
          "reflector_listen": [f"{lab.a.addr}:862"]},
-        probe={"interval": "1s", "jitter": "100ms", "count": 400, "packet_interval": "1ms",
+        probe={"interval": "2s", "jitter": "100ms", "count": 400, "packet_interval": "1ms",
                "timeout": "300ms"},
         counters={"enabled": False},
         peers=[{"name": "lab-b", "address": lab.b.addr, "methods": ["stamp"]}]))
+    lab_b = {"peer": "lab-b", "method": "stamp"}
+
+    def scrape_when(sessions: int) -> str:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            text = lab.a.run([sys.executable, "-c", scrape_command()], capture_output=True,
+                             text=True, timeout=30).stdout
+            if (_metric(text, "wanprobe_probe_sessions_total", **lab_b) or 0) >= sessions:
+                return text
+        pytest.fail(f"fewer than {sessions} sessions in 30 s")
+
     with limited_reflector(lab):
         daemon = lab.a.popen([sys.executable, "-m", "wanprobe", "daemon", "--config", str(cfg)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            metrics = ""
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:   # two sessions at least
-                time.sleep(1.0)
-                metrics = lab.a.run([sys.executable, "-c", scrape_command()],
-                                    capture_output=True, text=True, timeout=30).stdout
-                if (_metric(metrics, "wanprobe_probe_sessions_total", peer="lab-b") or 0) >= 2:
-                    break
+            first = scrape_when(1)
+            later = scrape_when(3)
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=15)
         finally:
@@ -129,20 +138,26 @@ def test_daemon_at_twice_the_limit_keeps_reflector_drops_out_of_loss(lab_factory
                 daemon.kill()
                 daemon.wait(10)
     log = daemon.stdout.read()
-    lab_b = {"peer": "lab-b", "method": "stamp"}
-    sent = _metric(metrics, "wanprobe_probe_packets_sent_total", **lab_b)
-    drops = _metric(metrics, "wanprobe_probe_reflector_drops_total", cause="rate_limited",
-                    **lab_b)
-    lost = {d: _metric(metrics, "wanprobe_probe_packets_lost_total", direction=d, **lab_b) or 0
+
+    def drops(text: str) -> float:
+        return _metric(text, "wanprobe_probe_reflector_drops_total", cause="rate_limited",
+                       **lab_b) or 0
+
+    sessions = _metric(later, "wanprobe_probe_sessions_total", **lab_b)
+    sent = _metric(later, "wanprobe_probe_packets_sent_total", **lab_b)
+    lost = {d: _metric(later, "wanprobe_probe_packets_lost_total", direction=d, **lab_b) or 0
             for d in ("forward", "reverse", "round_trip")}
-    print(f"sent {sent}, reflector drops {drops}, lost {lost}")
-    assert sent and sent >= 800, log
-    assert drops and drops >= 0.1 * sent          # ~100 of each 400-probe session
+    print(f"{sessions} sessions, sent {sent}, reflector drops {drops(first)} in the first, "
+          f"{drops(later)} in all, lost {lost}")
+    assert sent == 400 * sessions, log
+    assert drops(first) >= 40                        # ~100: 400 probes against 100 + 200 tokens
+    assert drops(later) - drops(first) <= 0.01 * 400 * (sessions - 1)   # paced: none
     assert all(n <= 0.01 * sent for n in lost.values()), lost
-    assert _metric(metrics, "wanprobe_loss_ratio", direction="forward", **lab_b) <= 0.01
-    warned = [ln for ln in log.splitlines() if "reflector limit" in ln]
-    assert len(warned) == 1 and "reflector_limit_pps=500" in warned[0], log
-    assert "probe_pps=1000" in warned[0]
+    assert _metric(later, "wanprobe_loss_ratio", direction="forward", **lab_b) <= 0.01
+    told = [ln for ln in log.splitlines() if "reflector limit" in ln]
+    assert len(told) == 1 and "pacing its sessions" in told[0], log
+    assert all(f in told[0] for f in ("reflector_limit_pps=500", "probe_pps=1000",
+                                      "paced_pps=400"))
 
 
 # -- floods of new sessions (issue 19) -----------------------------------------------------------

@@ -302,3 +302,24 @@ def test_the_split_is_consistent_whatever_the_replies_say():
         assert loss.unattributed >= 0 and loss.tail >= 0
 
     check()
+
+
+def test_the_daemon_paces_a_peer_whose_reflector_is_slower_than_its_sessions(caplog):
+    from wanprobe.daemon.config import ProbeSettings
+    from wanprobe.daemon.reflector_limit import ReflectorPacing
+
+    s = ProbeSettings(interval_s=2.0, count=400, packet_interval_s=0.001, timeout_s=0.3)
+    pacing = ReflectorPacing()
+    said = {"reflector": {"counts": "reported", "limit_pps": 500},
+            "loss": {"reflector_rate_limited": 100}}
+    with caplog.at_level("WARNING", logger="wanprobe.daemon"):
+        pacing.observe("b", said, s)
+        pacing.observe("b", said, s)
+    assert pacing.settings_for("b", s).packet_interval_s == pytest.approx(1 / 400)
+    assert pacing.settings_for("c", s) is s
+    assert len(caplog.records) == 1 and "pacing" in caplog.records[0].getMessage()
+    tight = ProbeSettings(interval_s=1.0, count=400, packet_interval_s=0.001, timeout_s=0.3)
+    pacing.observe("d", said, tight)   # 400 probes at 400/s do not fit in 1 s: as configured
+    assert pacing.settings_for("d", tight) is tight
+    pacing.observe("b", {"reflector": {"limit_pps": 5000}}, s)   # reconfigured: no longer binds
+    assert pacing.settings_for("b", s) is s
