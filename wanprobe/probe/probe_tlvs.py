@@ -8,6 +8,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from wanprobe.probe.reflector_report import TLV_LEN as REPORT_TLV_LEN  # noqa: F401 (sender.py)
+from wanprobe.probe.reflector_report import ReportLog  # noqa: F401 (sender.py)
 from wanprobe.probe.reflector_report import sender_tlv as report_tlv
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
@@ -34,10 +36,12 @@ OWN_LAYOUT_LEN = BASE_LEN + OWN_TLVS.size
 _COS_CACHE: dict[int, ClassOfService] = {}
 
 
-def slow_tlvs(sess: Any, area: bytes):
+def slow_tlvs(sess: Any, area: bytes, sseq: int | None = None):
     """CoS and Direct Measurement from a reply's TLVs (skipping unprocessed ones, U set), and
-    the Follow-Up Telemetry TLV into the session."""
+    the Follow-Up Telemetry and Reflector Report TLVs (of answer ``sseq``) into the session."""
     cos = dm = None
+    if sseq is not None:
+        sess.report.note_area(sseq, area)
     tlvs, _rest = parse_tlvs(area)
     for t in tlvs:
         if t.flags & FLAG_U:
@@ -53,9 +57,13 @@ def slow_tlvs(sess: Any, area: bytes):
     return cos, dm
 
 
-def own_tlvs(sess: Any, data, offset: int) -> tuple[ClassOfService | None, tuple | None]:
+def own_tlvs(sess: Any, data, offset: int, sseq: int | None = None,
+             n: int = 0) -> tuple[ClassOfService | None, tuple | None]:
     """(CoS, (0, R_RxC)) from the CoS, Direct Measurement and Follow-Up TLVs this sender put at
-    ``offset``, skipping any the reflector left flagged U; records the Follow-Up T3."""
+    ``offset``, skipping any the reflector left flagged U; records the Follow-Up T3 and, for
+    answer ``sseq`` of ``n`` octets, the Reflector Report TLV (reflector_report.py)."""
+    if sseq is not None:
+        sess.report.note_own(sseq, data, n, sess.template, offset)
     (cf, _ct, cl, cword, _cr, df, _dt, dl, _s, r_rx, _r_tx, ff, _ft, fl, fseq,
      fts) = OWN_TLVS.unpack_from(data, offset)
     cos = dm = None

@@ -93,6 +93,14 @@ class ReportLog:
     by_seq: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     limit_pps: int | None = None
     echoed: int = 0
+    at: int | None = None     # where the TLV sits in this session's probes (and replies)
+
+    def note_own(self, sseq: int, data, n: int, template: bytes, base_len: int) -> None:
+        """:meth:`note` at the offset the TLV has in ``template`` (found once)."""
+        if self.at is None:
+            self.at = offset_in(template, base_len) or 0
+        if self.at:
+            self.note(sseq, data, self.at, n)
 
     def note(self, sseq: int, data, at: int, n: int) -> None:
         """Read the TLV at offset ``at`` of reply ``data[:n]`` (replies keep the request's TLV

@@ -46,11 +46,9 @@ from wanprobe.probe.probe_options import (
     shared_sender,
 )
 from wanprobe.probe.probe_summary import Reply
-from wanprobe.probe.probe_tlvs import OWN_LAYOUT_LEN
+from wanprobe.probe.probe_tlvs import OWN_LAYOUT_LEN, REPORT_TLV_LEN, ReportLog
 from wanprobe.probe.probe_tlvs import own_tlvs as _own_tlvs
 from wanprobe.probe.probe_tlvs import slow_tlvs as _slow_tlvs
-from wanprobe.probe.reflector_report import TLV_LEN as REPORT_TLV_LEN
-from wanprobe.probe.reflector_report import ReportLog, offset_in
 from wanprobe.probe.result import ProbeResult
 from wanprobe.probe.sender_session import session_result, template_for
 from wanprobe.probe.session_base import SessionIds, SessionRecords, drain_tx_stamps, send_failed
@@ -127,7 +125,6 @@ class _Session(SessionRecords):
     size_bytes: int = 0
     started_ns: int = 0                           # wall clock when the session was opened
     report: ReportLog = field(default_factory=ReportLog)  # the reflector's drops, per reply
-    report_at: int = 0                            # offset of the Reflector Report TLV, 0: none
 
     def pending(self) -> int:
         return len(self.tx_user_ns) - len(self.answered)
@@ -232,7 +229,6 @@ class StampSender:
         if auth is not None:
             self._n_auth += 1
         sess.template = template_for(sess)
-        sess.report_at = offset_in(sess.template, BASE_LEN if auth is None else AUTH_BASE_LEN) or 0
         sess.cmsgs = [ts.tos_cmsg(self.family, dscp << 2)] if dscp else []
         sess.dest = (peer, port)
         sess.total = total
@@ -360,11 +356,9 @@ class StampSender:
                 cos = dm = None
                 if n >= OWN_LAYOUT_LEN and data[45] == 4 and data[53] == 5 and data[69] == 7:
                     # fast path: the TLVs this sender put in, at their fixed offsets
-                    cos, dm = _own_tlvs(sess, data, BASE_LEN)
+                    cos, dm = _own_tlvs(sess, data, BASE_LEN, sseq, n)
                 elif n > BASE_LEN:
-                    cos, dm = _slow_tlvs(sess, data[BASE_LEN:n])
-                if sess.report_at:
-                    sess.report.note(sseq, data, sess.report_at, n)
+                    cos, dm = _slow_tlvs(sess, data[BASE_LEN:n], sseq)
             rx_ns = tos = None
             for level, typ, cdata in ancdata:  # inline ts.parse_ancillary: the hot path
                 if typ == scm_ts and level == SOL_SOCKET:
@@ -439,9 +433,7 @@ class StampSender:
                         auth.tlv_hmac(mv[:4], mv[AUTH_BASE_LEN:AUTH_TLVS_END]),
                         mv[_AUTH_TLV_HMAC_AT:AUTH_MIN_PAYLOAD])
                 if ok:
-                    cos, dm = _own_tlvs(sess, buf, AUTH_BASE_LEN)
-                    if sess.report_at:
-                        sess.report.note(sseq, buf, sess.report_at, n)
+                    cos, dm = _own_tlvs(sess, buf, AUTH_BASE_LEN, sseq, n)
                 else:
                     sess.tlv_rejected += 1
             else:
@@ -452,8 +444,7 @@ class StampSender:
                         or any(t.flags & FLAG_I for t in tlvs):
                     sess.tlv_rejected += 1  # RFC 8972 §4.8: stop processing the TLVs
                 else:
-                    cos, dm = _slow_tlvs(sess, rest)
-                    sess.report.note_area(sseq, rest)
+                    cos, dm = _slow_tlvs(sess, rest, sseq)
         return sess, rseq, t3, t2, sseq, cos, dm
 
 
