@@ -15,7 +15,10 @@ named for this, is about randomness, not replay.)
 A STAMP sender numbers each session from 0 and never reuses a number (RFC 8762 §4.2.1), so only
 replays and network duplicates are refused; reordering by fewer than ``WINDOW`` probes is not.
 The check runs after the HMAC verified (an unauthenticated packet never moves the window) and
-before the packet is counted or consumes rate-limit tokens.
+before the packet is counted or consumes rate-limit tokens. The window lives as long as its
+session: a capture replayed after the session went idle and expired (session_table.py, 120 s)
+opens a new session and is answered once more; a bound on that needs the probes' T1 checked
+against the reflector's clock, which unsynchronised hosts cannot afford.
 """
 
 from __future__ import annotations
