@@ -249,3 +249,69 @@ def test_our_reflector_answers_scapy_clock_requests():
     assert e.S == 1 and e.Z == 0 and 0.5e-3 <= e.multiplier * 2.0 ** (e.scale - 32) < 0.51e-3
     (tlv,) = rep.tlv_objects
     assert tlv.type == 3 and int(tlv.flags) & 0x80 == 0 and bytes(tlv.value) == bytes((1, 2, 1, 2))
+
+
+# -- the Reflector Report TLV (issue 20): RFC 8972 §4 rules with an independent implementation --
+
+
+def test_scapy_parses_our_probes_with_the_reflector_report_tlv():
+    seen = []
+
+    def recording(data, state, t2):
+        seen.append(data)
+        return scapy_reflector(stateful=True)(data, state, t2)
+
+    with udp_server(recording) as port:
+        r = asyncio.run(probe_stamp("127.0.0.1", port=port, count=3, interval_s=0.02))
+    assert r.loss.received == 3
+    for raw in seen:
+        pkt = scapy_stamp.STAMPSessionSenderTestUnauthenticated(raw)
+        assert len(bytes(pkt)) == len(raw)
+        tlvs = [(int(t.flags), t.type, t.len) for t in pkt.tlv_objects]
+        assert tlvs[:3] == [(0x80, 4, 4), (0x80, 5, 12), (0x80, 7, 16)]
+        assert (0x80, 252, 20) in tlvs[3:]
+    # the scapy reflector copied our TLV untouched, U still set: it cannot report its drops
+    assert r.reflector is not None and r.reflector.counts == "not_supported"
+    assert r.reflector.limit_pps is None and r.loss.reflector_rate_limited is None
+
+
+def test_third_party_loss_above_a_typical_limit_gets_a_note():
+    from wanprobe.probe.rate_guard import TYPICAL_LIMIT_PPS, note
+
+    def lossy(data, state, t2):
+        state["n"] = state.get("n", 0) + 1
+        return None if state["n"] % 4 == 0 else scapy_reflector(True)(data, state, t2)
+
+    with udp_server(lossy) as port:
+        r = asyncio.run(probe_stamp("127.0.0.1", port=port, count=40, interval_s=0.003,
+                                    timeout_s=1.0))
+    doc = r.to_json()
+    assert doc["loss"]["ratio"] > 0 and 1 / 0.003 > TYPICAL_LIMIT_PPS
+    line = note(doc["loss"], doc["reflector"], 1 / 0.003)
+    assert line is not None and "cannot report its own drops" in line
+    assert note(doc["loss"], doc["reflector"], 100) is None   # below it: plain loss
+
+
+def test_our_reflector_fills_the_report_tlv_in_a_scapy_built_packet():
+    from wanprobe.probe.reflector_report import sender_tlv
+
+    s = scapy_stamp
+    ours = sender_tlv()
+    with our_reflector(rate_pps=1234) as refl:
+        cli = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        cli.settimeout(2)
+        try:
+            req = s.STAMPSessionSenderTestUnauthenticated(
+                seq=0, ssid=77, ts=time.time() + NTP_OFFSET,
+                tlv_objects=[s.STAMPTestTLV(flags="U", type=252, len=20, value=ours[4:]),
+                             s.STAMPTestTLV(flags="U", type=252, len=20,
+                                            value=b"xx" + ours[6:])])   # another's private use
+            cli.sendto(bytes(req), refl.address)
+            rep = s.STAMPSessionReflectorTestUnauthenticated(cli.recvfrom(65536)[0])
+        finally:
+            cli.close()
+    mine, other = rep.tlv_objects
+    assert int(mine.flags) & 0x80 == 0 and int(other.flags) & 0x80   # U cleared / kept
+    magic, version, epoch, limit, limited, refused = struct.unpack("!HBxIIII", bytes(mine.value))
+    assert (magic, version, limit, limited, refused) == (0x7770, 1, 1234, 0, 0) and epoch
+    assert bytes(other.value) == b"xx" + ours[6:]

@@ -39,7 +39,7 @@ def is_init_netns() -> bool:
 
 def enter(name: str) -> int:
     """Move this thread into the named namespace (``ip netns`` layout); returns its inode."""
-    if not name or "/" in name or name in (".", ".."):
+    if not name or "/" in name or "\x00" in name or name in (".", ".."):
         raise UsageError(f"bad network namespace name {name!r}")
     path = NETNS_RUN_DIR / name
     try:

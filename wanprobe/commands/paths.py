@@ -40,12 +40,18 @@ def paths(
         "--src-ports", help="Source ports instead of ephemeral ones: a range 40000-40015 or a "
         "list 40000,40007 (overrides --flows).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    above_limit: Annotated[str, typer.Option(
+        "--above-limit", help="flows / interval above the limit a wanprobe reflector "
+        "advertises: pace (to 80% of it), refuse, or send (its drops are counted apart from "
+        "path loss).")] = "pace",
 ) -> None:
     """Trace and probe N flows (Paris-style, constant source ports): which ECMP paths exist,
     each path's RTT and loss per direction, and whether the paths differ significantly."""
     from wanprobe.probe import limits
+    from wanprobe.probe.multiflow import merge
     from wanprobe.probe.paths import check_args, measure_paths
     from wanprobe.probe.probe_options import check_common, probe_count
+    from wanprobe.probe.rate_guard import annotate, check_policy, checked_rate
 
     port_n = _parsed("--port", parse_port, port)
     interval_s = _parsed("--interval", parse_duration_s, interval, default_unit="s",
@@ -56,10 +62,18 @@ def paths(
     check_common(port_n, 0, timeout_s)  # refused up front, before any socket (issue 14)
     probe_count(count, None, interval_s)
     limits.check_total(count * flows, interval_s / flows)
+    ports = _ports(src_ports) if src_ports is not None else None
+    n_flows = len(ports) if ports else flows
+    kw = {"port": port_n, "interval_s": interval_s, "timeout_s": timeout_s}
+    plan = checked_rate(peer, kw, check_policy(above_limit), n_flows / interval_s,
+                        say=Console(stderr=True, highlight=False, soft_wrap=True).print)
+    kw["interval_s"] = plan.interval_s
     result = asyncio.run(measure_paths(
-        peer, flows=flows, count=count, port=port_n, interval_s=interval_s, timeout_s=timeout_s,
-        max_ttl=max_ttl, src_ports=_ports(src_ports) if src_ports is not None else None))
+        peer, flows=flows, count=count, port=port_n, interval_s=kw["interval_s"],
+        timeout_s=timeout_s, max_ttl=max_ttl, src_ports=ports))
     doc = result.to_json()
+    doc["reflector"] = annotate(merge([f.probe for f in result.flows], kw["interval_s"]).to_json(),
+                                plan, 1 / kw["interval_s"])["reflector"]
     doc["findings"] = _findings(doc)
     if as_json:
         sys.stdout.write(json.dumps(doc) + "\n")
@@ -67,11 +81,14 @@ def paths(
     _print(doc)
 
 
-def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool) -> None:
-    """``probe --flows K``: the probe's packets over K traced source ports (multiflow.py)."""
+def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool,
+                     policy: str = "pace") -> None:
+    """``probe --flows K``: the probe's packets over K traced source ports (multiflow.py), the
+    rate checked against the reflector's limit first (rate_guard.py, ``policy``)."""
     from wanprobe.probe.multiflow import probe_flows
     from wanprobe.probe.paths import MAX_FLOWS
     from wanprobe.probe.peer import resolve_peer
+    from wanprobe.probe.rate_guard import annotate, checked_rate
 
     if method != "stamp":
         raise UsageError("--flows needs --method stamp")
@@ -79,7 +96,9 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
         raise UsageError(f"--flows must be 1-{MAX_FLOWS}, got {flows}")
     if kw.get("size") is not None or kw.get("dscp"):
         raise UsageError("--flows does not take --size or --dscp yet")
-    interval_s = kw["interval_s"]
+    plan = checked_rate(host, kw, policy, 1 / kw["interval_s"],
+                        say=Console(stderr=True, highlight=False, soft_wrap=True).print)
+    interval_s = kw["interval_s"] = plan.interval_s
     count = kw["count"] or (round(kw["duration_s"] / interval_s) if kw["duration_s"] else 10)
 
     async def run() -> dict:
@@ -90,7 +109,7 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
                                   interval_s=interval_s, timeout_s=kw["timeout_s"],
                                   hmac_key=kw.get("hmac_key")))[1]
 
-    doc = asyncio.run(run())
+    doc = annotate(asyncio.run(run()), plan, 1 / (interval_s * flows))
     doc["peer"] = host
     if as_json:
         sys.stdout.write(json.dumps(doc) + "\n")
@@ -100,6 +119,8 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
     console.print(f"{host}: {loss['sent']} probes over {flows} flows, rtt p50 "
                   f"{rtt['p50']} ms p99 {rtt['p99']} ms, loss {_pct(loss['ratio'])} (fwd "
                   f"{_pct(loss['forward_ratio'])}, rev {_pct(loss['reverse_ratio'])})")
+    if doc["reflector"]["note"]:
+        console.print(doc["reflector"]["note"])
     if "paths" in doc:
         _print({"peer": host, "flows": doc["flows"], "summary": doc["paths"]})
 
@@ -149,5 +170,7 @@ def _print(doc: dict) -> None:
     console.print(f"paths {verdict} (alpha {s['alpha']}: loss chi-square p = "
                   f"{s['loss_test']['p_value']:.3g}, RTT Kruskal-Wallis p = "
                   f"{s['rtt_test']['p_value']:.3g}); worst path {s['worst_path']}")
+    if (doc.get("reflector") or {}).get("note"):
+        console.print(doc["reflector"]["note"])
     for f in doc["findings"]:
         console.print(f"[bold]{f['id']}[/]: {f['title']}\n  → {f['recommendation']}")

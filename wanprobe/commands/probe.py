@@ -148,8 +148,10 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
     s = reflector.stats()
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"wanprobe reflect: stopped; {s.reflected} reflected, {s.short + s.oversize} short/oversize,"
-        f" {s.malformed} malformed, {s.rate_limited} rate-limited"
-        + (f", {s.auth_failed} failed authentication" if hmac_key is not None else "")
+        f" {s.malformed} malformed, {s.rate_limited} rate-limited, {s.session_refused} new "
+        "sessions refused (their source's share was all in use)"
+        + (f", {s.auth_failed} failed authentication, {s.replayed} replays refused"
+           if hmac_key is not None else "")
         + f", {s.not_allowed} from outside --allow; throughput refusals: "
         + (", ".join(f"{k} {v}" for k, v in sorted(server.refusals().items())) or "none"))
 
@@ -171,11 +173,14 @@ def probe(
         "this file (>= 16 characters).")] = None,
     flows: Annotated[int, typer.Option("--flows", help="Spread the probes over this many source "
                                        "ports (ECMP flows; STAMP only), results per path.")] = 1,
+    above_limit: Annotated[str, typer.Option(
+        "--above-limit", help="A rate above the limit a wanprobe reflector advertises: pace "
+        "(to 80% of it), refuse, or send (its drops are counted apart from path loss).")] = "pace",
 ) -> None:
     """Measure RTT, loss per direction, jitter, reordering and DSCP treatment to HOST."""
     from wanprobe.probe.api import METHODS
-    from wanprobe.probe.api import probe as run
     from wanprobe.probe.limits import MAX_DATAGRAM_BYTES
+    from wanprobe.probe.rate_guard import annotate, check_policy, checked_rate
 
     if method not in METHODS:
         raise UsageError(f"unknown --method {method!r} (use stamp, icmp or tcp)")
@@ -199,33 +204,49 @@ def probe(
         raise UsageError(f"--count must be >= 1 (got {count})")
     if count is not None and duration:
         raise UsageError("give either --count or --duration, not both")
+    policy = check_policy(above_limit)
     if flows != 1:
         from wanprobe.commands.paths import probe_over_flows
-        return probe_over_flows(host, flows, method, kw, as_json)
-    expected_s = (kw["duration_s"] if kw["duration_s"] else (count or 10) * kw["interval_s"])
-    err = Console(stderr=True, highlight=False)
-    if as_json or expected_s < PROGRESS_MIN_S or not err.is_terminal:
-        result = asyncio.run(run(host, method, **kw))
-    else:
-        with Progress(TextColumn(f"probing {host} ({method})"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[rx]} replies"), TimeRemainingColumn(),
-                      console=err, transient=True) as bar:
-            task = bar.add_task("probe", total=None, rx=0)
-
-            def progress(sent: int, received: int, total: int) -> None:
-                bar.update(task, completed=sent, total=total, rx=received)
-
-            result = asyncio.run(run(host, method, on_progress=progress, **kw))
+        return probe_over_flows(host, flows, method, kw, as_json, policy)
+    plan = None
+    if method == "stamp":
+        plan = checked_rate(host, kw, policy, 1 / kw["interval_s"],
+                            say=Console(stderr=True, highlight=False, soft_wrap=True).print)
+        kw["interval_s"] = plan.interval_s
+    result = _run(host, method, kw, quiet=as_json)
+    doc = annotate(result.to_json(), plan, 1 / kw["interval_s"]) if method == "stamp" \
+        else result.to_json()
     if as_json:
-        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        sys.stdout.write(json.dumps(doc) + "\n")
     else:
         _print_probe(result)
+        if doc.get("reflector") and doc["reflector"].get("note"):
+            Console(highlight=False).print(doc["reflector"]["note"])
     if result.loss.sent and not result.loss.received:  # as ping(8): exit 1 when nothing answered
         reason = NO_REPLY
         if method == "stamp":
             reason = asyncio.run(udp_silence_reason(host, kw["port"], kw["timeout_s"]))
         where = f"{host}" if method == "icmp" else f"{host} port {kw['port']}"
         raise WanprobeError(f"no probe to {where} was answered: {reason}", exit_code=1)
+
+
+def _run(host: str, method: str, kw: dict, *, quiet: bool):
+    """One probe run, with a progress bar on a terminal when it takes a while."""
+    from wanprobe.probe.api import probe as run
+
+    expected_s = (kw["duration_s"] if kw["duration_s"] else (kw["count"] or 10) * kw["interval_s"])
+    err = Console(stderr=True, highlight=False)
+    if quiet or expected_s < PROGRESS_MIN_S or not err.is_terminal:
+        return asyncio.run(run(host, method, **kw))
+    with Progress(TextColumn(f"probing {host} ({method})"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rx]} replies"), TimeRemainingColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("probe", total=None, rx=0)
+
+        def progress(sent: int, received: int, total: int) -> None:
+            bar.update(task, completed=sent, total=total, rx=received)
+
+        return asyncio.run(run(host, method, on_progress=progress, **kw))
 
 
 def _fmt(x, unit: str = "", digits: int = 3) -> str:

@@ -29,6 +29,7 @@ from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
 from wanprobe.daemon.path_findings import path_finding
 from wanprobe.daemon.path_watch import PathEvent, PathWatch, one_way_spreads
 from wanprobe.daemon.prober import MeshProber
+from wanprobe.daemon.reflector_limit import ReflectorPacing
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.state_dir import check_state_dir
@@ -99,6 +100,7 @@ class Daemon:
         self.store: Store | None = None
         self.baseline = BaselineTracker(cfg.baseline)
         self.path_watch = PathWatch()
+        self.pacing = ReflectorPacing()   # peers whose reflector answers slower than we send
         self._pending_reroute: dict[str, PathEvent] = {}
         self.stop_event = asyncio.Event()
         self.last_apply_request: float | None = None
@@ -145,6 +147,9 @@ class Daemon:
                                    throughput=self.cfg.throughput, throughput_fn=self.throughput_fn,
                                    budget_used=self.store.throughput_bytes_since,
                                    stamp_prober=self.stamp_prober)
+        self.scheduler.pacing = self.pacing
+        if self.stamp_prober is not None:
+            self.stamp_prober.pacing = self.pacing
         self.scheduler.apply(self.peers, self.cfg.probe, self.cfg.throughput)
         self.metrics.set_peers(self.peers)
         self._flusher = Flusher(self.store, FLUSH_INTERVAL_S, self._flushed)
@@ -252,6 +257,7 @@ class Daemon:
             self.metrics.forget_peer(name)
             self.path_watch.forget(name)
             flow_probe.forget(name)
+            self.pacing.forget(name)
         self.metrics.set_peers(peers)
         self.metrics.config_reloads.labels(result="applied").inc()
         self.loaded_at = time.time()
@@ -265,6 +271,8 @@ class Daemon:
         self.store.add_probe(row)
         self.metrics.observe_probe(peer, method, doc)
         self._last_probe[peer.name] = doc
+        if method == "stamp":
+            self.pacing.observe(peer.name, doc, self.cfg.probe)
         if peer.name in self._failing:
             self._failing.discard(peer.name)
             dlog.log(logging.INFO, "peer answers again", peer=peer.name, method=method)

@@ -88,10 +88,21 @@ class DaemonMetrics:
                             path + ["method"], registry=r)
         self.received = Counter("wanprobe_probe_packets_received_total", "Probe replies received.",
                                 path + ["method"], registry=r)
-        self.lost = Counter("wanprobe_probe_packets_lost_total", "Probe packets lost: round_trip "
-                            "(sent - received), forward (never reached the reflector, RFC 8762 "
-                            "counters) or reverse (reflected, reply lost).",
+        self.lost = Counter("wanprobe_probe_packets_lost_total", "Probe packets the path lost: "
+                            "round_trip (sent - received, less the reflector's own drops), "
+                            "forward (never reached the reflector, RFC 8762 counters) or "
+                            "reverse (reflected, reply lost).",
                             path + ["direction", "method"], registry=r)
+        self.reflector_drops = Counter(
+            "wanprobe_probe_reflector_drops_total", "Probes the peer's reflector received and did "
+            "not answer, by cause (rate_limited, replay: a copy refused by authentication), as its "
+            "Reflector Report TLV said; never in wanprobe_probe_packets_lost_total. Series appear "
+            "with the first drop.",
+            path + ["cause", "method"], registry=r)
+        self.reflector_resets = Counter(
+            "wanprobe_probe_reflector_session_resets_total", "Times the peer's reflector restarted "
+            "a probe session (evicted or reset); its unanswered probes around it are not loss.",
+            path + ["method"], registry=r)
         self.errors = Counter("wanprobe_probe_errors_total", "Probe sessions that failed "
                               "(timeout, unreachable, refused).", path, registry=r)
         self.last_probe = Gauge("wanprobe_last_probe_timestamp_seconds", "Unix time of the last "
@@ -195,15 +206,27 @@ class DaemonMetrics:
         if sent is not None and received is not None:
             ch["sent"].inc(sent)
             ch["received"].inc(received)
-            lost = {"round_trip": sent - received, "forward": loss.get("forward_lost"),
-                    "reverse": loss.get("reverse_lost")}
+            not_path = sum(loss.get(k) or 0 for k in ("reflector_rate_limited", "unattributed"))
+            lost = {"round_trip": max(0, sent - received - not_path),
+                    "forward": loss.get("forward_lost"), "reverse": loss.get("reverse_lost")}
             for direction, child in ch["lost"]:
                 if lost[direction]:
                     child.inc(lost[direction])
+            self._observe_reflector(peer, method, loss)
         if doc.get("jitter_ms") is not None:
             ch["jitter"].set(doc["jitter_ms"] / 1e3)
         self.owd.observe(self.path_labels(peer), method, doc)
         ch["last"].set(time.time())
+
+    def _observe_reflector(self, peer: Peer, method: str, loss: dict[str, Any]) -> None:
+        """The reflector's drops and session restarts (issue 20), children made on first use."""
+        lab = self.path_labels(peer)
+        for cause, key in (("rate_limited", "reflector_rate_limited"),
+                           ("replay", "reflector_replays_refused")):
+            if loss.get(key):
+                self.reflector_drops.labels(*lab, cause, method).inc(loss[key])
+        if loss.get("reflector_resets"):
+            self.reflector_resets.labels(*lab, method).inc(loss["reflector_resets"])
 
     def observe_path(self, peer: Peer, floor_ms: float | None, spread_ms: float | None) -> None:
         """Export a peer's RTT floor and spread (ms in, seconds out), with the path labels."""

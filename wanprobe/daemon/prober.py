@@ -97,6 +97,7 @@ class MeshProber:
         self._senders: dict[int, StampSender] = {}
         self._timers = TimerHeap(self._tick)   # every peer's next action, one loop timer
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.pacing: Any = None   # reflector_limit.ReflectorPacing: per-peer packet interval
 
     # -- plan -----------------------------------------------------------------------------------
     def apply(self, peers: tuple[Peer, ...] | list[Peer], settings: ProbeSettings) -> None:
@@ -165,6 +166,8 @@ class MeshProber:
     def _start(self, due: float, run: _PeerRun) -> None:
         """Open the peer's next session, send its first probe, schedule the one after it."""
         s = self.settings
+        if self.pacing is not None:
+            s = self.pacing.settings_for(run.peer.name, s)
         delay = max(0.0, s.interval_s + self.rng.uniform(-s.jitter_s, s.jitter_s))
         self._push(due + delay, _START, run, None)
         ts = self.clock()

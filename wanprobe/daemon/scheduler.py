@@ -120,6 +120,7 @@ class Scheduler:
         self.last_throughput: dict[str, float] = {}
         self.throughput_running: str | None = None
         self.delivery_errors = 0
+        self.pacing: Any = None   # reflector_limit.ReflectorPacing: per-peer STAMP settings
         self._stopping = False
         self._tput_task: asyncio.Task | None = None
         self._tput_lock = asyncio.Lock()
@@ -232,6 +233,8 @@ class Scheduler:
     async def probe_once(self, peer: Peer, method: str) -> None:
         """One session; every failure (timeout, refusal, bug in a prober) becomes probe_failed."""
         s = self.probe_settings
+        if self.pacing is not None and method == "stamp":
+            s = self.pacing.settings_for(peer.name, s)
         ts = self.clock()
         try:
             async with asyncio.timeout(session_deadline_s(s)):  # not wait_for: see stop()

@@ -82,8 +82,10 @@ class ProbeRow:
     sessions: int = _column((), "count(*)", default=1)
     sent: int | None = _column(("loss", "sent"), "sum(sent)", default=None)
     received: int | None = _column(("loss", "received"), "sum(received)", default=None)
+    # the sessions' own (path) loss ratios weighted by probes sent: 1 - received/sent would count
+    # a reflector's drops (issue 20) as loss again
     loss_ratio: float | None = _column(
-        ("loss", "ratio"), "CASE WHEN sum(sent) > 0 THEN 1.0 - 1.0 * sum(received) / sum(sent) END",
+        ("loss", "ratio"), "CASE WHEN sum(sent) > 0 THEN sum(loss_ratio * sent) / sum(sent) END",
         default=None)
     loss_forward_ratio: float | None = _column(("loss", "forward_ratio"),
                                                "avg(loss_forward_ratio)", default=None)

@@ -20,7 +20,7 @@ from wanprobe.probe.flowtrace import FlowTrace
 from wanprobe.probe.owd import merge as owd_merge
 from wanprobe.probe.path_groups import summarize
 from wanprobe.probe.paths import FlowResult, probe_ports, trace_ports
-from wanprobe.probe.result import LossStats, ProbeResult, RttStats
+from wanprobe.probe.result import LossStats, ProbeResult, ReflectorInfo, RttStats
 from wanprobe.probe.stats import rtt_summary_ms, wilson_interval
 
 
@@ -36,6 +36,12 @@ def _sum(values) -> int | None:
     return sum(vals) if len(vals) == len(values) else None
 
 
+def _reflector(infos: list[ReflectorInfo | None]) -> ReflectorInfo | None:
+    """One flow's reflector report stands for all (one reflector); the first that said."""
+    said = [i for i in infos if i is not None and i.counts is not None]
+    return said[0] if said else next((i for i in infos if i is not None), None)
+
+
 def merge(results: list[ProbeResult], interval_s: float) -> ProbeResult:
     """The flows of one multi-flow probe as one result: pooled RTTs, summed loss counts."""
     samples = tuple(x for r in results for x in r.rtt_samples_ms)
@@ -44,15 +50,22 @@ def merge(results: list[ProbeResult], interval_s: float) -> ProbeResult:
     received = sum(r.loss.received for r in results)
     f_lost, f_of = _sum([r.loss.forward_lost for r in results]), _sum([r.loss.forward_of for r in results])
     r_lost, r_of = _sum([r.loss.reverse_lost for r in results]), _sum([r.loss.reverse_of for r in results])
+    limited = _sum([r.loss.reflector_rate_limited for r in results])
+    refused = _sum([r.loss.reflector_replays_refused for r in results])
+    path_sent = sum(r.loss.path_sent for r in results)
     loss = LossStats(
-        sent=sent, received=received, ci95=wilson_interval(sent - received, sent),
+        sent=sent, received=received, ci95=wilson_interval(path_sent - received, path_sent),
         forward_lost=f_lost, forward_of=f_of, reverse_lost=r_lost, reverse_of=r_of,
         forward_ci95=wilson_interval(f_lost, f_of) if f_lost is not None and f_of else None,
         reverse_ci95=wilson_interval(r_lost, r_of) if r_lost is not None and r_of else None,
-        late=sum(r.loss.late for r in results))
+        late=sum(r.loss.late for r in results), reflector_rate_limited=limited,
+        reflector_replays_refused=refused,
+        reflector_resets=sum(r.loss.reflector_resets for r in results),
+        unattributed=sum(r.loss.unattributed for r in results))
     jitters = [r.jitter_ms for r in results if r.jitter_ms is not None]
     return replace(
         results[0], duration_s=max(r.duration_s for r in results), interval_s=interval_s,
+        reflector=_reflector([r.reflector for r in results]),
         rtt=RttStats(**rtt) if rtt else None, loss=loss,
         jitter_ms=statistics.median(jitters) if jitters else None,
         jitter_forward_ms=None, jitter_reverse_ms=None, owd=owd_merge([r.owd for r in results]),
@@ -66,7 +79,8 @@ def multiflow_doc(flows: list[FlowResult], interval_s: float) -> dict:
     doc["flows"] = [{"src_port": f.trace.src_port, "hops": list(f.trace.hops),
                      "fingerprint": fingerprint(f.trace.hops),
                      "loss": {k: f.probe.to_json()["loss"][k] for k in
-                              ("sent", "received", "forward_ratio", "reverse_ratio")},
+                              ("sent", "received", "forward_ratio", "reverse_ratio",
+                               "reflector_rate_limited")},
                      "rtt_ms": {k: f.probe.to_json()["rtt_ms"][k] for k in ("min", "p50", "p99")}}
                     for f in flows]
     if any(f.trace.hops for f in flows):

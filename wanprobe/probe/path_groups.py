@@ -76,13 +76,15 @@ def path_entry(index: int, members: Sequence[FlowSample], total_flows: int) -> d
     losses = [m.loss for m in members]
     sent = sum(x.sent for x in losses)
     received = sum(x.received for x in losses)
+    path_sent = sum(x.path_sent for x in losses)   # the reflector's drops are not the path's
     f_lost, f_of = _sum(x.forward_lost for x in losses), _sum(x.forward_of for x in losses)
     r_lost, r_of = _sum(x.reverse_lost for x in losses), _sum(x.reverse_of for x in losses)
     rtt = rtt_summary_ms([x for m in members for x in m.rtt_samples_ms])
     return {
         "path": index, "hops": hops, "src_ports": [m.src_port for m in members],
         "flows": len(members), "flow_share": round(len(members) / total_flows, 6),
-        "sent": sent, "received": received, "loss_ratio": _ratio(sent - received, sent),
+        "sent": sent, "received": received, "path_sent": path_sent,
+        "loss_ratio": _ratio(path_sent - received, path_sent),
         "forward_lost": f_lost, "forward_ratio": _ratio(f_lost or 0, f_of or 0) if f_lost is not None else None,
         "reverse_lost": r_lost, "reverse_ratio": _ratio(r_lost or 0, r_of or 0) if r_lost is not None else None,
         "rtt_ms": None if rtt is None else {k: round(rtt[k], 6) for k in ("min", "p50", "p99")},
@@ -97,7 +99,8 @@ def summarize(flows: Sequence[FlowSample], alpha: float = ALPHA) -> tuple[list[i
     n_paths = max(index) + 1
     members = [[f for f, p in zip(flows, index, strict=True) if p == k] for k in range(n_paths)]
     paths = [path_entry(k, m, len(flows)) for k, m in enumerate(members)]
-    loss_test = chi2_independence([[p["sent"] - p["received"], p["received"]] for p in paths])
+    loss_test = chi2_independence([[p["path_sent"] - p["received"], p["received"]]
+                                   for p in paths])
     rtt_test = kruskal_wallis([[x for f in m for x in f.rtt_samples_ms] for m in members])
     differ_loss = loss_test.p_value < alpha
     medians = [p["rtt_ms"]["p50"] for p in paths if p["rtt_ms"]]

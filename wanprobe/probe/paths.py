@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from wanprobe.errors import ProbeError, UsageError
 from wanprobe.probe.flowtrace import FlowTrace, open_flow_sockets, trace_flows
+from wanprobe.probe.loss_split import share_tails
 from wanprobe.probe.path_groups import ALPHA, FlowSample, summarize
 from wanprobe.probe.peer import resolve_peer
 from wanprobe.probe.result import ProbeResult
@@ -87,7 +88,8 @@ async def trace_ports(addr: str, port: int, src_ports: list[int], *, max_ttl: in
 async def probe_ports(addr: str, port: int, ports: list[int], *, count: int, interval_s: float,
                       timeout_s: float = 2.0, hmac_key=None) -> list[ProbeResult]:
     """Phase 2: one STAMP session per source port, starts spread over one interval (with
-    ``hmac_key`` in authenticated mode, RFC 8762 §4.4)."""
+    ``hmac_key`` in authenticated mode, RFC 8762 §4.4); the flows share the reflector's rate
+    limit, so their tails are judged together (loss_split.share_tails)."""
     senders = [StampSender(socket.AF_INET, source_port=p) for p in ports]
 
     async def one(k: int, sender: StampSender) -> ProbeResult:
@@ -98,7 +100,7 @@ async def probe_ports(addr: str, port: int, ports: list[int], *, count: int, int
     try:
         for s in senders:
             s.open()
-        return list(await asyncio.gather(*(one(k, s) for k, s in enumerate(senders))))
+        return share_tails(list(await asyncio.gather(*(one(k, s) for k, s in enumerate(senders)))))
     except OSError as exc:
         raise ProbeError(f"cannot probe from the traced ports: {exc.strerror}") from None
     finally:

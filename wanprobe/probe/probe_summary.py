@@ -5,7 +5,8 @@ time). Forward/reverse loss from the reflector's receive count (Direct Measureme
 RFC 8972 §4.5, or a stateful reflector's sequence number, RFC 8762 §4.3.1) at the last answered
 probe: forward lost = probes sent up to it - probes the reflector had received; reverse lost =
 probes the reflector had received - replies that came back. Probes after the last answered one
-cannot be attributed to a direction; they count in ``loss.ratio`` only.
+cannot be attributed to a direction; they count in ``loss.ratio`` only. The reflector's own drops
+and restarts of its session are taken out (loss_split.py).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections import Counter
 from typing import NamedTuple
 
 from wanprobe.probe import stats
+from wanprobe.probe.loss_split import split_loss
 from wanprobe.probe.owd import OwdClock, owd_report
-from wanprobe.probe.result import DscpReport, LossStats, ProbeResult, RttStats
+from wanprobe.probe.result import DscpReport, ProbeResult, ReflectorInfo, RttStats
 from wanprobe.probe.stamp_packet import ClassOfService
 
 
@@ -45,11 +47,12 @@ def summarize(*, method: str, peer: str, port: int | None, started_ns: int, dura
               interval_s: float, size_bytes: int | None, dscp: int, sent: int,
               tx_user_ns: dict[int, int], tx_kernel_ns: dict[int, int], replies: list[Reply],
               timeout_ns: int, follow_up_ns: dict[int, int] | None = None,
-              clock: OwdClock | None = None) -> ProbeResult:
+              clock: OwdClock | None = None, reports=None) -> ProbeResult:
     """Compute the result of one session from its raw records. ``follow_up_ns`` maps a reflector
     sequence number to the kernel transmit time the reflector reported later (RFC 8972 §4.7); it
     replaces T3 read before sendmsg. ``clock`` (both ends' clocks) gives the one-way delays and
-    their bound (owd.py)."""
+    their bound (owd.py). ``reports``: what the replies' Reflector Report TLVs said
+    (reflector_report.ReportLog; STAMP only)."""
     follow_up_ns = follow_up_ns or {}
     arrival = [r[0] for r in replies]
     first: dict[int, Reply] = {r[0]: r for r in reversed(replies)}  # the first copy of each
@@ -86,7 +89,7 @@ def summarize(*, method: str, peer: str, port: int | None, started_ns: int, dura
             fwd_ms.append((t2 - t1) / 1e6)
             rev_ms.append((rx_ns - t3) / 1e6)
     received = len(seqs)
-    loss = _loss(sent, received, late, kept)
+    loss = split_loss(sent, received, late, kept, reports)
     summary = stats.rtt_summary_ms(rtts_ms)
     have_oneway = len(fwd_ms) == len(seqs)
     jitter, jitter_fwd, jitter_rev = stats.ipdv_many_ms(seqs, rtts_ms, fwd_ms, rev_ms)
@@ -102,30 +105,8 @@ def summarize(*, method: str, peer: str, port: int | None, started_ns: int, dura
                       "user" if kernel_tx == 0 else "mixed"),
         rtt_samples_ms=tuple(rtts_ms),
         owd=owd_report(fwd_ms, rev_ms, clock) if have_oneway else None,
-    )
-
-
-def _loss(sent: int, received: int, late: int, answered: list[Reply]) -> LossStats:
-    ci = stats.wilson_interval(sent - received, sent)
-    if not answered:
-        return LossStats(sent, received, ci, late=late)
-    last = answered[-1]  # in sequence order
-    reached = None
-    if last.reflector_rx_count is not None:
-        reached = last.reflector_rx_count
-    elif last.reflector_seq is not None and any(r.reflector_seq != r.sseq for r in answered):
-        reached = last.reflector_seq + 1  # stateful reflector: its own per-session counter
-    elif last.reflector_seq is not None and received == last.sseq + 1:
-        reached = received                # nothing lost up to here: no direction to attribute
-    if reached is None:
-        return LossStats(sent, received, ci, late=late)
-    window = last.sseq + 1
-    fwd = max(0, window - reached)
-    rev = max(0, min(reached, window) - received)
-    return LossStats(
-        sent, received, ci, forward_lost=fwd, forward_of=window, reverse_lost=rev,
-        reverse_of=min(reached, window), forward_ci95=stats.wilson_interval(fwd, window),
-        reverse_ci95=stats.wilson_interval(rev, min(reached, window)), late=late,
+        reflector=(ReflectorInfo(reports.counts, reports.limit_pps) if reports is not None
+                   else None),
     )
 
 

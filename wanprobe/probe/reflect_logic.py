@@ -3,7 +3,8 @@
 RFC 8762 §4.3 (reflected packet, stateful sequence numbering), §4.6 (TWAMP-Light interop),
 RFC 8972 §4.3 (Timestamp Information, answered from this host's clock with its Error Estimate),
 RFC 8972 §4 (TLV flags: U for unrecognised, M for malformed, processing stops at a malformed TLV),
-§4.4 (Class of Service with erratum 8199), §4.5 (Direct Measurement), §4.8 (HMAC TLV); RFC 8762
+§4.4 (Class of Service with erratum 8199), §4.5 (Direct Measurement), §4.8 (HMAC TLV), and our
+Reflector Report TLV (reflector_report.py, a Private Use type, RFC 8972 §5.1); RFC 8762
 §4.3.2/§4.4 for authenticated mode (112-octet base packets with an HMAC over octets 0-95). One deliberate deviation
 from RFC 8762 §4.6: a request shorter than 44 octets is answered with at most as many octets as it
 had (a 41-43 octet TWAMP-Light probe gets the 41-octet TWAMP reflector header), never the full base
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from wanprobe.probe.clock_tlvs import SAME_CLOCK_LEN, TIMESTAMP_INFO_LEN, TLV_SAME_CLOCK
+from wanprobe.probe.reflector_report import TLV_REFLECTOR_REPORT, reflector_value
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     BASE_LEN,
@@ -63,12 +65,15 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
                 dscp_permitted: Callable[[int], bool] | None = None,
                 follow_up: tuple[int, int] | None = None,
                 auth: HmacKey | None = None, base_verified: bool = False,
-                clock=None) -> Reply | None:
+                clock=None,
+                report: tuple[int, int, int, int] | None = None) -> Reply | None:
     """Answer ``request`` (a UDP payload) or return None when it is too short to answer.
 
     ``rx_count``/``tx_count`` are the session's counts including this packet (Direct
     Measurement R_RxC, R_TxC). ``follow_up`` = (reflector seq, NTP transmit time) of this
-    session's previous reflected packet, for the Follow-Up Telemetry TLV (RFC 8972 §4.7). Without
+    session's previous reflected packet, for the Follow-Up Telemetry TLV (RFC 8972 §4.7);
+    ``report`` = (epoch, rate limit, rate-limited, refused) for a Reflector Report TLV (None:
+    the TLV is answered as unknown). Without
     a CoS TLV the reply carries the received DSCP (ECN cleared). The reply is never longer than
     the request.
 
@@ -86,7 +91,7 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
             request, auth, base_verified=base_verified, reflector_seq=reflector_seq,
             rx_count=rx_count, tx_count=tx_count, t2_ntp=t2_ntp, t3_ntp=t3_ntp, ttl=ttl,
             tos_received=tos_received, error_estimate=error_estimate,
-            dscp_permitted=dscp_permitted, follow_up=follow_up, clock=clock)
+            dscp_permitted=dscp_permitted, follow_up=follow_up, clock=clock, report=report)
     n = len(request)
     if n < TWAMP_REFLECTOR_MIN_LEN:
         return None
@@ -103,7 +108,7 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
         return Reply(base + rest, reply_tos)
     out, padding_idx, want_len, malformed, reply_tos, _hmac_idx = _reflect_tlvs(
         rest, tos_received, rx_count, tx_count, dscp_permitted, follow_up, auth=False,
-        clock=clock)
+        clock=clock, report=report)
     if want_len is not None and want_len < n and not malformed:
         # Asymmetrical reply (draft-ietf-ippm-asymmetrical-pkts): drop the Extra Padding and
         # pad back up to the requested length, never above the request.
@@ -123,7 +128,8 @@ def _padded_to(body: bytes, want_len: int) -> bytes:
 
 def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
                   dscp_permitted: Callable[[int], bool] | None,
-                  follow_up: tuple[int, int] | None, *, auth: bool, clock=None):
+                  follow_up: tuple[int, int] | None, *, auth: bool, clock=None,
+                  report: tuple[int, int, int, int] | None = None):
     """Answer each TLV (RFC 8972 §4). Returns (reply TLV byte strings, indices of Extra Padding,
     Reflected Control length or None, malformed, reply TOS, index of the HMAC TLV or None). The
     HMAC TLV (auth only) is copied as is; the caller recomputes its value. Long because: one
@@ -181,6 +187,9 @@ def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
             value = clock.same_clock(value)
         elif auth and typ == TLV_HMAC and length == HMAC_LEN and hmac_idx is None:
             hmac_idx = len(out)
+        elif typ == TLV_REFLECTOR_REPORT and report is not None \
+                and (filled := reflector_value(value, report)) is not None:
+            value = filled
         elif typ in (TLV_CLASS_OF_SERVICE, TLV_DIRECT_MEASUREMENT, TLV_REFLECTED_CONTROL,
                      TLV_FOLLOW_UP) or (clock is not None and typ == TLV_TIMESTAMP_INFO):
             flags |= FLAG_M  # known type, wrong length: RFC 8972 §4 malformed
@@ -209,7 +218,8 @@ def _build_auth_reply(request: bytes, key: HmacKey, *, base_verified: bool, refl
                       rx_count: int, tx_count: int, t2_ntp: int, t3_ntp: int, ttl: int,
                       tos_received: int, error_estimate: int,
                       dscp_permitted: Callable[[int], bool] | None,
-                      follow_up: tuple[int, int] | None, clock=None) -> Reply | None:
+                      follow_up: tuple[int, int] | None, clock=None,
+                      report: tuple[int, int, int, int] | None = None) -> Reply | None:
     n = len(request)
     if n < AUTH_BASE_LEN or not (base_verified or key.verify_base(request)):
         return None
@@ -226,7 +236,7 @@ def _build_auth_reply(request: bytes, key: HmacKey, *, base_verified: bool, refl
         return Reply(base + _integrity_failed_copy(rest), reply_tos, integrity_failed=True)
     out, padding_idx, want_len, malformed, reply_tos, hmac_idx = _reflect_tlvs(
         rest, tos_received, rx_count, tx_count, dscp_permitted, follow_up, auth=True,
-        clock=clock)
+        clock=clock, report=report)
     asym = want_len is not None and want_len < n and not malformed
     keep = [i for i in range(len(out)) if not (asym and i in padding_idx)]
     tlvs = [out[i] for i in keep]

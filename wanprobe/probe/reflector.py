@@ -16,6 +16,14 @@ Telemetry TLV of the session's next reply (RFC 8972 §4.7), so a sender can take
 send path out of the turnaround time as well. T2/T3 carry this host's Error Estimate (RFC 4656
 §4.1.2) and the Timestamp Information and Same-clock TLVs are answered from its clock state
 (local_clock.py, refreshed in the background).
+
+What the reflector receives and does not answer is never the path's loss (issue 20): a probe of a
+session that the rate limit drops, or that authenticated mode refuses as a replay
+(replay_window.py), is still counted as received in the session (Direct Measurement R_RxC,
+RFC 8972 §4.5) and counted by cause; every reply carries the session's causes, its epoch and the
+rate limit in the Reflector Report TLV (reflector_report.py). A new session that would have to
+evict a session that is still probing is refused instead (session_table.py, issue 19), counted
+in ``session_refused``.
 """
 
 from __future__ import annotations
@@ -32,7 +40,20 @@ from wanprobe.probe.access import AllowList, DscpPolicy
 from wanprobe.probe.local_clock import LOCAL_CLOCK, ClockWatcher
 from wanprobe.probe.probe_options import close_socket, ready_socket
 from wanprobe.probe.reflect_logic import build_reply
-from wanprobe.probe.session_table import MAX_SESSIONS, PER_SOURCE, SessionTable
+from wanprobe.probe.replay_window import fresh
+from wanprobe.probe.session_table import (
+    EPOCH,
+    FOLLOW_UP,
+    MAX_SESSIONS,
+    PER_SOURCE,
+    RATE_LIMITED,
+    REFUSED,
+    RX,
+    START,
+    START_SEQS,
+    TX,
+    SessionTable,
+)
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
     TWAMP_REFLECTOR_MIN_LEN,
@@ -77,13 +98,16 @@ class ReflectorStats:
     tlv_auth_failed: int = 0   # authenticated mode: answered, but the HMAC TLV failed (I flag)
     authenticated: bool = False
     not_allowed: int = 0       # source outside --allow / daemon.allow: dropped unparsed
-    evicted: int = 0           # sessions evicted (per-source share or table full), LRU first
+    evicted: int = 0           # idle sessions evicted (per-source share or table full), LRU first
+    session_refused: int = 0   # new sessions refused: the share or table held only active ones
+    replayed: int = 0          # authenticated mode: refused by the anti-replay window
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("received", "reflected", "tapped", "short",
                                           "oversize", "malformed", "rate_limited",
                                           "send_errors", "auth_failed", "tlv_auth_failed",
-                                          "authenticated", "not_allowed", "evicted")}
+                                          "authenticated", "not_allowed", "evicted",
+                                          "session_refused", "replayed")}
         d["sessions"] = [s.to_json() for s in self.sessions]
         return d
 
@@ -108,6 +132,7 @@ class Reflector:
             raise ProbeError(f"reflector HMAC key: {exc}") from None
         self.udp_tap = udp_tap
         self.rate_pps = float(rate_pps)
+        self._limit_pps = int(self.rate_pps) if self.rate_pps >= 1 else 1  # as advertised
         self.burst = float(burst)
         self.max_datagram = max_datagram
         self.dscp_permitted = dscp_permitted if dscp_permitted is not None else DscpPolicy()
@@ -123,7 +148,7 @@ class Reflector:
         self._buckets: dict[str, list[float]] = {}    # source -> [tokens, last_s]
         self._c = dict.fromkeys(("received", "reflected", "tapped", "short", "oversize",
                                  "malformed", "rate_limited", "send_errors", "auth_failed",
-                                 "tlv_auth_failed", "not_allowed"), 0)
+                                 "tlv_auth_failed", "not_allowed", "replayed"), 0)
         self._last_sweep = time.monotonic()
         self._cmsgs: dict[tuple, list] = {}
         # this host's clock: the Error Estimate of T2/T3 and the clock TLVs (local_clock.py)
@@ -163,13 +188,15 @@ class Reflector:
             SessionStats(k[0], k[1], k[2], k[3], v[0], v[1]) for k, v in self._sessions.items()
         )
         return ReflectorStats(**self._c, sessions=sessions, authenticated=self._auth is not None,
-                              evicted=self._sessions.evicted)
+                              evicted=self._sessions.evicted,
+                              session_refused=self._sessions.refused)
 
     def refusals(self) -> dict[str, int]:
         """Datagrams refused, by reason (the daemon's wanprobe_reflector_refusals_total)."""
         c = self._c
         return {"not_allowed": c["not_allowed"], "stamp_unauthenticated": c["auth_failed"],
-                "stamp_rate_limited": c["rate_limited"], "oversize": c["oversize"]}
+                "stamp_rate_limited": c["rate_limited"], "oversize": c["oversize"],
+                "stamp_replayed": c["replayed"], "stamp_session_share": self._sessions.refused}
 
     @property
     def authenticated(self) -> bool:
@@ -202,7 +229,7 @@ class Reflector:
 
     def _read_tx_stamps(self) -> None:
         for (sess, seq), tx_ns in self._tx_stamps.drain(self._sock, limit=BATCH):
-            sess[3] = (seq, ntp_from_ns(tx_ns))
+            sess[FOLLOW_UP] = (seq, ntp_from_ns(tx_ns))
 
     def _handle(self, nbytes: int, ancdata: list, flags: int, addr: tuple) -> None:
         """Answer one datagram (RFC 8762 §4.3). Long because: the per-packet path is kept inline;
@@ -231,23 +258,34 @@ class Reflector:
         elif nbytes < TWAMP_REFLECTOR_MIN_LEN:
             c["short"] += 1
             return
-        if not self._allow(addr[0]):
-            c["rate_limited"] += 1
-            return
         if auth is not None:
             ssid = int.from_bytes(data[26:28], "big")  # RFC 8972 §3, authenticated layout
         else:
             ssid = int.from_bytes(data[14:16], "big") if nbytes >= 44 else 0
-        key = (ssid, addr[0], addr[1], anc.local_addr)
-        sess = self._sessions.touch(key, time.monotonic())
-        sess[0] += 1
+        now = time.monotonic()
+        sess = self._sessions.touch((ssid, addr[0], addr[1], anc.local_addr), now)
+        if sess is None:
+            return  # its source's share (or the table) holds only active sessions: refused
+        if auth is not None and not fresh(sess, int.from_bytes(data[:4], "big")):
+            sess[REFUSED] += 1   # a replay: not counted as received, no tokens spent
+            c["replayed"] += 1
+            return
+        if not sess[RX] and int.from_bytes(data[:4], "big") < START_SEQS:
+            sess[START] = True   # a session's first probes (session_table.py)
+        sess[RX] += 1            # received (RFC 8972 §4.5 R_RxC), answered or not
+        if not self._allow(addr[0], now):
+            sess[RATE_LIMITED] += 1
+            c["rate_limited"] += 1
+            return
         clock = self._clock.answer()
+        rseq = sess[TX]          # stateful: the reflector's own count of what it sent
         reply = build_reply(
-            data, reflector_seq=sess[0] - 1, rx_count=sess[0], tx_count=sess[1] + 1,
+            data, reflector_seq=rseq, rx_count=sess[RX], tx_count=rseq + 1,
             t2_ntp=ntp_from_ns(rx_ns), t3_ntp=ntp_from_ns(time.time_ns()),
             ttl=anc.ttl or 0, tos_received=anc.tos or 0, dscp_permitted=self.dscp_permitted,
-            follow_up=sess[3], auth=auth, base_verified=True,
+            follow_up=sess[FOLLOW_UP], auth=auth, base_verified=True,
             error_estimate=clock.error_estimate, clock=clock,
+            report=(sess[EPOCH], self._limit_pps, sess[RATE_LIMITED], sess[REFUSED]),
         )
         if reply is None:
             c["short"] += 1
@@ -273,12 +311,11 @@ class Reflector:
         except OSError:
             c["send_errors"] += 1
             return
-        sess[1] += 1
+        sess[TX] += 1
         c["reflected"] += 1
-        self._tx_stamps.sent((sess, sess[0] - 1))
+        self._tx_stamps.sent((sess, rseq))
 
-    def _allow(self, source: str) -> bool:
-        now = time.monotonic()
+    def _allow(self, source: str, now: float) -> bool:
         b = self._buckets.get(source)
         if b is None:
             if len(self._buckets) >= MAX_SOURCES:

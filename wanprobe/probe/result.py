@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,8 +40,16 @@ class LossStats:
     """Round-trip loss and, when the reflector counts what it received, its split by direction.
 
     ``forward_ratio`` = probes that never reached the reflector / probes sent up to the last
-    answered one; ``reverse_ratio`` = replies lost / probes the reflector received. None when
-    the reflector gives no receive count (stateless, no Direct Measurement TLV)."""
+    answered one; ``reverse_ratio`` = replies lost / probes the reflector answered. None when
+    the reflector gives no receive count (stateless, no Direct Measurement TLV). All three ratios
+    are the path's: what a wanprobe reflector received and did not answer for its rate limit is
+    counted in ``reflector_rate_limited`` (None: the reflector cannot say) and left out
+    (loss_split.py). ``reflector_replays_refused``: copies of this session's probes its
+    authentication refused as replays (never counted as received, so no probe is missing).
+    ``reflector_resets``: times the reflector's session restarted (evicted or reset);
+    ``unattributed``: unanswered probes whose fate cannot be told apart from the reflector's
+    doing (around a restart, or after the last answer of a session the reflector was dropping
+    from), in no direction and not in ``ratio``."""
 
     sent: int
     received: int
@@ -53,10 +61,38 @@ class LossStats:
     forward_ci95: tuple[float, float] | None = None
     reverse_ci95: tuple[float, float] | None = None
     late: int = 0
+    reflector_rate_limited: int | None = None
+    reflector_replays_refused: int | None = None
+    reflector_resets: int = 0
+    unattributed: int = 0
+    tail: int = 0      # unanswered after the last answer, still counted in ``ratio``
+
+    def tail_unattributed(self) -> LossStats:
+        """The same with the tail moved to ``unattributed`` (its reflector was dropping probes
+        of this source: a sibling flow said so; multiflow.py)."""
+        if not self.tail:
+            return self
+        from wanprobe.probe.stats import wilson_interval
+
+        moved = replace(self, unattributed=self.unattributed + self.tail, tail=0)
+        return replace(moved, ci95=wilson_interval(moved.path_sent - self.received,
+                                                   moved.path_sent))
+
+    @property
+    def reflector_dropped(self) -> int:
+        """Probes the reflector received and did not answer, as far as it said."""
+        return self.reflector_rate_limited or 0
+
+    @property
+    def path_sent(self) -> int:
+        """Probes whose fate is the path's: sent, less the reflector's drops and unattributed."""
+        return self.sent - self.reflector_dropped - self.unattributed
 
     @property
     def ratio(self) -> float:
-        return (self.sent - self.received) / self.sent if self.sent else 0.0
+        """Round-trip loss of the path: the reflector's own drops are neither sent nor lost."""
+        of = self.path_sent
+        return (of - self.received) / of if of > 0 else 0.0
 
     @property
     def forward_ratio(self) -> float | None:
@@ -78,6 +114,10 @@ class LossStats:
             "ci95": ci(self.ci95), "forward_ci95": ci(self.forward_ci95),
             "reverse_ci95": ci(self.reverse_ci95), "forward_lost": self.forward_lost,
             "reverse_lost": self.reverse_lost, "late": self.late,
+            "reflector_rate_limited": self.reflector_rate_limited,
+            "reflector_replays_refused": self.reflector_replays_refused,
+            "reflector_resets": self.reflector_resets,
+            "unattributed": self.unattributed,
         }
 
 
@@ -105,6 +145,20 @@ class DscpReport:
 
 
 @dataclass(frozen=True)
+class ReflectorInfo:
+    """What a STAMP session learned about its reflector from the Reflector Report TLV
+    (reflector_report.py): ``counts`` "reported" (a wanprobe reflector counted its drops),
+    "not_supported" (a third-party reflector echoed the TLV) or None (no reply); the rate it
+    answers per source address, probes/s, when it said."""
+
+    counts: str | None = None
+    limit_pps: int | None = None
+
+    def to_json(self) -> dict:
+        return {"counts": self.counts, "limit_pps": self.limit_pps}
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     """One probe run against one peer."""
 
@@ -126,6 +180,7 @@ class ProbeResult:
     tx_timestamp: str = "kernel"     # "kernel" (SO_TIMESTAMPING TX) or "user" (clock read)
     rtt_samples_ms: tuple[float, ...] = field(default=(), repr=False)
     owd: OwdReport | None = None     # one-way delay per direction (STAMP only; owd.py)
+    reflector: ReflectorInfo | None = None
 
     def to_json(self, *, samples: bool = False) -> dict:
         r = _r6
@@ -141,6 +196,7 @@ class ProbeResult:
             "dscp": self.dscp.to_json(), "tx_timestamp": self.tx_timestamp,
             "samples": len(self.rtt_samples_ms),
             "owd_ms": self.owd.to_json() if self.owd is not None else None,
+            "reflector": self.reflector.to_json() if self.reflector is not None else None,
         }
         if samples:
             doc["rtt_samples_ms"] = [round(x, 6) for x in self.rtt_samples_ms]

@@ -49,7 +49,7 @@ from wanprobe.probe.probe_options import (
     shared_sender,
 )
 from wanprobe.probe.probe_summary import Reply
-from wanprobe.probe.probe_tlvs import OWN_LAYOUT_LEN
+from wanprobe.probe.probe_tlvs import OWN_LAYOUT_LEN, REPORT_TLV_LEN, ReportLog
 from wanprobe.probe.probe_tlvs import own_tlvs as _own_tlvs
 from wanprobe.probe.probe_tlvs import slow_tlvs as _slow_tlvs
 from wanprobe.probe.result import ProbeResult
@@ -73,8 +73,8 @@ from wanprobe.probe.timer_heap import TimerHeap
 
 STAMP_PORT = 862
 UDP_HEADER = 8
-# CoS, Direct Measurement, Follow-Up Telemetry, then Timestamp Information and Same-clock
-TLV_BYTES = 8 + 16 + 20 + CLOCK_TLV_BYTES
+# CoS, Direct Measurement, Follow-Up, Timestamp Information and Same-clock, Reflector Report
+TLV_BYTES = 8 + 16 + 20 + CLOCK_TLV_BYTES + REPORT_TLV_LEN
 MIN_PAYLOAD = BASE_LEN + TLV_BYTES
 SEND_AHEAD_S = 0.0002   # probes due this soon go out in the same timer tick
 _TIMESPEC = struct.Struct("qq")
@@ -82,12 +82,12 @@ _S_TXC = struct.Struct("!I")
 S_TXC_OFFSET = BASE_LEN + 8 + 4   # Direct Measurement TLV: Session-Sender TX count
 SOL_SOCKET, IPPROTO_IP, IPPROTO_IPV6 = socket.SOL_SOCKET, socket.IPPROTO_IP, socket.IPPROTO_IPV6
 # Authenticated mode (RFC 8762 §4.2.2/§4.3.2): base 0-95, HMAC 96-111, then CoS, DM, Follow-Up,
-# the HMAC TLV (RFC 8972 §4.8) over them, and Extra Padding last.
+# Reflector Report, the HMAC TLV (RFC 8972 §4.8) over them, and Extra Padding last.
 _U16 = struct.Struct("!H")
-AUTH_TLVS_END = AUTH_BASE_LEN + TLV_BYTES                 # 184: the HMAC TLV starts here
-AUTH_MIN_PAYLOAD = AUTH_TLVS_END + 4 + 16                 # 204
+AUTH_TLVS_END = AUTH_BASE_LEN + TLV_BYTES                 # 208: the HMAC TLV starts here
+AUTH_MIN_PAYLOAD = AUTH_TLVS_END + 4 + 16                 # 228
 AUTH_S_TXC_OFFSET = AUTH_BASE_LEN + 8 + 4
-_AUTH_TLV_HMAC_AT = AUTH_TLVS_END + 4                     # 188..204: the HMAC TLV value
+_AUTH_TLV_HMAC_AT = AUTH_TLVS_END + 4                     # 212..228: the HMAC TLV value
 _NTP_OFFSET_NS = NTP_UNIX_OFFSET_S * 1_000_000_000
 _new_reply = tuple.__new__   # Reply(...) without NamedTuple's keyword handling, on the hot path
 # With many concurrent sessions, wake-ups are coalesced: replies are read at most every
@@ -130,6 +130,7 @@ class _Session(SessionRecords):
     started_ns: int = 0                           # wall clock when the session was opened
     clock: SessionClock | None = None             # both ends' clocks (clock_tlvs.py)
     err_word: int = 0x0001                        # our Error Estimate (RFC 4656 §4.1.2)
+    report: ReportLog = field(default_factory=ReportLog)  # the reflector's drops, per reply
 
     def pending(self) -> int:
         return len(self.tx_user_ns) - len(self.answered)
@@ -370,9 +371,9 @@ class StampSender:
                 cos = dm = None
                 if n >= OWN_LAYOUT_LEN and data[45] == 4 and data[53] == 5 and data[69] == 7:
                     # fast path: the TLVs this sender put in, at their fixed offsets
-                    cos, dm = _own_tlvs(sess, data, BASE_LEN)
+                    cos, dm = _own_tlvs(sess, data, BASE_LEN, sseq, n)
                 elif n > BASE_LEN:
-                    cos, dm = _slow_tlvs(sess, data[BASE_LEN:n])
+                    cos, dm = _slow_tlvs(sess, data[BASE_LEN:n], sseq)
             rx_ns = tos = None
             for level, typ, cdata in ancdata:  # inline ts.parse_ancillary: the hot path
                 if typ == scm_ts and level == SOL_SOCKET:
@@ -449,7 +450,7 @@ class StampSender:
                         auth.tlv_hmac(mv[:4], mv[AUTH_BASE_LEN:AUTH_TLVS_END]),
                         mv[_AUTH_TLV_HMAC_AT:AUTH_MIN_PAYLOAD])
                 if ok:
-                    cos, dm = _own_tlvs(sess, buf, AUTH_BASE_LEN)
+                    cos, dm = _own_tlvs(sess, buf, AUTH_BASE_LEN, sseq, n)
                     if sess.clock.pending:
                         sess.clock.read_tlvs(buf[AUTH_BASE_LEN:AUTH_TLVS_END])
                 else:
@@ -462,7 +463,7 @@ class StampSender:
                         or any(t.flags & FLAG_I for t in tlvs):
                     sess.tlv_rejected += 1  # RFC 8972 §4.8: stop processing the TLVs
                 else:
-                    cos, dm = _slow_tlvs(sess, rest)
+                    cos, dm = _slow_tlvs(sess, rest, sseq)
                     if sess.clock.pending:
                         sess.clock.read_tlvs(rest)
         return sess, rseq, t3, t2, sseq, cos, dm

@@ -20,7 +20,7 @@ def session_result(sess, duration_s: float) -> ProbeResult:
         duration_s=duration_s, interval_s=sess.interval_s, size_bytes=sess.size_bytes,
         dscp=sess.dscp, sent=len(sess.tx_user_ns), tx_user_ns=sess.tx_user_ns,
         tx_kernel_ns=sess.tx_kernel_ns, replies=sess.replies, timeout_ns=sess.timeout_ns,
-        follow_up_ns=sess.follow_up_ns,
+        follow_up_ns=sess.follow_up_ns, reports=sess.report,
         clock=OwdClock(sess.clock.local, sess.clock.far()) if sess.clock is not None else None,
     )
 

@@ -10,18 +10,61 @@ bounded twice, each bound enforced by evicting the least recently used entry in 
 - the whole table holds at most ``max_sessions``: a new session from anyone evicts the globally
   least recently used one instead of being refused.
 
+Eviction recycles only sessions that are not still probing (issue 19: a flood of new sessions,
+from the prober's own address or from many others, evicted the prober's session, its counters
+restarted and the sender read that as forward loss). A session is *active* while it has seen at
+least two probes and the last one is no older than ``PROTECT_GAPS`` of its own mean gap between
+probes (at least ``PROTECT_MIN_S``, at most ``idle_s``), and for ``PROTECT_NEW_S`` after a first
+probe that starts a session (a sender numbers a session's probes from zero, RFC 8762 §4.2.1; the
+reflector marks a first probe numbered below ``START_SEQS``): otherwise a flood that cycles the
+share faster than the prober's interval would evict every new session before its second probe. When the entry that would be evicted is
+active it gets a second chance (moved to the back, as in the CLOCK algorithm) and the next one is
+tried, at most ``SECOND_CHANCES`` times; when all of those are active, the new session is refused
+(``refused``) instead of evicting one that is in use. A flood of one-probe sessions therefore only
+recycles itself, and a flood of two-probe sessions can lock out new sessions of its own source
+(its share is full of active ones) but never reset a session that is probing.
+
 Idle sessions expire from the front of the global LRU order a few at a time, so no packet ever
-walks the table. A session is a list ``[rx, tx, last_seen_s, follow_up]`` (mutable in place).
+walks the table. A session is a list indexed by the constants below (mutable in place): receive
+and transmit counts, last and first time seen, the follow-up stamp of its last reply, a random
+epoch chosen at creation (a new epoch tells the sender its session restarted:
+reflector_report.py), its probes refused for the rate limit or by authentication, and its
+anti-replay window (replay_window.py).
 """
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from collections.abc import Iterator
 
 MAX_SESSIONS = 65536
 PER_SOURCE = 1024
 _EXPIRE_PER_CALL = 8
+PROTECT_MIN_S = 1.0     # a session that probed within this is never evicted
+PROTECT_NEW_S = 2.0     # nor a session started (probe 0-3) within this, before its second probe
+START_SEQS = 4          # a first probe numbered below this starts a session (RFC 8762 §4.2.1)
+PROTECT_GAPS = 4.0      # ... nor one that probed within 4 of its own mean gaps (up to idle_s)
+SECOND_CHANCES = 8      # active entries skipped per new session before it is refused
+# session list indices
+RX, TX, SEEN, FOLLOW_UP, EPOCH, FIRST, RATE_LIMITED, REFUSED, REPLAY_HI, REPLAY_MASK, START = \
+    range(11)
+
+
+def new_session(now_s: float) -> list:
+    """A fresh session: counts 0, seen now, a random non-zero 32-bit epoch, an empty replay
+    window (highest sequence number -1), not (yet) marked as a session's start."""
+    return [0, 0, now_s, None, random.getrandbits(32) or 1, now_s, 0, 0, -1, 0, False]
+
+
+def is_active(sess: list, now_s: float, idle_s: float) -> bool:
+    """True while ``sess`` is still probing (module docstring): two probes or more, the last one
+    within PROTECT_GAPS of its mean gap (clamped to [PROTECT_MIN_S, idle_s])."""
+    rx = sess[RX]
+    if rx < 2:
+        return sess[START] and now_s - sess[SEEN] <= PROTECT_NEW_S
+    gap_s = (sess[SEEN] - sess[FIRST]) / (rx - 1)
+    return now_s - sess[SEEN] <= min(idle_s, max(PROTECT_MIN_S, PROTECT_GAPS * gap_s))
 
 
 class SessionTable:
@@ -35,6 +78,7 @@ class SessionTable:
         self._lru: OrderedDict[tuple, list] = OrderedDict()
         self._by_source: dict[str, OrderedDict[tuple, None]] = {}
         self.evicted = 0
+        self.refused = 0
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -53,31 +97,45 @@ class SessionTable:
     def sources(self) -> int:
         return len(self._by_source)
 
-    def touch(self, key: tuple, now_s: float) -> list:
-        """The session for ``key`` (created if new), marked as used at ``now_s``."""
+    def touch(self, key: tuple, now_s: float) -> list | None:
+        """The session for ``key`` (created if new), marked as used at ``now_s``; None when it
+        is new and its source's share, or the table, holds only active sessions."""
         sess = self._lru.get(key)
         source = key[1]
         if sess is not None:
             self._lru.move_to_end(key)
             self._by_source[source].move_to_end(key)
-            sess[2] = now_s
+            sess[SEEN] = now_s
             return sess
         self.expire(now_s)
         mine = self._by_source.get(source)
+        if mine is not None and len(mine) >= self.per_source:
+            if not self._recycle(mine, now_s):
+                self.refused += 1
+                return None
+        elif len(self._lru) >= self.max_sessions and not self._recycle(self._lru, now_s):
+            self.refused += 1
+            return None
+        mine = self._by_source.get(source)
         if mine is None:
             mine = self._by_source[source] = OrderedDict()
-        if len(mine) >= self.per_source:
-            old, _ = mine.popitem(last=False)
-            del self._lru[old]
-            self.evicted += 1
-        elif len(self._lru) >= self.max_sessions:
-            self._evict_oldest()
-            self.evicted += 1
-            mine = self._by_source.setdefault(source, mine)
-        sess = [0, 0, now_s, None]
+        sess = new_session(now_s)
         self._lru[key] = sess
         mine[key] = None
         return sess
+
+    def _recycle(self, order: OrderedDict, now_s: float) -> bool:
+        """Evict the least recently used entry of ``order`` (a source's or the global order)
+        that is not active; active ones met on the way move to the back. False if none of the
+        first SECOND_CHANCES was idle."""
+        for _ in range(min(SECOND_CHANCES, len(order))):
+            key = next(iter(order))
+            if not is_active(self._lru[key], now_s, self.idle_s):
+                self._evict(key)
+                self.evicted += 1
+                return True
+            order.move_to_end(key)
+        return False
 
     def expire(self, now_s: float, limit: int = _EXPIRE_PER_CALL) -> None:
         """Drop up to ``limit`` sessions idle longer than ``idle_s`` (oldest first)."""
@@ -85,12 +143,12 @@ class SessionTable:
             if not self._lru:
                 return
             key = next(iter(self._lru))
-            if now_s - self._lru[key][2] <= self.idle_s:
+            if now_s - self._lru[key][SEEN] <= self.idle_s:
                 return
-            self._evict_oldest()
+            self._evict(key)
 
-    def _evict_oldest(self) -> None:
-        key, _ = self._lru.popitem(last=False)
+    def _evict(self, key: tuple) -> None:
+        del self._lru[key]
         mine = self._by_source[key[1]]
         del mine[key]
         if not mine:
