@@ -14,8 +14,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from wanprobe import units
+from wanprobe.commands import windows_view as views
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
-from wanprobe.errors import one_line
+from wanprobe.errors import UsageError, one_line, shown
 from wanprobe.userfiles import check_path_text
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -82,10 +83,32 @@ def history(
     since: Annotated[str, typer.Option("--since", help="How far back, e.g. 30m, 1h or 168h (7 days).")] = "24h",
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows (newest).")] = 1000,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    windows: Annotated[bool, typer.Option("--windows", help="Instead of the rows: the peer's "
+                                          "hour-of-week profile and the best hours to move "
+                                          "--bytes (as `fleet windows`).")] = False,
+    size: Annotated[str | None, typer.Option("--bytes", help=views.BYTES_HELP)] = None,
+    deadline: Annotated[str | None, typer.Option("--deadline", help=views.DEADLINE_HELP)] = None,
+    lookback: Annotated[str, typer.Option("--lookback", help=views.LOOKBACK_HELP)] = "14d",
+    fmt: Annotated[str, typer.Option("--format", help="With --windows: " + views.FORMAT_HELP)]
+    = "text",
+    tz: Annotated[str | None, typer.Option("--tz", help=views.TZ_HELP)] = None,
+    top: Annotated[int, typer.Option("--top", min=1, max=168, help="Windows listed.")] = 5,
+    throttle: Annotated[str, typer.Option("--throttle", help="rclone: the limit outside the "
+                                          "window.")] = "10mbit",
+    unit: Annotated[str, typer.Option("--unit", help="systemd: the unit the timer starts.")]
+    = "wanprobe-sync.service",
 ) -> None:
-    """Show a peer's probe history from the daemon's store (newest last)."""
+    """Show a peer's probe history from the daemon's store (newest last), or with --windows
+    when to move --bytes to it."""
     from wanprobe.daemon.store import open_readonly
 
+    if windows or size is not None:
+        _history_windows(peer, state_dir, views.parse_request(
+            size=_needs_windows(windows, size), deadline=deadline, lookback=lookback, top=top,
+            fmt=fmt, as_json=as_json, tz=tz, throttle=throttle, unit=unit))
+        return
+    if deadline is not None or fmt != "text" or tz is not None:
+        raise UsageError("--deadline, --format and --tz go with --windows --bytes SIZE")
     since_s = units.parse_duration_s(since, default_unit="s")
     store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
     try:
@@ -119,6 +142,32 @@ def history(
     for f in findings:
         console.print(f"[bold]{f['severity']}[/] {_ts(f['ts'])} {escape(f['title'])} "
                       f"{escape(f['report_path'] or '')}")
+
+
+def _needs_windows(windows: bool, size: str | None) -> str:
+    if not windows:
+        raise UsageError("--bytes goes with --windows")
+    if size is None:
+        raise UsageError("--windows needs --bytes SIZE (what to move, e.g. 500GiB)")
+    return size
+
+
+def _history_windows(peer: str, state_dir: Path, req: views.Request) -> None:
+    from wanprobe.daemon.store import open_readonly
+    from wanprobe.windows.from_store import store_profile
+    from wanprobe.windows.plan import answer
+    from wanprobe.windows.profile import require_goodput
+
+    store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
+    try:
+        now = time.time()
+        profile = store_profile(store, peer, lookback_s=req.lookback_s, now_ts=now)
+    finally:
+        store.close()
+    what = f"this host -> {shown(peer)}"
+    require_goodput(profile, what)
+    views.emit(answer(profile, req.size_bytes, now, top=req.top, deadline_s=req.deadline_s),
+               req, what)
 
 
 def _ts(ts: float) -> str:

@@ -1,0 +1,177 @@
+"""A generated history of site pairs whose link changes with the hour of the week, written two
+ways: as the OpenMetrics text Prometheus would have scraped from the daemons (for ``promtool tsdb
+create-blocks-from openmetrics``) and as rows of one daemon's store. Used by
+tests/test_windows_sources.py and bench/windows_query_cost.py.
+
+Each host pair runs one throughput test per hour (at a random minute, as a daemon spacing its
+tests an hour apart would) in the hours its shape allows, and a probe session every
+``session_s``; every figure follows the pair's shape for that hour, with a little noise.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from wanprobe.daemon.store import ProbeRow, Store
+from wanprobe.windows.profile import HOUR_S, hour_of_week
+
+METHOD = "stamp"
+
+
+@dataclass(frozen=True)
+class HostPair:
+    src_site: str
+    src_host: str
+    dst_site: str
+    dst_host: str
+
+    def labels(self) -> str:
+        return (f'peer="{self.dst_host}",src_site="{self.src_site}",src_host="{self.src_host}",'
+                f'dst_site="{self.dst_site}",dst_host="{self.dst_host}"')
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the link of a pair gives in each hour of the week (true values, before noise)."""
+
+    fast_hours: frozenset[int]
+    fast_bps: float = 900e6
+    slow_bps: float = 150e6
+    fast_rtt_s: float = 0.080
+    slow_rtt_s: float = 0.095
+    fast_loss_forward: float = 0.0001
+    slow_loss_forward: float = 0.005
+    loss_reverse: float = 0.001
+    test_hours: frozenset[int] = frozenset(range(168))   # hours the daemon may test in
+
+    def fast(self, hour: int) -> bool:
+        return hour in self.fast_hours
+
+    def bps(self, hour: int) -> float:
+        return self.fast_bps if self.fast(hour) else self.slow_bps
+
+    def rtt_s(self, hour: int) -> float:
+        return self.fast_rtt_s if self.fast(hour) else self.slow_rtt_s
+
+    def loss_forward(self, hour: int) -> float:
+        return self.fast_loss_forward if self.fast(hour) else self.slow_loss_forward
+
+
+def weekday_nights() -> frozenset[int]:
+    """Fast 00:00-07:59 UTC on weekdays and all weekend: 64 of 168 hours."""
+    return frozenset([d * 24 + h for d in range(5) for h in range(8)] + list(range(120, 168)))
+
+
+@dataclass
+class History:
+    start_ts: float
+    end_ts: float
+    session_s: float
+    tests: list[tuple[HostPair, float, float]] = field(default_factory=list)   # pair, ts, bps
+    # pair, ts, rtt p50 s, sent, lost forward, lost reverse
+    sessions: list[tuple[HostPair, float, float, int, int, int]] = field(default_factory=list)
+
+
+def generate(shapes: dict[HostPair, Shape], *, end_ts: float, days: float = 14.0,
+             session_s: float = 120.0, packets: int = 120, seed: int = 23,
+             noise: float = 0.04) -> History:
+    """Tests and sessions of every pair over ``days`` up to ``end_ts``."""
+    rng = random.Random(seed)
+    start = end_ts - days * 86400
+    h = History(start, end_ts, session_s)
+    for pair, shape in shapes.items():
+        hour = math.floor(start / HOUR_S) * HOUR_S
+        while hour < end_ts:
+            ts = hour + rng.uniform(180, 3300)
+            how = hour_of_week(hour)
+            if start <= ts < end_ts and how in shape.test_hours:
+                h.tests.append((pair, ts, shape.bps(how) * (1 + rng.uniform(-noise, noise))))
+            hour += HOUR_S
+        owed_fwd = owed_rev = 0.0
+        t = start
+        while t < end_ts:
+            how = hour_of_week(t)
+            owed_fwd += packets * shape.loss_forward(how)
+            fwd = int(owed_fwd)
+            owed_fwd -= fwd
+            owed_rev += (packets - fwd) * shape.loss_reverse
+            rev = int(owed_rev)
+            owed_rev -= rev
+            rtt = shape.rtt_s(how) * (1 + rng.uniform(-noise / 2, noise / 2))
+            h.sessions.append((pair, t, rtt, packets, fwd, rev))
+            t += session_s
+    return h
+
+
+def openmetrics(h: History, *, scrape_s: float | None = None, offset_s: float = 7.0) -> Iterator[str]:
+    """The daemon series as Prometheus would have scraped them every ``scrape_s`` (default: the
+    session interval), family by family, each series in time order, ending in ``# EOF``."""
+    scrape_s = scrape_s or h.session_s
+    pairs = sorted({p for p, *_ in h.sessions} | {p for p, *_ in h.tests},
+                   key=lambda p: p.labels())
+    scrapes = [h.start_ts + offset_s + k * scrape_s
+               for k in range(int((h.end_ts - h.start_ts - offset_s) // scrape_s) + 1)]
+
+    def gauge_lines(name: str, extra: str, events: dict[HostPair, list[tuple[float, float]]]):
+        yield f"# TYPE {name} gauge\n"
+        for p in pairs:
+            ev, i, last = events.get(p, []), 0, None
+            for t in scrapes:
+                while i < len(ev) and ev[i][0] <= t:
+                    last, i = ev[i][1], i + 1
+                if last is not None:
+                    yield f"{name}{{{p.labels()}{extra}}} {last!r} {t:.3f}\n"
+
+    def counter_lines(family: str, extra: str, index: int):
+        yield f"# TYPE {family} counter\n"
+        for p in pairs:
+            ev, i, total = by_pair_sessions.get(p, []), 0, 0
+            for t in scrapes:
+                while i < len(ev) and ev[i][1] <= t:
+                    total, i = total + (1 if index < 0 else ev[i][index]), i + 1
+                yield f"{family}_total{{{p.labels()}{extra}}} {total} {t:.3f}\n"
+
+    by_pair_sessions: dict[HostPair, list] = {}
+    for s in h.sessions:
+        by_pair_sessions.setdefault(s[0], []).append(s)
+    tests: dict[HostPair, list[tuple[float, float]]] = {}
+    for p, ts, bps in sorted(h.tests, key=lambda x: x[1]):
+        tests.setdefault(p, []).append((ts, bps))
+    rtts = {p: [(s[1], s[2]) for s in ev] for p, ev in by_pair_sessions.items()}
+    m = f',method="{METHOD}"'
+    yield from gauge_lines("wanprobe_throughput_bits_per_second", "", tests)
+    yield from gauge_lines("wanprobe_rtt_seconds", f',quantile="0.5"{m}', rtts)
+    yield from counter_lines("wanprobe_probe_sessions", m, -1)
+    yield from counter_lines("wanprobe_probe_packets_sent", m, 3)
+    yield from counter_lines("wanprobe_probe_packets_lost", f',direction="forward"{m}', 4)
+    # one family, two directions: OpenMetrics wants a family's samples together
+    yield from (line for line in counter_lines("wanprobe_probe_packets_lost",
+                                               f',direction="reverse"{m}', 5)
+                if not line.startswith("#"))
+    yield from gauge_lines("wanprobe_peer_info", f',address="198.18.0.1",methods="{METHOD}"',
+                           {p: [(h.start_ts, 1.0)] for p in pairs})
+    yield "# EOF\n"
+
+
+def fill_store(store: Store, h: History, src_host: str) -> int:
+    """Write the sessions and tests of ``src_host``'s pairs as its daemon would have (peer =
+    the far host's name); returns the rows written."""
+    n = 0
+    for p, ts, rtt, sent, fwd, rev in h.sessions:
+        if p.src_host == src_host:
+            store.add_probe(ProbeRow(
+                ts=ts, peer=p.dst_host, method=METHOD, sent=sent, received=sent - fwd - rev,
+                loss_ratio=(fwd + rev) / sent, loss_forward_ratio=fwd / sent,
+                loss_reverse_ratio=rev / (sent - fwd), rtt_p50_ms=rtt * 1e3))
+            n += 1
+    for p, ts, bps in h.tests:
+        if p.src_host == src_host:
+            moved = int(bps * 5 / 8)
+            store.add_throughput(ts, p.dst_host, {"bits_per_second": bps, "bytes_sent": moved,
+                                                  "bytes_received": moved, "duration_s": 5.0})
+            n += 1
+    store.flush()
+    return n
