@@ -10,12 +10,15 @@ tests an hour apart would) in the hours its shape allows, and a probe session ev
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from wanprobe.daemon.store import ProbeRow, Store
+from wanprobe.probe.stats import percentiles_sorted
 from wanprobe.windows.profile import HOUR_S, hour_of_week
 
 METHOD = "stamp"
@@ -106,9 +109,11 @@ def generate(shapes: dict[HostPair, Shape], *, end_ts: float, days: float = 14.0
     return h
 
 
-def openmetrics(h: History, *, scrape_s: float | None = None, offset_s: float = 7.0) -> Iterator[str]:
+def openmetrics(h: History, *, scrape_s: float | None = None, offset_s: float = 7.0,
+                recorded_eval_s: float | None = None) -> Iterator[str]:
     """The daemon series as Prometheus would have scraped them every ``scrape_s`` (default: the
-    session interval), family by family, each series in time order, ending in ``# EOF``."""
+    session interval), family by family, each series in time order, ending in ``# EOF``; with
+    ``recorded_eval_s`` also the profile's recording rules as evaluated that often."""
     scrape_s = scrape_s or h.session_s
     pairs = sorted({p for p, *_ in h.sessions} | {p for p, *_ in h.tests},
                    key=lambda p: p.labels())
@@ -153,7 +158,51 @@ def openmetrics(h: History, *, scrape_s: float | None = None, offset_s: float = 
                 if not line.startswith("#"))
     yield from gauge_lines("wanprobe_peer_info", f',address="198.18.0.1",methods="{METHOD}"',
                            {p: [(h.start_ts, 1.0)] for p in pairs})
+    if recorded_eval_s:
+        yield from recorded(by_pair_sessions, h, recorded_eval_s)
     yield "# EOF\n"
+
+
+def recorded(sessions: dict[HostPair, list], h: History, eval_s: float,
+             window_s: float = 300.0) -> Iterator[str]:
+    """What ``fleet rules`` records for each site pair, evaluated every ``eval_s``: the median
+    over host pairs of the last session's RTT median, and per-second rates over ``window_s``
+    summed over host pairs (rules.py site_pair_queries, profile_queries)."""
+    by_site: dict[tuple[str, str], list[HostPair]] = {}
+    for p in sorted(sessions, key=lambda p: p.labels()):
+        by_site.setdefault((p.src_site, p.dst_site), []).append(p)
+    times = {p: [s[1] for s in ev] for p, ev in sessions.items()}
+    cums = {p: [list(itertools.accumulate(((1 if i < 0 else s[i]) for s in ev), initial=0))
+                for i in (-1, 3, 4, 5)] for p, ev in sessions.items()}
+    evals = [h.start_ts + window_s + k * eval_s
+             for k in range(int((h.end_ts - h.start_ts - window_s) // eval_s) + 1)]
+
+    def count(p: HostPair, which: int, t: float) -> int:
+        return cums[p][which][bisect.bisect_right(times[p], t)]
+
+    def rtt(p: HostPair, t: float) -> float | None:
+        i = bisect.bisect_right(times[p], t)
+        return sessions[p][i - 1][2] if i else None
+
+    def rate(which: int):
+        return lambda hosts, t: sum(count(p, which, t) - count(p, which, t - window_s)
+                                    for p in hosts) / window_s
+
+    def median_rtt(hosts, t):
+        known = sorted(v for p in hosts if (v := rtt(p, t)) is not None)
+        return percentiles_sorted(known, (50,))[0] if known else None
+
+    for name, fn in (("site_pair:wanprobe_rtt_p50:seconds", median_rtt),
+                     ("site_pair:wanprobe_probe_sessions:rate", rate(0)),
+                     ("site_pair:wanprobe_probe_packets_sent:rate", rate(1)),
+                     ("site_pair:wanprobe_probe_packets_lost_forward:rate", rate(2)),
+                     ("site_pair:wanprobe_probe_packets_lost_reverse:rate", rate(3))):
+        yield f"# TYPE {name} gauge\n"
+        for (src, dst), hosts in by_site.items():
+            for t in evals:
+                v = fn(hosts, t)
+                if v is not None:
+                    yield f'{name}{{src_site="{src}",dst_site="{dst}"}} {v!r} {t:.3f}\n'
 
 
 def fill_store(store: Store, h: History, src_host: str) -> int:

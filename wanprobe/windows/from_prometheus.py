@@ -114,16 +114,17 @@ class _Queries:
         return series
 
 
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
 def _path_observations(points: dict[str, dict[float, float]]) -> list[PathObservation]:
-    out = []
-    for t, sessions in points["sessions"].items():
-        def at(name: str) -> float | None:
-            v = points[name].get(t)
-            return v if v is not None and math.isfinite(v) else None
-        out.append(PathObservation(ts=t - HOUR_S, sessions=sessions,
-                                   rtt_p50_seconds=at("rtt_p50_seconds"), sent=at("sent"),
-                                   lost_forward=at("lost_forward"), lost_reverse=at("lost_reverse")))
-    return out
+    return [PathObservation(ts=t - HOUR_S, sessions=sessions,
+                            rtt_p50_seconds=_finite(points["rtt_p50_seconds"].get(t)),
+                            sent=_finite(points["sent"].get(t)),
+                            lost_forward=_finite(points["lost_forward"].get(t)),
+                            lost_reverse=_finite(points["lost_reverse"].get(t)))
+            for t, sessions in points["sessions"].items()]
 
 
 def _uses_recorded(q: _Queries, src: str, dst: str, series: str) -> bool:
