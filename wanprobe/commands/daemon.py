@@ -69,6 +69,13 @@ def daemon(
                        f"{len(peers)} peers: " +
                        ", ".join(f"{p.name}={p.address}" + (f" ({p.site})" if p.site else "")
                                  for p in peers))
+            t = cfg.throughput
+            if t.enabled:
+                from wanprobe.daemon.throughput_spread import describe_cost
+
+                typer.echo(describe_cost(t.interval_s, t.lookback_s, t.max_bytes_per_test,
+                                         t.budget_bytes_per_peer_per_day, t.budget_bytes_per_day,
+                                         len(peers)))
             return
         dmain.run(config)
     except ConfigInvalid as exc:
