@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from wanprobe.daemon.config import ConfigInvalid, Peer, ProbeSettings, ThroughputSettings, parse_config
+from wanprobe.daemon.config import (
+    ConfigInvalid,
+    Peer,
+    ProbeSettings,
+    ThroughputSettings,
+    parse_config,
+)
 from wanprobe.daemon.config_fields import parse_window
 from wanprobe.daemon.scheduler import Scheduler, _Session, in_windows
 from wanprobe.daemon.throughput_spread import cost_per_peer_per_day, reachable_hours
