@@ -116,3 +116,13 @@ def test_config_refuses_tests_the_far_end_would_refuse(tmp_path, extra, key):
     assert any(p.startswith(key) and "far end" in p for p in ex.value.problems), ex.value.problems
     doc["throughput"]["enabled"] = False                    # tests off: nothing to refuse
     parse_config(doc)
+
+
+def test_first_tests_spread_over_the_first_interval():
+    """Peers without history are not all due at start (a fleet restarted together would test
+    in one burst, and in the same hours ever after)."""
+    s = ThroughputSettings(enabled=True)
+    sch, _ = simulate(s, days=0, peers=tuple(f"p{i}" for i in range(40)), history=lambda p, t: [])
+    due_in = sorted(sch.last_throughput[f"p{i}"] + s.interval_s - MONDAY for i in range(40))
+    assert all(0 <= d <= s.interval_s for d in due_in)
+    assert due_in[-1] - due_in[0] > s.interval_s / 2, due_in

@@ -11,13 +11,20 @@ from __future__ import annotations
 import json
 import socket
 import statistics
-import subprocess
 import time
-import urllib.request
 
 import pytest
 from conftest import require_tool
-from windows_history import HostPair, Shape, fill_store, generate, openmetrics, weekday_nights
+from windows_history import (
+    HostPair,
+    Shape,
+    fill_store,
+    generate,
+    load_prometheus,
+    openmetrics,
+    stop,
+    weekday_nights,
+)
 
 from wanprobe.cli import main
 from wanprobe.daemon.store import Store
@@ -46,41 +53,13 @@ def _free_port() -> int:
 def prometheus(tmp_path_factory, history):
     """A Prometheus on loopback whose TSDB holds the history (and the recorded series)."""
     prom, promtool = require_tool("prometheus"), require_tool("promtool")
-    d = tmp_path_factory.mktemp("prometheus")
-    with open(d / "history.om", "w") as f:
-        f.writelines(openmetrics(history[1], recorded_eval_s=120.0))
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
-                    "--max-block-duration=400h", str(d / "history.om"), str(d / "tsdb")],
-                   check=True, capture_output=True, timeout=300)
-    (d / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(d / "prometheus.log", "w") as log:
-        proc = subprocess.Popen([prom, f"--config.file={d / 'prometheus.yml'}",
-                                 f"--storage.tsdb.path={d / 'tsdb'}",
-                                 "--storage.tsdb.retention.time=60d",
-                                 f"--web.listen-address=127.0.0.1:{port}"],
-                                stdout=subprocess.DEVNULL, stderr=log)
+    url, proc = load_prometheus(openmetrics(history[1], recorded_eval_s=90.0),
+                                tmp_path_factory.mktemp("prometheus"), prometheus=prom,
+                                promtool=promtool)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, \
-                (d / "prometheus.log").read_text()[-2000:]
-            time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc)
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,13 @@ import bisect
 import itertools
 import math
 import random
-from collections.abc import Iterator
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from wanprobe.daemon.store import ProbeRow, Store
 from wanprobe.probe.stats import percentiles_sorted
@@ -167,7 +172,9 @@ def recorded(sessions: dict[HostPair, list], h: History, eval_s: float,
              window_s: float = 300.0) -> Iterator[str]:
     """What ``fleet rules`` records for each site pair, evaluated every ``eval_s``: the median
     over host pairs of the last session's RTT median, and per-second rates over ``window_s``
-    summed over host pairs (rules.py site_pair_queries, profile_queries)."""
+    summed over host pairs (rules.py site_pair_queries, profile_queries). The rate is the
+    count in the window over its length, without Prometheus's extrapolation: keep ``eval_s``
+    off a multiple of the session interval, or every window sees the same phase."""
     by_site: dict[tuple[str, str], list[HostPair]] = {}
     for p in sorted(sessions, key=lambda p: p.labels()):
         by_site.setdefault((p.src_site, p.dst_site), []).append(p)
@@ -224,3 +231,50 @@ def fill_store(store: Store, h: History, src_host: str) -> int:
             n += 1
     store.flush()
     return n
+
+
+def load_prometheus(lines: Iterable[str], workdir: Path, *, prometheus: str = "prometheus",
+                    promtool: str = "promtool", timeout_s: float = 120.0
+                    ) -> tuple[str, subprocess.Popen]:
+    """Write ``lines`` (OpenMetrics) to ``workdir``, turn them into TSDB blocks with promtool,
+    start a Prometheus on a free loopback port over them and wait until it is ready. Returns
+    its URL and process (stop it with :func:`stop`)."""
+    with open(workdir / "history.om", "w") as f:
+        f.writelines(lines)
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
+                    "--max-block-duration=400h", str(workdir / "history.om"),
+                    str(workdir / "tsdb")], check=True, capture_output=True, timeout=3600)
+    (workdir / "history.om").unlink()
+    (workdir / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with open(workdir / "prometheus.log", "w") as log:
+        proc = subprocess.Popen([prometheus, f"--config.file={workdir / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={workdir / 'tsdb'}",
+                                 "--storage.tsdb.retention.time=60d",
+                                 f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/-/ready", timeout=2) as r:
+                if r.status == 200:
+                    return url, proc
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(proc)
+            raise RuntimeError("Prometheus did not start: "
+                               + (workdir / "prometheus.log").read_text()[-1000:])
+        time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)

@@ -172,16 +172,19 @@ class Scheduler:
 
     def _seed_tests(self, peers: tuple[Peer, ...]) -> None:
         """Tests the store holds for peers new to the ledger: their spread and spacing survive
-        a restart (no burst of tests at every start)."""
+        a restart. A peer without any gets its first test at a random point of the first
+        interval, so neither a daemon's peers nor a fleet started together test in one burst."""
         if self.test_history is None:
             return
-        since = self.clock() - max(self.throughput_settings.lookback_s, DAY_S)
+        now = self.clock()
+        interval = self.throughput_settings.interval_s
+        since = now - max(self.throughput_settings.lookback_s, DAY_S)
         for p in peers:
             if p.name not in self.last_throughput and self.ledger.last(p.name) is None:
                 self.ledger.seed(p.name, self.test_history(p.name, since))
                 last = self.ledger.last(p.name)
-                if last is not None:
-                    self.last_throughput[p.name] = last
+                self.last_throughput[p.name] = (last if last is not None
+                                                else now - self.rng.uniform(0, interval))
 
     def _testable(self, hour: int) -> bool:
         """Whether the allowed windows reach ``hour`` of the week (recomputed daily: DST)."""
