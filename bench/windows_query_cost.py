@@ -30,7 +30,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from mesh_targets import build  # noqa: E402  (bench/ is on sys.path when run as a script)
-from windows_history import HostPair, Shape, generate, load_prometheus, openmetrics, stop, weekday_nights  # noqa: E402
+from windows_history import (  # noqa: E402
+    HostPair,
+    Shape,
+    generate,
+    load_prometheus,
+    openmetrics,
+    stop,
+    weekday_nights,
+)
 
 from wanprobe.daemon.mesh import select_peers  # noqa: E402
 from wanprobe.windows.from_prometheus import prometheus_profile  # noqa: E402

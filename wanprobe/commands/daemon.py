@@ -94,16 +94,13 @@ def history(
                                           "hour-of-week profile and the best hours to move "
                                           "--bytes (as `fleet windows`).")] = False,
     size: Annotated[str | None, typer.Option("--bytes", help=views.BYTES_HELP)] = None,
-    deadline: Annotated[str | None, typer.Option("--deadline", help=views.DEADLINE_HELP)] = None,
-    lookback: Annotated[str, typer.Option("--lookback", help=views.LOOKBACK_HELP)] = "14d",
-    fmt: Annotated[str, typer.Option("--format", help="With --windows: " + views.FORMAT_HELP)]
-    = "text",
-    tz: Annotated[str | None, typer.Option("--tz", help=views.TZ_HELP)] = None,
-    top: Annotated[int, typer.Option("--top", min=1, max=168, help="Windows listed.")] = 5,
-    throttle: Annotated[str, typer.Option("--throttle", help="rclone: the limit outside the "
-                                          "window.")] = "10mbit",
-    unit: Annotated[str, typer.Option("--unit", help="systemd: the unit the timer starts.")]
-    = "wanprobe-sync.service",
+    deadline: views.DeadlineOpt = None,
+    lookback: views.LookbackOpt = "14d",
+    fmt: views.FormatOpt = "text",
+    tz: views.TzOpt = None,
+    top: views.TopOpt = 5,
+    throttle: views.ThrottleOpt = "10mbit",
+    unit: views.UnitOpt = "wanprobe-sync.service",
 ) -> None:
     """Show a peer's probe history from the daemon's store (newest last), or with --windows
     when to move --bytes to it."""

@@ -182,16 +182,14 @@ def windows(
     from_site: Annotated[str, typer.Option("--from-site", help="Site the data leaves.")],
     to_site: Annotated[str, typer.Option("--to-site", help="Site the data goes to.")],
     size: Annotated[str, typer.Option("--bytes", help=views.BYTES_HELP)],
-    deadline: Annotated[str | None, typer.Option("--deadline", help=views.DEADLINE_HELP)] = None,
-    lookback: Annotated[str, typer.Option("--lookback", help=views.LOOKBACK_HELP)] = "14d",
+    deadline: views.DeadlineOpt = None,
+    lookback: views.LookbackOpt = "14d",
     as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
-    fmt: Annotated[str, typer.Option("--format", help=views.FORMAT_HELP)] = "text",
-    tz: Annotated[str | None, typer.Option("--tz", help=views.TZ_HELP)] = None,
-    top: Annotated[int, typer.Option("--top", min=1, max=168, help="Windows listed.")] = 5,
-    throttle: Annotated[str, typer.Option("--throttle", help="rclone: the limit outside the "
-                                          "window, e.g. 100mbit.")] = "10mbit",
-    unit: Annotated[str, typer.Option("--unit", help="systemd: the unit the timer starts.")]
-    = "wanprobe-sync.service",
+    fmt: views.FormatOpt = "text",
+    tz: views.TzOpt = None,
+    top: views.TopOpt = 5,
+    throttle: views.ThrottleOpt = "10mbit",
+    unit: views.UnitOpt = "wanprobe-sync.service",
     series: Annotated[str, typer.Option("--series", help="auto (recording rules when their "
                                         "history covers the lookback), raw or recorded.")] = "auto",
     timeout: Annotated[str, typer.Option("--timeout", help="Per query.")] = "30s",

@@ -7,6 +7,7 @@ import sys
 import zoneinfo
 from dataclasses import dataclass
 from datetime import tzinfo
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -27,6 +28,17 @@ LOOKBACK_HELP = "How much history the profile reads, e.g. 14d (whole hours)."
 FORMAT_HELP = ("text, json, rclone (a --bwlimit timetable: unlimited in the best window) or "
                "systemd (a timer that starts --unit in it).")
 TZ_HELP = "Time zone of the text output and the rclone timetable (default: this host's)."
+
+
+# the options both commands take, declared once
+DeadlineOpt = Annotated[str | None, typer.Option("--deadline", help=DEADLINE_HELP)]
+LookbackOpt = Annotated[str, typer.Option("--lookback", help=LOOKBACK_HELP)]
+FormatOpt = Annotated[str, typer.Option("--format", help=FORMAT_HELP)]
+TzOpt = Annotated[str | None, typer.Option("--tz", help=TZ_HELP)]
+TopOpt = Annotated[int, typer.Option("--top", min=1, max=168, help="Windows listed.")]
+ThrottleOpt = Annotated[str, typer.Option("--throttle", help="rclone: the limit outside the "
+                                          "window, e.g. 100mbit.")]
+UnitOpt = Annotated[str, typer.Option("--unit", help="systemd: the unit the timer starts.")]
 
 
 @dataclass(frozen=True)

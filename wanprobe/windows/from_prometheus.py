@@ -31,6 +31,7 @@ from wanprobe.windows.profile import (
     Profile,
     ProfileError,
     build_profile,
+    lookback_span,
 )
 
 PAIR = "src_site, dst_site"
@@ -143,8 +144,7 @@ def prometheus_profile(url: str, src: str, dst: str, *, lookback_s: float,
     if series not in SERIES_CHOICES:
         raise UsageError(f"--series: {shown(series)} is not one of {', '.join(SERIES_CHOICES)}")
     now_ts = time.time() if now_ts is None else now_ts
-    end = math.ceil(now_ts / HOUR_S) * HOUR_S
-    start = end - math.ceil(lookback_s / HOUR_S) * HOUR_S
+    start, end = lookback_span(now_ts, lookback_s)
     q = _Queries(url, start, end, timeout_s)
     recorded = _uses_recorded(q, src, dst, series)
     queries = recorded_queries(src, dst) if recorded else raw_queries(src, dst)

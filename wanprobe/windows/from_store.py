@@ -9,18 +9,17 @@ ratios: forward = ratio x sent, reverse = ratio x (sent - forward lost).
 
 from __future__ import annotations
 
-import math
 import time
 
 from wanprobe.daemon.store import ProbeRow, Store
 from wanprobe.errors import shown
 from wanprobe.windows.profile import (
-    HOUR_S,
     GoodputSample,
     PathObservation,
     Profile,
     ProfileError,
     build_profile,
+    lookback_span,
 )
 
 
@@ -39,8 +38,7 @@ def store_profile(store: Store, peer: str, *, lookback_s: float, now_ts: float |
                   method: str = "stamp") -> Profile:
     """The profile of ``peer`` over the last ``lookback_s`` (whole hours) of ``store``."""
     now_ts = time.time() if now_ts is None else now_ts
-    end = math.ceil(now_ts / HOUR_S) * HOUR_S
-    start = end - math.ceil(lookback_s / HOUR_S) * HOUR_S
+    start, end = lookback_span(now_ts, lookback_s)
     tests = store.throughput(peer, since=start)
     rows = [r for r in store.probes(peer, since=start) if r.method == method]
     if not tests and not rows:

@@ -49,6 +49,12 @@ def next_start_ts(hour: int, now_ts: float) -> float:
     return base + ((hour - hour_of_week(base)) % HOURS_PER_WEEK) * HOUR_S
 
 
+def lookback_span(now_ts: float, lookback_s: float) -> tuple[float, float]:
+    """(start, end) of a look-back in whole hours: end = the end of the current hour."""
+    end = math.ceil(now_ts / HOUR_S) * HOUR_S
+    return end - math.ceil(lookback_s / HOUR_S) * HOUR_S, end
+
+
 @dataclass(frozen=True)
 class GoodputSample:
     """One throughput test: when it ran and the receiver goodput it achieved."""
