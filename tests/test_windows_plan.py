@@ -159,3 +159,14 @@ def test_systemd_timer_calendar_is_valid():
     assert r.returncode == 0 and "Next elapse: Tue" in r.stdout, r.stdout + r.stderr
     with pytest.raises(UsageError, match="unit"):
         formats.systemd_timer(a, "x; rm -rf /", "w", None)
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"status": "success"}', b"[1, 2]",
+                                  b'{"status": "success", "data": {"resultType": "vector", "result": []}}',
+                                  b'{"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[1, "x"]]}]}}',
+                                  b'{"status": "error", "error": "bad_data: parse error"}'])
+def test_a_range_reply_that_is_not_a_matrix_is_one_error(body):
+    from wanprobe.fleet.prom_http import PrometheusError, parse_matrix
+
+    with pytest.raises(PrometheusError):
+        parse_matrix(body, "http://p:9090")
