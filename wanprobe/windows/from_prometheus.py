@@ -7,7 +7,8 @@ covers (T - 1 h, T] and goes to the hour of the week of T - 1 h.
 - Goodput: ``wanprobe_throughput_bits_per_second`` holds the last scheduled test of each host
   pair (daemon/metrics.py). A new test shows as a new value at the next hourly point, so every
   change of a host pair's value is one sample of the hour it appeared in. A daemon spaces one
-  peer's tests at least ``throughput.interval`` apart (an hour or more), so none is hidden.
+  peer's tests ``throughput.interval`` apart (default 2 h); below an hour, all but the last
+  test of each hour are hidden (the store keeps them).
 - Loss: ``increase()`` of the packet counters summed over the pair's host pairs, forward
   ``lost_fwd / sent``, reverse ``lost_rev / (sent - lost_fwd)`` (rules.py); RTT: the median over
   host pairs of each one's hourly median of session medians.
