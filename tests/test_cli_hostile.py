@@ -21,11 +21,12 @@ import json
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from clirun import PREBUILT, run_forked
-from conftest import new_lab_name
+from conftest import TEST_LAB_PREFIX, new_lab_name
 
 from wanprobe import cli
 
@@ -49,6 +50,7 @@ FLOATS = {"nan": "nan", "inf": "inf", "1e309": "1e309", "1e300": "1e300", "negat
 FREE_NAMES = {("lab", "up", "name"), ("lab", "down", "name"), ("lab", "update", "name"),
               ("lab", "exec", "name"), ("lab", "multipath", "name"), ("lab", "reroute", "name"),
               ("lab", "path", "name"), ("history", "peer"), ("tune", "rollback", "journal_id"),
+              ("fleet", "windows", "from_site"), ("fleet", "windows", "to_site"),
               ("lab", "exec", "command"), ("nccl-env", "iface")}
 # (command path, option, class) where the "hostile" value is in fact valid: a server given a valid
 # cap serves until stopped (so it would "not finish"), and these caps are legitimately small/big.
@@ -59,7 +61,13 @@ VALID = {(("reflect",), "max_test_duration", "datagram"), (("reflect",), "max_te
          (("throughput",), "max_bytes", "10^12"), (("throughput",), "max_bytes", "datagram"),
          # 65536 s (18 h) is a sensible baseline look-back; "nan" is a legal Prometheus job name
          (("fleet", "rules"), "floor_baseline", "datagram"),
-         (("fleet", "rules"), "throughput_baseline", "datagram"), (("fleet", "rules"), "job", "nan")}
+         (("fleet", "rules"), "throughput_baseline", "datagram"), (("fleet", "rules"), "job", "nan"),
+         # 65536 and 10^12 bytes are sizes to move, 65536 s (18 h) a deadline or look-back,
+         # 1000 h (42 days) too; 65536 bit/s and 1 Tbit/s are rclone limits
+         *((("fleet", "windows"), o, c) for o, c in (
+             ("size", "datagram"), ("size", "10^12"), ("deadline", "datagram"),
+             ("deadline", "1000h"), ("lookback", "datagram"), ("lookback", "1000h"),
+             ("throttle", "datagram"), ("throttle", "10^12")))}
 OUTPUT_NAMES = ("output", "o")
 DIR_WORDS = ("dir", "root", "sysctl_d", "state")
 FILE_WORDS = ("file", "report", "config", "key", "plan", "path")
@@ -172,7 +180,10 @@ def baseline(path: tuple, command, tmp: Path, closed_port: int) -> list[str]:
     names = {p.name for p in command.params}
     for p in command.params:
         if is_option(p) and p.required and not is_flag(p):
-            opts += [p.opts[0], _benign(path, p, tmp)]
+            # a Prometheus that does not answer: what a hostile value slips past reaches nothing
+            value = (f"http://127.0.0.1:{closed_port}" if p.name == "prometheus"
+                     else _benign(path, p, tmp))
+            opts += [p.opts[0], value]
     if "port" in names:
         opts += ["--port", str(closed_port)]
     for root in ("proc", "sys"):  # empty trees: present, so a hostile value is what is refused
@@ -198,6 +209,8 @@ def _benign(path, param, tmp: Path) -> str:
         return "1e9"
     if name in ("host", "peer"):
         return "127.0.0.1"
+    if name == "size":   # --bytes of fleet windows: a valid size, so the other options count
+        return "1GB"
     if name == "side":
         return "a"
     if path[:1] == ("lab",) and name == "name":
@@ -295,7 +308,9 @@ def no_stray_lab():
 
     before = {lab.get("name") for lab in list_labs()}
     yield
-    new = [lab for lab in list_labs() if lab.get("name") not in before]
+    # only labs named as this session names them: other sessions' labs are not ours to remove
+    new = [lab for lab in list_labs() if lab.get("name") not in before
+           and str(lab.get("name", "")).startswith(TEST_LAB_PREFIX + "x")]
     for lab in new:
         if lab.get("kind") == "multipath":
             MultipathLab.attach(lab["name"]).down()
@@ -398,6 +413,67 @@ def test_daemon_check_and_daemon_agree_on_an_uncreatable_state_dir(tmp_path):
     doc = run_forked(["daemon", "--config", str(ok), "--check"], tmp_path)
     assert doc["code"] == 0 and ": ok" in doc["stdout"], doc
     assert (tmp_path / "fresh" / "state" / "reports").is_dir()  # made as the daemon makes it
+
+
+# -- issue 23: transfer windows, from Prometheus and from a store -----------------------------
+
+WINDOWS_NONSENSE = [("--bytes", "0"), ("--bytes", "-5GB"), ("--bytes", "2000PB"),
+                    ("--bytes", "1e400"), ("--deadline", "0"), ("--deadline", "-1h"),
+                    ("--deadline", "400d"), ("--deadline", "soon"), ("--lookback", "30m"),
+                    ("--lookback", "91d"), ("--tz", "Mars/Olympus_Mons"),
+                    ("--tz", "../../etc/passwd"), ("--format", "html"),
+                    ("--unit", "a b.service"), ("--throttle", "0"), ("--series", "both")]
+
+
+def _windows_argv(which: str, tmp_path: Path, closed_port: int) -> list[str]:
+    if which == "fleet":
+        return ["fleet", "windows", "--prometheus", f"http://127.0.0.1:{closed_port}",
+                "--from-site", "tpe", "--to-site", "usw", "--bytes", "1GB"]
+    return ["history", "usw-1", "--windows", "--bytes", "1GB", "--state-dir", str(tmp_path)]
+
+
+@pytest.mark.parametrize("which", ["fleet", "history"])
+def test_windows_refuse_a_size_or_deadline_that_makes_no_sense(which, tmp_path, closed_port):
+    """Each nonsense value is one line and exit 2, before Prometheus or the store is touched."""
+    failures = []
+    for option, value in WINDOWS_NONSENSE:
+        if which == "history" and option == "--series":
+            continue
+        doc = run_forked(_windows_argv(which, tmp_path, closed_port) + [option, value], tmp_path)
+        bad = problems(doc) or (None if doc["code"] == 2 else f"exit {doc['code']}, not 2")
+        if bad:
+            failures.append(f"{option} {value}: {bad}")
+    assert not failures, "\n".join(failures)
+
+
+def test_windows_prometheus_that_does_not_answer(tmp_path, closed_port):
+    doc = run_forked(_windows_argv("fleet", tmp_path, closed_port), tmp_path)
+    lines = [ln for ln in doc["stderr"].splitlines() if ln.strip()]
+    assert doc["code"] == 5 and len(lines) == 1 and "cannot reach Prometheus" in lines[0], doc
+    assert "Traceback" not in doc["stderr"] + doc["stdout"]
+
+
+def test_windows_store_without_the_peer_or_without_data(tmp_path):
+    """A peer the store never saw, and a peer whose tests cover half of each day only (a
+    transfer needing the other half has no window): one line each, exit 1."""
+    from wanprobe.daemon.store import Store
+
+    store = Store(tmp_path / "history.sqlite3")
+    now = time.time()
+    for k in range(14 * 24):
+        ts = now - k * 3600
+        if time.gmtime(ts).tm_hour < 12:
+            store.add_throughput(ts, "osa-1", {"bits_per_second": 1e9, "bytes_sent": 10**9})
+    store.close()
+    argv = ["history", "osa-1", "--windows", "--state-dir", str(tmp_path), "--bytes"]
+    for args, needle in ((argv + ["20TB"], "no throughput samples"),
+                         (argv[:1] + ["nobody"] + argv[2:] + ["1GB"], "peers with history: 'osa-1'")):
+        doc = run_forked(args, tmp_path)
+        lines = [ln for ln in doc["stderr"].splitlines() if ln.strip()]
+        assert problems(doc) is None and doc["code"] == 1, (args, doc)
+        assert len(lines) == 1 and needle in lines[0], lines
+    ok = run_forked(argv + ["1TB", "--format", "rclone", "--tz", "UTC"], tmp_path)  # fits in 12 h
+    assert ok["code"] == 0 and ",off" in ok["stdout"], ok
 
 
 # -- generated: hypothesis text and numbers into every option of the probe-free commands -------

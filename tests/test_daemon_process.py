@@ -211,12 +211,15 @@ def test_kill_9_during_writes_loses_no_committed_row(tmp_path, daemons):
 def test_history_command_reads_the_store_with_a_real_throughput_test(tmp_path, daemons):
     mport, rport = free_port(), free_port()
     cfg = tmp_path / "wanprobe.toml"
+    # a peer's first test comes at a random point of its first interval (throughput_spread.py):
+    # a short interval brings it soon, and the day's budget (one 2 GiB test) keeps it the only one
     write_config(cfg, tmp_path / "state", metrics_port=mport, reflector_port=rport,
-                 throughput={"enabled": True, "interval": "1h", "duration": "1s", "streams": 1,
-                             "budget_per_day": "20GiB", "max_bytes_per_test": "2GiB"})
+                 throughput={"enabled": True, "interval": "20s", "duration": "1s", "streams": 1,
+                             "budget_per_day": "2GiB", "max_bytes_per_test": "2GiB",
+                             "tests_per_hour_per_client": 180})
     d = daemons(cfg)
     d.wait_message(b"READY=1")
-    d.wait_log("throughput test", timeout=15)
+    d.wait_log("throughput test", timeout=40)
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
     assert any(line.startswith("wanprobe_throughput_bits_per_second{") and 'peer="self-0"' in line
                for line in metrics.splitlines()), metrics
@@ -231,7 +234,7 @@ def test_history_command_reads_the_store_with_a_real_throughput_test(tmp_path, d
     assert len(doc["probes"]) >= 4
     p = doc["probes"][-1]
     assert p["sent"] == 5 and p["received"] == 5 and 0 < p["rtt_p50_ms"] < 5  # loopback
-    (t,) = doc["throughput"]  # one per interval (1 h), however long the daemon runs
+    (t,) = doc["throughput"]  # one: the day's budget, however long the daemon runs
     assert t["error"] is None and t["bits_per_second"] > 1e8 and t["bytes"] > 0
     r = subprocess.run([sys.executable, "-m", "wanprobe", "history", "self-0", "--state-dir",
                         str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)

@@ -47,8 +47,10 @@ def test_throughput_section_binds_the_server(tmp_path):
     with DaemonReflector(off) as d:
         with pytest.raises(ProbeError, match="disabled"):
             run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6)
+    # its own scheduled tests inside the limits it serves (a far end with this config): 1 s, 2 streams
     on = config(tmp_path, throughput={"enabled": True, "max_bytes_per_test": "1MB",
-                                      "max_duration": "2s", "max_streams": 2})
+                                      "max_duration": "2s", "max_streams": 2, "duration": "1s",
+                                      "streams": 2})
     with DaemonReflector(on) as d:
         for kw, named in (({"max_bytes": 10**7}, "max_bytes_per_test"),
                           ({"duration_s": 5.0}, "max_duration"), ({"streams": 3}, "max_streams")):

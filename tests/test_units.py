@@ -10,7 +10,8 @@ from wanprobe.errors import UsageError
 
 @pytest.mark.parametrize(
     "text,seconds",
-    [("60ms", 0.060), ("1.5s", 1.5), ("200us", 200e-6), ("2m", 120.0), (" 10 ms ", 0.010), ("0ms", 0.0)],
+    [("60ms", 0.060), ("1.5s", 1.5), ("200us", 200e-6), ("2m", 120.0), (" 10 ms ", 0.010), ("0ms", 0.0),
+     ("14d", 14 * 86400.0)],
 )
 def test_duration(text, seconds):
     assert math.isclose(units.parse_duration_s(text), seconds)

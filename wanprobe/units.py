@@ -26,7 +26,7 @@ _NUM = r"([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 
 _DURATION_S = {
     "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0,
-    "m": 60.0, "min": 60.0, "h": 3600.0,
+    "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0,
 }
 _RATE_BPS = {
     "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
@@ -93,7 +93,7 @@ def parse_duration_s(text: str, *, default_unit: str | None = None, allow_zero: 
     ``maximum_s`` is refused with the limit named.
     """
     return _scaled(text, "duration", _DURATION_S, default_unit=default_unit,
-                   needs_unit=" (ns, us, ms, s, m, h)", known_units="ns, us, ms, s, m, h",
+                   needs_unit=" (ns, us, ms, s, m, h, d)", known_units="ns, us, ms, s, m, h, d",
                    allow_zero=allow_zero, maximum=maximum_s, shown_max=format_duration(maximum_s))
 
 

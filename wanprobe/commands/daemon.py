@@ -14,8 +14,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from wanprobe import units
+from wanprobe.commands import windows_view as views
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
-from wanprobe.errors import one_line
+from wanprobe.errors import UsageError, one_line, shown
 from wanprobe.userfiles import check_path_text
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -68,6 +69,13 @@ def daemon(
                        f"{len(peers)} peers: " +
                        ", ".join(f"{p.name}={p.address}" + (f" ({p.site})" if p.site else "")
                                  for p in peers))
+            t = cfg.throughput
+            if t.enabled:
+                from wanprobe.daemon.throughput_spread import describe_cost
+
+                typer.echo(describe_cost(t.interval_s, t.lookback_s, t.max_bytes_per_test,
+                                         t.budget_bytes_per_peer_per_day, t.budget_bytes_per_day,
+                                         len(peers)))
             return
         dmain.run(config)
     except ConfigInvalid as exc:
@@ -82,10 +90,29 @@ def history(
     since: Annotated[str, typer.Option("--since", help="How far back, e.g. 30m, 1h or 168h (7 days).")] = "24h",
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows (newest).")] = 1000,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    windows: Annotated[bool, typer.Option("--windows", help="Instead of the rows: the peer's "
+                                          "hour-of-week profile and the best hours to move "
+                                          "--bytes (as `fleet windows`).")] = False,
+    size: Annotated[str | None, typer.Option("--bytes", help=views.BYTES_HELP)] = None,
+    deadline: views.DeadlineOpt = None,
+    lookback: views.LookbackOpt = "14d",
+    fmt: views.FormatOpt = "text",
+    tz: views.TzOpt = None,
+    top: views.TopOpt = 5,
+    throttle: views.ThrottleOpt = "10mbit",
+    unit: views.UnitOpt = "wanprobe-sync.service",
 ) -> None:
-    """Show a peer's probe history from the daemon's store (newest last)."""
+    """Show a peer's probe history from the daemon's store (newest last), or with --windows
+    when to move --bytes to it."""
     from wanprobe.daemon.store import open_readonly
 
+    if windows or size is not None:
+        _history_windows(peer, state_dir, views.parse_request(
+            size=_needs_windows(windows, size), deadline=deadline, lookback=lookback, top=top,
+            fmt=fmt, as_json=as_json, tz=tz, throttle=throttle, unit=unit))
+        return
+    if deadline is not None or fmt != "text" or tz is not None:
+        raise UsageError("--deadline, --format and --tz go with --windows --bytes SIZE")
     since_s = units.parse_duration_s(since, default_unit="s")
     store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
     try:
@@ -119,6 +146,32 @@ def history(
     for f in findings:
         console.print(f"[bold]{f['severity']}[/] {_ts(f['ts'])} {escape(f['title'])} "
                       f"{escape(f['report_path'] or '')}")
+
+
+def _needs_windows(windows: bool, size: str | None) -> str:
+    if not windows:
+        raise UsageError("--bytes goes with --windows")
+    if size is None:
+        raise UsageError("--windows needs --bytes SIZE (what to move, e.g. 500GiB)")
+    return size
+
+
+def _history_windows(peer: str, state_dir: Path, req: views.Request) -> None:
+    from wanprobe.daemon.store import open_readonly
+    from wanprobe.windows.from_store import store_profile
+    from wanprobe.windows.plan import answer
+    from wanprobe.windows.profile import require_goodput
+
+    store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
+    try:
+        now = time.time()
+        profile = store_profile(store, peer, lookback_s=req.lookback_s, now_ts=now)
+    finally:
+        store.close()
+    what = f"this host -> {shown(peer)}"
+    require_goodput(profile, what)
+    views.emit(answer(profile, req.size_bytes, now, top=req.top, deadline_s=req.deadline_s),
+               req, what)
 
 
 def _ts(ts: float) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -13,10 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from wanprobe import units
+from wanprobe.commands import windows_view as views
 from wanprobe.errors import UsageError, shown
+from wanprobe.windows.profile import require_goodput
 
 app = typer.Typer(name="fleet", help="Run a fleet on Prometheus: scrape targets from the mesh file, "
-                       "recording and alerting rules, the site x site matrix.",
+                       "recording and alerting rules, the site x site matrix, transfer "
+                       "windows per site pair.",
                   no_args_is_help=True)
 
 WINDOW_HELP = "rate() window for loss and liveness, e.g. 5m."
@@ -224,3 +228,41 @@ def _print_matrix(pairs) -> None:
     for s in srcs:
         table.add_row(s, *(_cell(by_pair[(s, d)]) if (s, d) in by_pair else "" for d in dsts))
     console.print(table)
+
+
+@app.command("windows")
+def windows(
+    prometheus: Annotated[str, typer.Option("--prometheus", help="Prometheus base URL, e.g. "
+                                            "http://prometheus:9090.")],
+    from_site: Annotated[str, typer.Option("--from-site", help="Site the data leaves.")],
+    to_site: Annotated[str, typer.Option("--to-site", help="Site the data goes to.")],
+    size: Annotated[str, typer.Option("--bytes", help=views.BYTES_HELP)],
+    deadline: views.DeadlineOpt = None,
+    lookback: views.LookbackOpt = "14d",
+    as_json: Annotated[bool, typer.Option("--json", help="Same as --format json.")] = False,
+    fmt: views.FormatOpt = "text",
+    tz: views.TzOpt = None,
+    top: views.TopOpt = 5,
+    throttle: views.ThrottleOpt = "10mbit",
+    unit: views.UnitOpt = "wanprobe-sync.service",
+    series: Annotated[str, typer.Option("--series", help="auto (recording rules when their "
+                                        "history covers the lookback), raw or recorded.")] = "auto",
+    timeout: Annotated[str, typer.Option("--timeout", help="Per query.")] = "30s",
+) -> None:
+    """When to move SIZE from one site to another: the hour-of-week profile of the pair (goodput
+    p10/p50, loss, RTT; hour 0 = Monday 00:00 UTC) and the best start hours, best first."""
+    from wanprobe.windows.from_prometheus import check_site, prometheus_profile
+    from wanprobe.windows.plan import answer
+
+    if not prometheus.startswith(("http://", "https://")):
+        raise UsageError(f"--prometheus: {shown(prometheus)} is not an http(s) URL")
+    req = views.parse_request(size=size, deadline=deadline, lookback=lookback, top=top, fmt=fmt,
+                              as_json=as_json, tz=tz, throttle=throttle, unit=unit)
+    src, dst = check_site("--from-site", from_site), check_site("--to-site", to_site)
+    timeout_s = _duration("--timeout", timeout, allow_zero=False, maximum_s=MAX_EVAL_S)
+    now = time.time()
+    profile = prometheus_profile(prometheus, src, dst, lookback_s=req.lookback_s, now_ts=now,
+                                 timeout_s=timeout_s, series=series)
+    require_goodput(profile, f"{src} -> {dst}")
+    views.emit(answer(profile, req.size_bytes, now, top=req.top, deadline_s=req.deadline_s),
+               req, f"{src} -> {dst}")

@@ -118,6 +118,9 @@ def impact(
     topk: Annotated[float, typer.Option(help="Top-k ratio kept by sparsification.")] = 0.01,
     sync_every: Annotated[int, typer.Option("--sync-every", help="H for local SGD / DiLoCo.")] = 500,
     more_bandwidth: Annotated[str | None, typer.Option("--more-bandwidth", help="Upgraded link (default 4× the link).")] = None,
+    target_utilization: Annotated[str | None, typer.Option(
+        "--target-utilization", help="Instead: the WAN rate each strategy needs for this GPU "
+        "utilisation (compute / step), e.g. 90%; needs --compute-ms and --rtt.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     if params <= 0 or params != params:
@@ -140,6 +143,9 @@ def impact(
     options = model.Options(collective=collective, topk_ratio=topk, sync_every=sync_every,
                             more_bandwidth_bps=(parse_rate_bps(more_bandwidth)
                                                 if more_bandwidth is not None else None))
+    if target_utilization is not None:
+        _inverse(job, options, parse_ratio(target_utilization), rtt, report, as_json)
+        return
     if report:
         if rtt is not None or loss is not None:
             raise UsageError("--rtt/--loss come from the report; give either --report or --rtt/--loss")
@@ -184,3 +190,42 @@ def _render(result: Assessment) -> None:
     _bar_chart(console, results, "step_time_s" if job.compute_s is not None else "comm_time_s")
     if job.compute_s is None:
         console.print("(no --compute-ms: step time, shares and idle cost need a compute time)")
+
+
+def _inverse(job: model.Job, options: model.Options, utilization: float, rtt: str | None,
+             report: list[FsPath] | None, as_json: bool) -> None:
+    """``--target-utilization``: the WAN rate each strategy needs (models/impact_inverse.py)."""
+    from wanprobe.models.impact_inverse import max_comm_s, needs
+
+    if report:
+        if rtt is not None:
+            raise UsageError("--rtt comes from the report; give either --report or --rtt")
+        rtt_s = _load_reports(report[:1], None)[0].path.rtt_s
+    elif rtt is None:
+        raise UsageError("--target-utilization needs --rtt (p99, e.g. 130ms) or --report")
+    else:
+        rtt_s = parse_duration_s(rtt, allow_zero=False, maximum_s=MAX_RTT_S)
+    result = needs(job, rtt_s, utilization, options)
+    if as_json:
+        typer.echo(json.dumps({"target_utilization": utilization, "rtt_s": rtt_s,
+                               "comm_budget_per_step_s": max_comm_s(job.compute_s, job.overlap,
+                                                                    utilization),
+                               "needs": [n.to_json() for n in result]}, indent=2))
+        return
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+    console.print(f"[bold]Target[/] {utilization:.0%} GPU utilisation with {job.compute_s * 1e3:g} ms "
+                  f"compute per step: communication may take "
+                  f"{_fmt_s(max_comm_s(job.compute_s, job.overlap, utilization))} per step "
+                  f"(overlap {job.overlap:g}); p99 RTT {rtt_s * 1e3:.1f} ms")
+    t = Table(title="WAN rate needed per strategy", title_justify="left")
+    for col in ("strategy", "bytes/sync", "every", "budget/sync", "floor", "WAN rate needed"):
+        t.add_column(col, justify="left" if col == "strategy" else "right", no_wrap=True)
+    for n in result:
+        t.add_row(n.name, format_bytes(n.bytes_per_sync), f"{n.syncs_every_steps} steps",
+                  _fmt_s(n.comm_budget_per_sync_s), _fmt_s(n.comm_floor_s),
+                  "unreachable (floor over budget)" if n.required_bits_per_second is None
+                  else format_rate(n.required_bits_per_second))
+    console.print(t)
+    console.print("  [dim]floor: one sync at an infinite WAN rate (RTT/2 per collective step and "
+                  "the local fabric); judge a window with `wanprobe fleet windows --bytes` "
+                  "against the rate needed[/]")

@@ -31,6 +31,7 @@ from wanprobe.daemon.config_reflector import (
 from wanprobe.errors import ConfigError
 from wanprobe.probe.access import DEFAULT_COS_DSCP
 from wanprobe.throughput.limits import ServerLimits
+from wanprobe.units import format_bytes
 from wanprobe.userfiles import read_text
 
 __all__ = ["METHODS", "DaemonConfig", "ConfigInvalid", "Peer", "ProbeSettings", "ThroughputSettings",
@@ -85,15 +86,19 @@ class ProbeSettings:
 @dataclass(frozen=True)
 class ThroughputSettings:
     """Scheduled throughput tests: off by default; when on, each peer at most every
-    ``interval_s``, only inside ``windows`` (empty = any time), never over ``budget_bytes_per_day``."""
+    ``interval_s``, only inside ``windows`` (empty = any time), spread over the hours of the
+    week so each gets a test within ``lookback_s`` (daemon/throughput_spread.py), never over
+    ``budget_bytes_per_day`` for the host nor ``budget_bytes_per_peer_per_day`` for one peer."""
 
     enabled: bool = False
-    interval_s: float = 6 * 3600.0
+    interval_s: float = 2 * 3600.0      # 168 hours x 2 h = 14 days: the profile's look-back
     duration_s: float = 5.0
     streams: int = 4
     budget_bytes_per_day: int = 10 * 2**30
     max_bytes_per_test: int = 2 * 2**30
     windows: tuple[TimeWindow, ...] = ()
+    lookback_s: float = 14 * 86400.0
+    budget_bytes_per_peer_per_day: int = 10 * 2**30
 
 
 @dataclass(frozen=True)
@@ -230,6 +235,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
         baseline=_baseline(v, v.table(data, "baseline")),
         auto_apply=_auto_apply(v, v.table(data, "auto_apply")),
     )
+    _far_end_limits(v, throughput, cfg_kwargs["throughput_server"])
     if not data.get("peers") and cfg_kwargs["mesh_file"] is None and "peers" not in v.bad:
         v.problem("peers", "no [[peers]] and no daemon.mesh_file: nothing to probe")
     if v.problems:
@@ -286,18 +292,41 @@ def _peers(v: FieldReader, raw: Any, probe: ProbeSettings) -> tuple[Peer, ...]:
 
 def _throughput(v: FieldReader, t: dict) -> ThroughputSettings:
     v.known(t, "throughput", {"enabled", "interval", "duration", "streams", "budget_per_day",
-                              "max_bytes_per_test", "windows"} | SERVER_KEYS)
+                              "max_bytes_per_test", "windows", "lookback",
+                              "budget_per_peer_per_day"} | SERVER_KEYS)
     windows = tuple(w for w in (v.window(f"throughput.windows[{i}]", s) for i, s in
                                 enumerate(v.str_list(t, "throughput.windows", []))) if w)
+    d = ThroughputSettings()
     return ThroughputSettings(
         enabled=v.boolean(t, "throughput.enabled", False),
-        interval_s=v.duration(t, "throughput.interval", 6 * 3600.0, positive=True),
-        duration_s=v.duration(t, "throughput.duration", 5.0, positive=True),
-        streams=v.integer(t, "throughput.streams", 4, lo=1, hi=64),
-        budget_bytes_per_day=v.size(t, "throughput.budget_per_day", 10 * 2**30),
-        max_bytes_per_test=v.size(t, "throughput.max_bytes_per_test", 2 * 2**30),
+        interval_s=v.duration(t, "throughput.interval", d.interval_s, positive=True),
+        duration_s=v.duration(t, "throughput.duration", d.duration_s, positive=True),
+        streams=v.integer(t, "throughput.streams", d.streams, lo=1, hi=64),
+        budget_bytes_per_day=v.size(t, "throughput.budget_per_day", d.budget_bytes_per_day),
+        max_bytes_per_test=v.size(t, "throughput.max_bytes_per_test", d.max_bytes_per_test),
         windows=windows,
+        lookback_s=v.duration(t, "throughput.lookback", d.lookback_s, positive=True),
+        budget_bytes_per_peer_per_day=v.size(t, "throughput.budget_per_peer_per_day",
+                                             d.budget_bytes_per_peer_per_day),
     )
+
+
+def _far_end_limits(v: FieldReader, tput: ThroughputSettings, server: ServerLimits) -> None:
+    """A fleet shares one config, so the limits this host's server puts on one client are what
+    the far end puts on this host: its own scheduled tests must stay inside them."""
+    if not tput.enabled:
+        return
+    for key, ours, theirs, what in (
+            ("throughput.duration", tput.duration_s, server.max_duration_s, "max_duration"),
+            ("throughput.streams", tput.streams, server.max_streams, "max_streams"),
+            ("throughput.budget_per_peer_per_day", tput.budget_bytes_per_peer_per_day,
+             server.bytes_per_day_per_client, "bytes_per_day_per_client"),
+            ("throughput.interval", 3600.0 / tput.interval_s, server.tests_per_hour_per_client,
+             "tests_per_hour_per_client")):
+        if ours > theirs:
+            shown_limit = (format_bytes(theirs) if what.startswith("bytes") else f"{theirs:g}")
+            v.problem(key, f"exceeds what a far end with this config accepts from one client "
+                           f"(throughput.{what} = {shown_limit})")
 
 
 def _counters(v: FieldReader, t: dict) -> CounterSettings:

@@ -130,6 +130,11 @@ class Daemon:
         await self.shutdown()
         return 0
 
+    def _tests_of(self, peer: str, since: float) -> list[tuple[float, int, bool]]:
+        """A peer's stored throughput tests for the scheduler's spread (throughput_spread.py)."""
+        return [(t["ts"], int(t["bytes"] or 0), t["bits_per_second"] is not None)
+                for t in self.store.throughput(peer, since=since)]
+
     async def start(self) -> None:
         check_state_dir(self.cfg.state_dir, self.cfg.reports_dir)  # as `daemon --check` did
         self.store = Store(self.cfg.db_path)
@@ -146,7 +151,7 @@ class Daemon:
         self.scheduler = Scheduler(self, self.prober, probe=self.cfg.probe,
                                    throughput=self.cfg.throughput, throughput_fn=self.throughput_fn,
                                    budget_used=self.store.throughput_bytes_since,
-                                   stamp_prober=self.stamp_prober)
+                                   stamp_prober=self.stamp_prober, test_history=self._tests_of)
         self.scheduler.pacing = self.pacing
         if self.stamp_prober is not None:
             self.stamp_prober.pacing = self.pacing

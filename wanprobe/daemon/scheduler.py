@@ -8,8 +8,10 @@
   peers with a numeric address runs there instead, on one timer for all peers, with the same
   schedule and the same sink; the per-peer task then runs only the peer's other methods.
 - one throughput task: tests run one at a time (never two at once on any link, so never two on
-  the same one), only inside the allowed windows, each peer at most once per interval, and only
-  when the test's byte cap still fits in the rolling 24 h budget.
+  the same one), only inside the allowed windows, each peer at most once per interval, only in
+  an hour of the week that has the fewest of the peer's tests (throughput_spread.py: every hour gets
+  samples for the transfer-window profile), and only when the test's byte cap still fits in the
+  rolling 24 h budgets of the host and of the peer.
 - one counter task: a snapshot every counter interval, rates against the previous one.
 
 Blocking work (throughput, counter reads, SQLite) runs in daemon threads through
@@ -30,10 +32,13 @@ from typing import Any, Protocol, TypeVar
 
 from wanprobe.daemon.config import Peer, ProbeSettings, ThroughputSettings, TimeWindow
 from wanprobe.daemon.prober import numeric_family
+from wanprobe.daemon.store import link_bytes
+from wanprobe.daemon.throughput_spread import SpreadLedger, reachable_hours
 
 T = TypeVar("T")
 ProbeFn = Callable[[Peer, str, ProbeSettings], Awaitable[dict[str, Any]]]
 ThroughputFn = Callable[[Peer, ThroughputSettings], dict[str, Any]]
+TestHistory = Callable[[str, float], list[tuple[float, int, bool]]]   # (ts, bytes, gave a rate)
 DAY_S = 86400.0
 
 
@@ -106,8 +111,11 @@ class Scheduler:
                  throughput: ThroughputSettings, throughput_fn: ThroughputFn | None = None,
                  budget_used: Callable[[float], int] | None = None,
                  clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 stamp_prober: Any = None) -> None:
+                 stamp_prober: Any = None, test_history: TestHistory | None = None) -> None:
         self.sink = sink
+        self.test_history = test_history
+        self.ledger = SpreadLedger(throughput.lookback_s, self._testable)
+        self._testable_cache: tuple[int, set[int]] = (-1, set())
         self.stamp_prober = stamp_prober
         self.prober = prober
         self.probe_settings = probe
@@ -132,6 +140,9 @@ class Scheduler:
         """Reconcile running sessions with ``peers``; return added/removed/restarted names."""
         settings_changed = probe != self.probe_settings
         self.probe_settings, self.throughput_settings = probe, throughput
+        self.ledger.lookback_s = throughput.lookback_s
+        self._testable_cache = (-1, set())
+        self._seed_tests(peers)
         wanted = {p.name: p for p in peers}
         diff: dict[str, list[str]] = {"added": [], "removed": [], "restarted": []}
         for name in list(self.sessions):
@@ -159,6 +170,31 @@ class Scheduler:
             self._tput_task = asyncio.create_task(self._throughput_loop(), name="throughput")
         self._tput_wake.set()
         return diff
+
+    def _seed_tests(self, peers: tuple[Peer, ...]) -> None:
+        """Tests the store holds for peers new to the ledger: their spread and spacing survive
+        a restart. A peer without any gets its first test at a random point of the first
+        interval, so neither a daemon's peers nor a fleet started together test in one burst."""
+        if self.test_history is None:
+            return
+        now = self.clock()
+        interval = self.throughput_settings.interval_s
+        since = now - max(self.throughput_settings.lookback_s, DAY_S)
+        for p in peers:
+            if p.name not in self.last_throughput and self.ledger.last(p.name) is None:
+                self.ledger.seed(p.name, self.test_history(p.name, since))
+                last = self.ledger.last(p.name)
+                self.last_throughput[p.name] = (last if last is not None
+                                                else now - self.rng.uniform(0, interval))
+
+    def _testable(self, hour: int) -> bool:
+        """Whether the allowed windows reach ``hour`` of the week (recomputed daily: DST)."""
+        now = self.clock()
+        day = int(now // DAY_S)
+        if self._testable_cache[0] != day:
+            windows = self.throughput_settings.windows
+            self._testable_cache = (day, reachable_hours(lambda ts: in_windows(windows, ts), now))
+        return hour in self._testable_cache[1]
 
     def in_prober(self, peer: Peer) -> bool:
         """True when the peer's STAMP sessions run in the stamp prober: a numeric address and
@@ -269,7 +305,10 @@ class Scheduler:
         if self.budget_used(now - DAY_S) + s.max_bytes_per_test > s.budget_bytes_per_day:
             return None
         due = [(self.last_throughput.get(p.name, 0.0), p.name, p) for p in self.peers
-               if now - self.last_throughput.get(p.name, 0.0) >= s.interval_s]
+               if now - self.last_throughput.get(p.name, 0.0) >= s.interval_s
+               and self.ledger.bytes_last_day(p.name, now) + s.max_bytes_per_test
+               <= s.budget_bytes_per_peer_per_day
+               and self.ledger.least_sampled(p.name, now)]
         return min(due)[2] if due else None
 
     async def _throughput_loop(self) -> None:
@@ -294,8 +333,12 @@ class Scheduler:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
+                self.ledger.record(peer.name, ts, 0, False)
                 self._deliver(self.sink.throughput_done, peer, ts, None, " ".join(str(exc).split()))
             else:
+                doc = doc if isinstance(doc, dict) else {}
+                self.ledger.record(peer.name, ts, link_bytes(doc) or 0,
+                                   doc.get("bits_per_second") is not None)
                 self._deliver(self.sink.throughput_done, peer, ts, doc, None)
             finally:
                 self.throughput_running = None

@@ -247,6 +247,13 @@ class Store:
     def throughput(self, peer: str | None = None, *, since: float | None = None) -> list[dict]:
         return self._dicts("throughput", _THROUGHPUT_SELECT, peer=peer, since=since)
 
+    def peers(self) -> list[str]:
+        """Every peer with probe or throughput history, sorted."""
+        with self._lock:
+            rows = self._db.execute("SELECT peer FROM probes UNION SELECT peer FROM throughput "
+                                    "ORDER BY 1").fetchall()
+        return [r[0] for r in rows]
+
     def throughput_bytes_since(self, since: float) -> int:
         with self._lock:
             return int(self._db.execute("SELECT coalesce(sum(bytes), 0) FROM throughput "

@@ -2,32 +2,23 @@
 
 One instant query per figure (the same PromQL as the recording rules, so it works on a
 Prometheus that does not load them) and one for firing ``ALERTS``
-(https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries). The server is
-treated as untrusted input: bounded reply size, a timeout, and every malformed answer is one
-error line.
+(https://prometheus.io/docs/prometheus/latest/querying/api/#instant-queries), through
+``prom_http``, which treats the server as untrusted input.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from wanprobe.errors import WanprobeError
+from wanprobe.fleet.prom_http import PrometheusError, parse_vector, query
 from wanprobe.fleet.rules import RuleSettings, site_pair_queries
 
-MAX_REPLY_BYTES = 32 * 2**20
+__all__ = ["ANY_SITE", "FIELDS", "PrometheusError", "SitePair", "assemble", "parse_vector",
+           "query", "site_matrix"]
+
 ANY_SITE = "any"  # dst_site of alerts about a whole daemon (down, stale)
-
-
-class PrometheusError(WanprobeError):
-    """Prometheus could not be reached or gave an answer that is not a query result."""
-
-    exit_code = 5
 
 
 def _figure(record: str) -> Any:
@@ -55,44 +46,6 @@ class SitePair:
 
 
 FIELDS = {f.name: f.metadata["record"] for f in fields(SitePair) if "record" in f.metadata}
-
-
-def query(url: str, promql: str, *, timeout_s: float = 10.0) -> list[tuple[dict[str, str], float]]:
-    """(labels, value) of every sample of an instant vector query."""
-    full = url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    try:
-        with urllib.request.urlopen(full, timeout=timeout_s) as resp:
-            body = resp.read(MAX_REPLY_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        body = exc.read(MAX_REPLY_BYTES + 1)
-        try:
-            detail = json.loads(body).get("error", "")
-        except ValueError:
-            detail = ""
-        raise PrometheusError(f"Prometheus at {url}: HTTP {exc.code} {detail}".strip()) from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        raise PrometheusError(f"cannot reach Prometheus at {url}: {reason}") from None
-    return parse_vector(body, url)
-
-
-def parse_vector(body: bytes, url: str = "Prometheus") -> list[tuple[dict[str, str], float]]:
-    """Samples of a ``resultType: vector`` reply; anything else is a PrometheusError."""
-    if len(body) > MAX_REPLY_BYTES:
-        raise PrometheusError(f"{url}: reply larger than {MAX_REPLY_BYTES // 2**20} MiB")
-    try:
-        doc = json.loads(body)
-        if doc.get("status") != "success" or doc["data"]["resultType"] != "vector":
-            raise PrometheusError(f"{url}: query failed: {doc.get('error', doc.get('status'))}")
-        out = []
-        for sample in doc["data"]["result"]:
-            labels = {str(k): str(v) for k, v in sample["metric"].items()}
-            out.append((labels, float(sample["value"][1])))
-        return out
-    except PrometheusError:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError):
-        raise PrometheusError(f"{url}: not a Prometheus query result") from None
 
 
 def assemble(figures: dict[str, list[tuple[dict[str, str], float]]],

@@ -73,6 +73,25 @@ def site_pair_queries(s: RuleSettings) -> dict[str, str]:
     }
 
 
+def profile_queries(s: RuleSettings) -> dict[str, str]:
+    """Per-second site-pair rates the transfer-window profile averages per hour
+    (``wanprobe fleet windows``): with them one profile query reads one recorded series per
+    figure instead of every host pair's raw samples (bench/windows_query_cost.py)."""
+    w, m = prom_duration(s.window_s), f'method="{s.method}"'
+
+    def rate(name: str, sel: str = "") -> str:
+        return f"sum by ({PAIR}) (rate({name}{{{m}{sel}}}[{w}]))"
+
+    return {
+        "site_pair:wanprobe_probe_packets_sent:rate": rate("wanprobe_probe_packets_sent_total"),
+        "site_pair:wanprobe_probe_packets_lost_forward:rate":
+            rate("wanprobe_probe_packets_lost_total", ', direction="forward"'),
+        "site_pair:wanprobe_probe_packets_lost_reverse:rate":
+            rate("wanprobe_probe_packets_lost_total", ', direction="reverse"'),
+        "site_pair:wanprobe_probe_sessions:rate": rate("wanprobe_probe_sessions_total"),
+    }
+
+
 def _alert(name: str, expr: str, s: RuleSettings, severity: str, summary: str,
            description: str, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
     return {"alert": name, "expr": expr, "for": prom_duration(s.for_s),
@@ -172,7 +191,8 @@ def rule_groups(s: RuleSettings) -> dict[str, Any]:
             g["interval"] = prom_duration(s.eval_interval_s)
         return g | {"rules": rules}
 
-    records = [{"record": k, "expr": v} for k, v in site_pair_queries(s).items()]
+    records = [{"record": k, "expr": v}
+               for k, v in (site_pair_queries(s) | profile_queries(s)).items()]
     return {"groups": [group("wanprobe-site-pairs", records),
                        group("wanprobe-alerts", _loss_alerts(s) + _path_alerts(s)
                              + _daemon_alerts(s))]}
