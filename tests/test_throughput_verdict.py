@@ -84,9 +84,25 @@ def test_standing_queue_means_the_bottleneck_not_random_loss():
     assert v.verdict == "network"
 
 
-def test_saturated_data_thread_is_cpu_first():
+def test_saturated_data_thread_is_host_cpu_first():
     v = decide(base(receiver_thread_busy=0.97, rwnd_limited_ms=3000.0))
-    assert v.verdict == "cpu" and v.evidence["side"] == "receiver"
+    assert v.verdict == "host_cpu" and v.evidence["side"] == "receiver"
+
+
+def test_worker_waiting_for_a_shared_core_is_host_cpu_not_network():
+    # on a CPU 30 % of the time and runnable but waiting for it 66 %: a core shared with other
+    # load starved the sender; without the demand figure the rest reads as network
+    quiet = base(sender_thread_busy=0.30, receiver_thread_busy=0.2)
+    assert decide(quiet).verdict == "network"
+    v = decide(base(sender_thread_busy=0.30, sender_cpu_demand=0.96, receiver_thread_busy=0.2,
+                    receiver_cpu_demand=0.25))
+    assert v.verdict == "host_cpu" and v.evidence["side"] == "sender"
+    assert v.evidence["sender_cpu_demand_ratio"] == 0.96
+
+
+def test_worker_that_mostly_sleeps_is_not_host_cpu():
+    v = decide(base(sender_thread_busy=0.30, sender_cpu_demand=0.85))
+    assert v.verdict == "network"
 
 
 def test_pacing_cap_reached_is_pacing():

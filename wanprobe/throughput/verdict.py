@@ -59,8 +59,13 @@ class VerdictInput:
     window_bytes: int | None = None          # requested --window
     snd_wnd_max_bytes: int | None = None     # largest receive window the peer advertised
     cwnd_max_bytes: int | None = None        # largest congestion window (cwnd × MSS)
-    sender_thread_busy: float | None = None  # max data-thread CPU share on the sending host
+    sender_thread_busy: float | None = None  # max data-worker CPU share on the sending host
     receiver_thread_busy: float | None = None
+    # max over the side's data workers of (time on a CPU + time runnable but waiting for one)
+    # / wall time (/proc/<pid>/schedstat): near 1 when the worker always had work and only a
+    # CPU was missing, also when it shared its core with other load
+    sender_cpu_demand: float | None = None
+    receiver_cpu_demand: float | None = None
     sender_core_busy_percent: float | None = None
     receiver_core_busy_percent: float | None = None
     pacing_rate_bps: float | None = None     # requested per-stream pacing cap
@@ -86,8 +91,29 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None or not math.isfinite(x) else round(x, nd)
 
 
+def _host_cpu(v: VerdictInput, common: dict) -> Verdict | None:
+    """``host_cpu`` when the sending or receiving data workers were near 100 % of their cores:
+    busy on a CPU, or runnable and waiting for one (a core shared with other load), for
+    CPU_BUSY_MIN of the test. The tool, not the path, set the rate then: never ``network``."""
+    sides = {"sender": max(v.sender_thread_busy or 0.0, v.sender_cpu_demand or 0.0),
+             "receiver": max(v.receiver_thread_busy or 0.0, v.receiver_cpu_demand or 0.0)}
+    side = max(sides, key=lambda k: sides[k])
+    if sides[side] < CPU_BUSY_MIN:
+        return None
+    return Verdict("host_cpu", {
+        **common, "side": side,
+        "sender_thread_busy_ratio": _r(v.sender_thread_busy, 3),
+        "receiver_thread_busy_ratio": _r(v.receiver_thread_busy, 3),
+        "sender_cpu_demand_ratio": _r(v.sender_cpu_demand, 3),
+        "receiver_cpu_demand_ratio": _r(v.receiver_cpu_demand, 3),
+        "sender_core_busy_max_percent": v.sender_core_busy_percent,
+        "receiver_core_busy_max_percent": v.receiver_core_busy_percent},
+        f"the {side}'s data path was CPU-bound ({sides[side]:.0%} of its cores' time on or "
+        "waiting for a CPU): the host, not the path, set the rate")
+
+
 def decide(v: VerdictInput) -> Verdict:
-    """Pick the limit with the strongest kernel evidence, in this order: cpu, receive window
+    """Pick the limit with the strongest kernel evidence, in this order: host_cpu, receive window
     (rwnd-limited share, or the rate reaches snd_wnd/RTT with cwnd above it), send buffer,
     pacing, congestion (loss explains the rate: Mathis), network (none of the above).
     Long because: one ordered decision list, read top to bottom like the table it implements."""
@@ -115,15 +141,9 @@ def decide(v: VerdictInput) -> Verdict:
         "delivery_rate_max_bits_per_second": _r(v.delivery_rate_max_bps, 0),
         "bdp_bytes": bdp,
     }
-    cpu = max(v.sender_thread_busy or 0.0, v.receiver_thread_busy or 0.0)
-    if cpu >= CPU_BUSY_MIN:
-        side = "sender" if (v.sender_thread_busy or 0) >= (v.receiver_thread_busy or 0) else "receiver"
-        return Verdict("cpu", {**common, "side": side,
-                               "sender_thread_busy_ratio": _r(v.sender_thread_busy, 3),
-                               "receiver_thread_busy_ratio": _r(v.receiver_thread_busy, 3),
-                               "sender_core_busy_max_percent": v.sender_core_busy_percent,
-                               "receiver_core_busy_max_percent": v.receiver_core_busy_percent},
-                       f"a {side} data thread used {cpu:.0%} of a core")
+    cpu = _host_cpu(v, common)
+    if cpu is not None:
+        return cpu
     window_evidence = {
         "rwnd_limited_share": _r(rwnd_share), "sndbuf_limited_share": _r(sndbuf_share),
         "window_bytes": v.window_bytes, "peer_window_max_bytes": v.snd_wnd_max_bytes,
