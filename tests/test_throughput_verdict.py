@@ -124,3 +124,17 @@ def test_slow_start_burst_does_not_hide_loss_limited_steady_rate():
     v = decide(base(steady_goodput_bps=2.5e6, **kw))
     assert v.verdict == "congestion"
     assert v.evidence["steady_per_stream_bits_per_second"] == 2.5e6
+
+
+def test_busy_cores_count_only_when_the_workers_wanted_them():
+    # the side's cores full (ksoftirqd and other load) and its workers wanting a CPU 70 % of
+    # the time: the host set the rate; the same cores full around a sender that mostly slept
+    # waiting for the path: the network did
+    starved = base(sender_thread_busy=0.1, sender_cpu_demand=0.7, sender_cores_busy_percent=99.0)
+    v = decide(starved)
+    assert v.verdict == "host_cpu" and v.evidence["side"] == "sender"
+    assert v.evidence["sender_cores_busy_percent"] == 99.0
+    assert decide(base(sender_thread_busy=0.1, sender_cpu_demand=0.2,
+                       sender_cores_busy_percent=99.0)).verdict == "network"
+    assert decide(base(receiver_thread_busy=0.1, receiver_cpu_demand=0.7,
+                       receiver_cores_busy_percent=80.0)).verdict == "network"

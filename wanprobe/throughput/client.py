@@ -94,6 +94,9 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
         if hmac_key is not None:
             raise UsageError("--hmac-key-file applies to the wanprobe engine (iperf3 has no "
                              "compatible authentication)")
+        if cpus is not None:
+            raise UsageError("--cpus applies to the wanprobe engine (iperf3 3.16+ runs one "
+                             "thread per stream itself)")
         from wanprobe.throughput.iperf3_engine import run_iperf3
 
         return run_iperf3(peer, port=port, duration_s=duration_s, streams=streams,

@@ -46,6 +46,13 @@ def available_cores() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
+def _cpu_ids() -> list[int] | None:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except OSError:
+        return None
+
+
 def worker_count(streams: int, cpus: int | None = None) -> int:
     """One worker per stream, up to the cores available and the ``cpus`` asked for."""
     return max(1, min(streams, available_cores(), cpus or 1 << 30))
@@ -232,7 +239,7 @@ class DataWorkers:
         stats = [s.worker for s in self.streams if getattr(s, "worker", None)]
         busy = [x["busy_ratio"] for x in stats if x["busy_ratio"] is not None]
         demand = [x["demand_ratio"] for x in stats if x["demand_ratio"] is not None]
-        return {"workers": len(self.procs), "cores": available_cores(),
+        return {"workers": len(self.procs), "cores": available_cores(), "cpu_ids": _cpu_ids(),
                 "data_cpu_seconds": None if data_s is None else round(data_s, 4),
                 "data_user_seconds": round(sum(e["user_s"] for e in done), 4) if done else None,
                 "data_sys_seconds": round(sum(e["sys_s"] for e in done), 4) if done else None,

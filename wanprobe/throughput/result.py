@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from wanprobe import __version__
 from wanprobe.throughput.protocol import DOWN, UP
 from wanprobe.throughput.verdict import (
     Verdict,
@@ -103,6 +104,7 @@ class ThroughputResult:
     partial: bool = False
     partial_reason: str | None = None
     notes: tuple[str, ...] = ()
+    engine_version: str | None = None  # "wanprobe 0.1.0", "iperf3 3.12": what ran
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -229,6 +231,21 @@ def _worker_share(side: _Side, sending: bool, key: str) -> float | None:
     return max(ratios) if ratios else None
 
 
+def _cores_busy(side: _Side) -> float | None:
+    """Mean busy % over the side's intervals of the cores its data workers may run on."""
+    ids = (side.engine or {}).get("cpu_ids") if isinstance(side.engine, dict) else None
+    means = []
+    for rec in side.records:
+        busy = rec.get("cpu_busy_percent")
+        if not isinstance(busy, list) or not busy:
+            continue
+        pick = [busy[i] for i in ids if isinstance(i, int) and 0 <= i < len(busy)] if ids else busy
+        vals = [b for b in pick if isinstance(b, int | float)]
+        if vals:
+            means.append(sum(vals) / len(vals))
+    return round(sum(means) / len(means), 1) if means else None
+
+
 def engine_cpu(client: _Side, server: _Side, bits: float) -> dict:
     """The engine's own CPU per end (its data workers and its process) and per Gbit moved."""
     out: dict = {}
@@ -290,6 +307,8 @@ def _verdict_input(direction: int, streams: list[StreamResult], intervals: list[
         receiver_thread_busy=_worker_share(receiver, False, "busy_ratio"),
         sender_cpu_demand=_worker_share(sender, True, "demand_ratio"),
         receiver_cpu_demand=_worker_share(receiver, False, "demand_ratio"),
+        sender_cores_busy_percent=_cores_busy(sender),
+        receiver_cores_busy_percent=_cores_busy(receiver),
         sender_core_busy_percent=max(sender.cpu_max_percent, default=None),
         receiver_core_busy_percent=max(receiver.cpu_max_percent, default=None),
         pacing_rate_bps=pacing_rate_bps)
@@ -360,7 +379,8 @@ def assemble(*, peer: str, port: int, request, client: _Side, server: _Side, key
              "client_core_busy_max_percent": client.cpu_max_percent,
              "server_core_busy_max_percent": server.cpu_max_percent},
         udp=udp, reverse=reverse, partial=partial_reason is not None,
-        partial_reason=partial_reason, notes=tuple(notes))
+        partial_reason=partial_reason, notes=tuple(notes),
+        engine_version=f"wanprobe {__version__}")
 
 
 def _cc_of(sender: _Side) -> str | None:
