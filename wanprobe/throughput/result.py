@@ -36,6 +36,10 @@ class StreamResult:
     rtt_max_ms: float | None
     tcp_info: dict | None           # sender TCP_INFO at the end (see tcp_info.tcp_info_summary)
     error: str | None = None
+    # the data worker process that carried it at each end: worker_id, cpu_s, busy_ratio,
+    # demand_ratio (datapath_pool.py); None from a peer without workers
+    sender_worker: dict | None = None
+    receiver_worker: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,13 @@ def _stream_result(key, sender: _Side, receiver: _Side) -> StreamResult:
         retransmits=(info or {}).get("total_retrans_packets"),
         rtt_mean_ms=round(sum(rtts) / len(rtts), 3) if rtts else None,
         rtt_max_ms=max(rtts) if rtts else None, tcp_info=info,
-        error=(rf or {}).get("error") or (sf or {}).get("error"))
+        error=(rf or {}).get("error") or (sf or {}).get("error"),
+        sender_worker=_worker_of(sf), receiver_worker=_worker_of(rf))
+
+
+def _worker_of(final: dict | None) -> dict | None:
+    worker = (final or {}).get("worker")
+    return worker if isinstance(worker, dict) else None
 
 
 def _intervals(direction: int, sender: _Side, receiver: _Side) -> list[IntervalResult]:
