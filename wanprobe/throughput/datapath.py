@@ -8,8 +8,16 @@ copy, for TCP_INFO), its live counters (read from the memory the worker writes),
 
 Why processes and sendfile, measured on an unshaped veth pair on the 2-core VM: issue 26 found
 one Python epoll thread per side stopping at 0.70 × iperf3 3.12 at 8 streams (that thread 95-99 %
-busy, one core idle 55-83 %). bench/throughput_send_paths.py compares sendfile, MSG_ZEROCOPY and
-plain send per CPU second; bench/throughput_vs_iperf3.py the whole engine against iperf3.
+busy, one core idle 55-83 %). bench/throughput_send_paths.py, one stream, 1 MiB per call, three
+runs of 5 rounds under other jobs' load (load average 3.8-6.9), median Gbit/s and CPU s per Gbit
+moved (sender + receiver): sendfile 9.22 / 5.58 / 2.24 Gbit/s at 0.077 / 0.075 / 0.110;
+plain send 7.82 / 5.24 / 2.97 at 0.074 / 0.080 / 0.111; MSG_ZEROCOPY 7.60 / 4.84 / 2.35 at
+0.076 / 0.091 / 0.119 (to a local receiver the kernel copies the pages anyway, and the
+completions cost extra). The CPU both ends spend per Gbit is the same for sendfile and send
+within the noise; sendfile moves it off the sender, the side that limits a lone stream, so it
+was fastest in the two less loaded runs: sendfile it is. A 1 MiB receive buffer cost
+0.050-0.062 CPU s/Gbit on the receiver against 0.076-0.098 for 128 KiB (3 rounds each).
+bench/throughput_vs_iperf3.py compares the whole engine with iperf3, rate and CPU s/Gbit.
 """
 
 from __future__ import annotations
