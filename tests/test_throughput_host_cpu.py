@@ -59,7 +59,7 @@ def _run(pair: VethPair, *, cpu: int | None = None) -> dict:
 def test_sender_on_one_busy_core_is_host_cpu_not_network(shaped):
     """Same path, same run: unpinned the sender fills the 1 Gbit/s path (not host_cpu); pinned
     at nice 19 to one core that a busy loop in its namespace holds, it gets a sliver of that
-    core and the verdict says host_cpu, naming the sender. Adds ~8 s."""
+    core and the verdict says host_cpu, naming the sender. Adds ~12 s."""
     free = _run(shaped)
     cpu = min(os.sched_getaffinity(0))
     hog = subprocess.Popen(["ip", "netns", "exec", shaped.a, "taskset", "-c", str(cpu),

@@ -207,6 +207,14 @@ class _Client:
         payload: Payload | None = None
         workers: DataWorkers | None = None
         try:
+            if not req.udp:
+                # the data workers run before the server's handshake clocks start: their start-up
+                # (interpreter and imports; seconds on a starved core) stays outside the test
+                workers = DataWorkers(worker_count(req.streams * len(req.directions()),
+                                                   self.cpus))
+                if not workers.wait_ready():
+                    raise ProbeError("the data workers did not start on this host")
+                payload = Payload() if proto.UP in req.directions() else None
             self._connect(ctrl)
             rfile = ctrl.makefile("rb")
             reply = client_request(ctrl, lambda what: self._readline(rfile, what), self.peer,
@@ -229,17 +237,10 @@ class _Client:
                         udp_sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, req.dscp << 2)
                 udp_sock.connect(self.addr)
             else:
-                # spawned now, ready before ``start``: start-up stays outside the test
-                workers = DataWorkers(worker_count(req.streams * len(req.directions()),
-                                                   self.cpus))
                 self._open_streams(cookie, data)
-                if any(s.sending for s in data):
-                    payload = Payload()
             ready = self._readline(rfile, "ready")
             if ready["op"] != "ready":
                 raise ProbeError(f"{self.peer}: unexpected reply {ready['op']!r}")
-            if workers is not None and not workers.wait_ready():
-                raise ProbeError("the data workers did not start on this host")
             ctrl.settimeout(None)
             reader = threading.Thread(target=self._reader, args=(rfile,), daemon=True)
             reader.start()
