@@ -65,3 +65,39 @@ def test_a_worker_killed_mid_test_gives_a_partial_result_naming_it():
     finally:
         server.kill()
         server.wait(5)
+
+
+def test_server_that_cannot_start_workers_refuses_in_one_line(monkeypatch):
+    """A fork that fails (EAGAIN under a task limit) is a refusal the client can read."""
+    import asyncio
+
+    import pytest
+
+    from wanprobe.errors import ProbeError
+    from wanprobe.throughput import server as server_mod
+
+    def no_workers(count):
+        raise ProbeError("cannot start the data workers: Resource temporarily unavailable")
+
+    monkeypatch.setattr(server_mod, "DataWorkers", no_workers)
+    server = server_mod.ThroughputServer()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def serve() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.start("127.0.0.1", 0))
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(5)
+    try:
+        with pytest.raises(ProbeError, match="could not start|data workers"):
+            run_throughput("127.0.0.1", port=server.port, duration_s=1)
+        assert server.refusals().get("busy") == 1
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)

@@ -239,6 +239,8 @@ class _Client:
             else:
                 self._open_streams(cookie, data)
             ready = self._readline(rfile, "ready")
+            if ready["op"] == "refused":
+                raise ProbeError(f"{self.peer} refused the test: {str(ready.get('error'))[:200]}")
             if ready["op"] != "ready":
                 raise ProbeError(f"{self.peer}: unexpected reply {ready['op']!r}")
             ctrl.settimeout(None)

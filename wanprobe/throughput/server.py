@@ -339,8 +339,6 @@ class ThroughputServer:
                 "op": "accepted", "cookie": cookie.hex(),
                 "limits": {**self.limits.to_json(), "max_bytes": req.max_bytes}})))
             await writer.drain()
-            if n:  # data workers start while the client connects (datapath_pool.py)
-                test.workers = DataWorkers(worker_count(n))
             eof = asyncio.ensure_future(reader.read(1))  # the client sends nothing until start
             try:
                 if n and not await self._until(self._connected_and_ready(test), eof):
@@ -372,6 +370,11 @@ class ThroughputServer:
             self.quota.settle(entry, moved)
 
     async def _connected_and_ready(self, test: _Test) -> None:
+        """The data workers (datapath_pool.py) start while the client connects; wait for both."""
+        try:
+            test.workers = DataWorkers(worker_count(test.expected))
+        except ProbeError as exc:
+            raise Refused("busy", f"server: {exc}") from None
         await test.all_connected.wait()
         if not await asyncio.get_running_loop().run_in_executor(None, test.workers.wait_ready):
             raise Refused("busy", "the server could not start its data workers; try again later")
