@@ -50,7 +50,9 @@ def test_a_worker_killed_mid_test_gives_a_partial_result_naming_it():
         while not (mine := _workers(me)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert mine, "the client started no data workers"
-        time.sleep(0.7)  # data flowing
+        # data flowing: the worker's sendfile() calls count in its write_chars (do_sendfile)
+        while mine[0].io_counters().write_chars < 10**7 and time.monotonic() < deadline:
+            time.sleep(0.02)
         theirs = _workers(psutil.Process(server.pid))
         assert len(theirs) == worker_count(2)
         mine[0].kill()

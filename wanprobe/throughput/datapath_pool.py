@@ -141,6 +141,9 @@ class DataWorkers:
                 for k in mine:
                     streams[k].attach(view, k, worker_id=w)
                 ctl.send(json.dumps({"go": go}).encode())
+        except OSError as exc:  # a worker died between ready and start
+            raise ProbeError(f"a data worker exited before the test started: "
+                             f"{exc.strerror or exc}") from None
         finally:
             os.close(cfd)
         self._reader = threading.Thread(target=self._read_events, args=(abort, on_finished),
