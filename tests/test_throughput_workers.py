@@ -9,8 +9,12 @@ import threading
 import time
 
 import psutil
+import pytest
 from conftest import free_port
+from test_throughput_cli import loopback_server  # noqa: F401  (a fixture)
 
+from wanprobe.errors import ProbeError
+from wanprobe.throughput import server as server_mod
 from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.datapath_pool import available_cores, worker_count
 
@@ -69,37 +73,13 @@ def test_a_worker_killed_mid_test_gives_a_partial_result_naming_it():
         server.wait(5)
 
 
-def test_server_that_cannot_start_workers_refuses_in_one_line(monkeypatch):
+def test_server_that_cannot_start_workers_refuses_in_one_line(
+        monkeypatch, loopback_server):  # noqa: F811  (the fixture imported above)
     """A fork that fails (EAGAIN under a task limit) is a refusal the client can read."""
-    import asyncio
-
-    import pytest
-
-    from wanprobe.errors import ProbeError
-    from wanprobe.throughput import server as server_mod
-
     def no_workers(count):
         raise ProbeError("cannot start the data workers: Resource temporarily unavailable")
 
     monkeypatch.setattr(server_mod, "DataWorkers", no_workers)
-    server = server_mod.ThroughputServer()
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-
-    def serve() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(server.start("127.0.0.1", 0))
-        started.set()
-        loop.run_forever()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert started.wait(5)
-    try:
-        with pytest.raises(ProbeError, match="could not start|data workers"):
-            run_throughput("127.0.0.1", port=server.port, duration_s=1)
-        assert server.refusals().get("busy") == 1
-    finally:
-        asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+    with pytest.raises(ProbeError, match="refused the test: server: cannot start the data"):
+        run_throughput("127.0.0.1", port=loopback_server.port, duration_s=1, max_bytes=10**6)
+    assert loopback_server.refusals().get("busy") == 1
