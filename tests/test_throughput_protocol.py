@@ -103,7 +103,7 @@ def test_iperf3_json_maps_into_the_same_result_keys():
     assert s["tcp_info"]["cwnd_packets"] == 760_000 // 1448
     assert j["intervals"][0]["streams"][0]["rtt_ms"] == 61.0
     assert j["min_rtt_ms"] == 60.0 and j["bdp_bytes"] == round(81.5e6 * 0.060 / 8)
-    assert j["limited_by"]["verdict"] in {"network", "congestion", "receive_window", "cpu"}
+    assert j["limited_by"]["verdict"] in {"network", "congestion", "receive_window", "host_cpu"}
     for key in ("bits_per_second", "sender_bits_per_second", "retransmits", "streams",
                 "intervals", "limited_by", "bdp_bytes", "cc", "duration_s", "peer", "partial"):
         assert key in j

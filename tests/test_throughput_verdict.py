@@ -84,9 +84,25 @@ def test_standing_queue_means_the_bottleneck_not_random_loss():
     assert v.verdict == "network"
 
 
-def test_saturated_data_thread_is_cpu_first():
+def test_saturated_data_thread_is_host_cpu_first():
     v = decide(base(receiver_thread_busy=0.97, rwnd_limited_ms=3000.0))
-    assert v.verdict == "cpu" and v.evidence["side"] == "receiver"
+    assert v.verdict == "host_cpu" and v.evidence["side"] == "receiver"
+
+
+def test_worker_waiting_for_a_shared_core_is_host_cpu_not_network():
+    # on a CPU 30 % of the time and runnable but waiting for it 66 %: a core shared with other
+    # load starved the sender; without the demand figure the rest reads as network
+    quiet = base(sender_thread_busy=0.30, receiver_thread_busy=0.2)
+    assert decide(quiet).verdict == "network"
+    v = decide(base(sender_thread_busy=0.30, sender_cpu_demand=0.96, receiver_thread_busy=0.2,
+                    receiver_cpu_demand=0.25))
+    assert v.verdict == "host_cpu" and v.evidence["side"] == "sender"
+    assert v.evidence["sender_cpu_demand_ratio"] == 0.96
+
+
+def test_worker_that_mostly_sleeps_is_not_host_cpu():
+    v = decide(base(sender_thread_busy=0.30, sender_cpu_demand=0.85))
+    assert v.verdict == "network"
 
 
 def test_pacing_cap_reached_is_pacing():
@@ -108,3 +124,17 @@ def test_slow_start_burst_does_not_hide_loss_limited_steady_rate():
     v = decide(base(steady_goodput_bps=2.5e6, **kw))
     assert v.verdict == "congestion"
     assert v.evidence["steady_per_stream_bits_per_second"] == 2.5e6
+
+
+def test_busy_cores_count_only_when_the_workers_wanted_them():
+    # the side's cores full (ksoftirqd and other load) and its workers wanting a CPU 70 % of
+    # the time: the host set the rate; the same cores full around a sender that mostly slept
+    # waiting for the path: the network did
+    starved = base(sender_thread_busy=0.1, sender_cpu_demand=0.7, sender_cores_busy_percent=99.0)
+    v = decide(starved)
+    assert v.verdict == "host_cpu" and v.evidence["side"] == "sender"
+    assert v.evidence["sender_cores_busy_percent"] == 99.0
+    assert decide(base(sender_thread_busy=0.1, sender_cpu_demand=0.2,
+                       sender_cores_busy_percent=99.0)).verdict == "network"
+    assert decide(base(receiver_thread_busy=0.1, receiver_cpu_demand=0.7,
+                       receiver_cores_busy_percent=80.0)).verdict == "network"

@@ -71,6 +71,9 @@ def render(result, console: Console) -> None:
         r = j["reverse"]
         console.print(f"reverse direction: receiver {format_rate(r['bits_per_second'])}, "
                       f"retransmits {r['retransmits']}")
+    engine = _engine_line(j)
+    if engine:
+        console.print(engine, highlight=False)
     v = j["limited_by"]
     console.print(f"limited by: [bold]{v['verdict']}[/] - {v['summary']}")
     ev = {k: x for k, x in v["evidence"].items() if x is not None}
@@ -79,6 +82,25 @@ def render(result, console: Console) -> None:
         console.print(f"[yellow]note: {note}[/]")
     if j["partial"]:
         console.print(f"[yellow]partial result: {j['partial_reason']}[/]")
+
+
+def _engine_line(j: dict) -> str:
+    """What ran and the engine's own CPU: per end, its data workers and cores, and CPU s/Gbit."""
+    cpu = j.get("cpu") or {}
+    parts = []
+    for end in ("client", "server"):
+        e = cpu.get(end)
+        if isinstance(e, dict) and e.get("workers"):
+            share = e.get("engine_cpu_share_ratio")
+            parts.append(f"{end} {e['workers']} worker(s) on {e.get('cores')} core(s)"
+                         + ("" if share is None else f", {share:.0%} of them"))
+    per_gbit = cpu.get("engine_cpu_seconds_per_gigabit")
+    if per_gbit is not None:
+        parts.append(f"{per_gbit:.3f} CPU s/Gbit")
+    version = j.get("engine_version")
+    if not parts and not version:
+        return ""
+    return f"engine {version or j['engine']}" + (": " + "; ".join(parts) if parts else "")
 
 
 app = typer.Typer()
@@ -102,6 +124,8 @@ def throughput(
     engine: Annotated[str, typer.Option(help="wanprobe or iperf3.")] = "wanprobe",
     max_duration: Annotated[str, typer.Option(help="Refuse longer tests (cap).")] = "60s",
     max_bytes: Annotated[str, typer.Option(help="Stop after this many bytes (cap).")] = "10GiB",
+    cpus: Annotated[int | None, typer.Option(
+        help="Most cores this end's data path may use (default: every core it may run on).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     hmac_key_file: Annotated[str | None, typer.Option(
         "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
@@ -128,7 +152,7 @@ def throughput(
         max_duration_s=parse_duration_s(max_duration, default_unit="s", allow_zero=False,
                                         maximum_s=MAX_TEST_S),
         max_bytes=parse_bytes(max_bytes),
-        hmac_key=read_hmac_key_file(hmac_key_file))
+        hmac_key=read_hmac_key_file(hmac_key_file), cpus=cpus)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if as_json or not err.is_terminal:
         result = run_throughput(host, **kwargs)

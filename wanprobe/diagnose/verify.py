@@ -22,9 +22,10 @@ NEXT_STEP = {
     "congestion": ("loss or queueing on the path limits: use bbr with fq pacing and ask the "
                    "path owner about the loss"),
     "pacing": "a pacing rate below the path limits: remove or raise it",
-    "cpu": "a CPU is saturated: spread the work over more streams or cores",
+    "host_cpu": ("a host's CPU set the rate (the verdict names the side): give the test more "
+                 "cores (--cpus) or move other load off them, then measure again"),
 }
-STILL_HOST_LIMITED = ("receive_window", "send_buffer", "pacing", "cpu")
+STILL_HOST_LIMITED = ("receive_window", "send_buffer", "pacing", "host_cpu")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from wanprobe.errors import ProbeError, UsageError, shown
 from wanprobe.probe.peer import check_peer
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
+from wanprobe.throughput.datapath_pool import DataWorkers, worker_count
 from wanprobe.throughput.gate import client_request
 from wanprobe.throughput.result import ThroughputResult, UdpResult, _Side, assemble
 from wanprobe.throughput.sampler import IntervalSampler
@@ -32,6 +33,7 @@ from wanprobe.throughput.udp import UdpSendState, send_paced
 DEFAULT_PORT = 862
 DEFAULT_DURATION_S = 10.0
 MAX_STREAMS = 128
+MAX_CPUS = 4096
 _CONNECT_TIMEOUT_S = 5.0
 _END_WAIT_S = 10.0
 
@@ -79,9 +81,12 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
                    engine: str = "wanprobe", max_duration_s: float = DEFAULT_MAX_DURATION_S,
                    max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
                    udp_packet_bytes: int = 1400,
-                   hmac_key: bytes | None = None) -> ThroughputResult:
+                   hmac_key: bytes | None = None, cpus: int | None = None) -> ThroughputResult:
     """Run one throughput test against ``peer`` and return its result (see result.py).
-    ``hmac_key``: the reflector's shared key (gate.py challenge-response; wanprobe engine only)."""
+    ``hmac_key``: the reflector's shared key (gate.py challenge-response; wanprobe engine only).
+    ``cpus``: the most cores this end's data path may use (default: all it may run on)."""
+    if cpus is not None and not 1 <= cpus <= MAX_CPUS:
+        raise UsageError(f"--cpus must be 1-{MAX_CPUS}")
     validate(duration_s=duration_s, streams=streams, reverse=reverse, bidir=bidir, cc=cc,
              udp=udp, udp_rate_bps=udp_rate_bps, interval_s=interval_s,
              max_duration_s=max_duration_s, max_bytes=max_bytes)
@@ -89,6 +94,9 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
         if hmac_key is not None:
             raise UsageError("--hmac-key-file applies to the wanprobe engine (iperf3 has no "
                              "compatible authentication)")
+        if cpus is not None:
+            raise UsageError("--cpus applies to the wanprobe engine (iperf3 3.16+ runs one "
+                             "thread per stream itself)")
         from wanprobe.throughput.iperf3_engine import run_iperf3
 
         return run_iperf3(peer, port=port, duration_s=duration_s, streams=streams,
@@ -103,7 +111,7 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
         window_bytes=window_bytes, dscp=dscp, pacing_rate_bps=pacing_rate_bps, udp=udp,
         udp_rate_bps=udp_rate_bps, udp_packet_bytes=udp_packet_bytes, interval_s=interval_s,
         max_bytes=max_bytes)
-    return _Client(peer, port, request, progress, hmac_key).run()
+    return _Client(peer, port, request, progress, hmac_key, cpus).run()
 
 
 def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> tuple[str, ...]:
@@ -124,9 +132,10 @@ def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> t
 
 class _Client:
     def __init__(self, peer: str, port: int, request: proto.TestRequest,
-                 progress: Progress | None, hmac_key: bytes | None = None) -> None:
+                 progress: Progress | None, hmac_key: bytes | None = None,
+                 cpus: int | None = None) -> None:
         self.peer, self.port, self.req, self.progress = peer, port, request, progress
-        self.hmac_key = hmac_key
+        self.hmac_key, self.cpus = hmac_key, cpus
         check_peer(peer)
         try:
             infos = socket.getaddrinfo(peer, port, type=socket.SOCK_STREAM)
@@ -196,7 +205,16 @@ class _Client:
         data: list[Stream] = []
         udp_sock: socket.socket | None = None
         payload: Payload | None = None
+        workers: DataWorkers | None = None
         try:
+            if not req.udp:
+                # the data workers run before the server's handshake clocks start: their start-up
+                # (interpreter and imports; seconds on a starved core) stays outside the test
+                workers = DataWorkers(worker_count(req.streams * len(req.directions()),
+                                                   self.cpus))
+                if not workers.wait_ready():
+                    raise ProbeError("the data workers did not start on this host")
+                payload = Payload() if proto.UP in req.directions() else None
             self._connect(ctrl)
             rfile = ctrl.makefile("rb")
             reply = client_request(ctrl, lambda what: self._readline(rfile, what), self.peer,
@@ -219,17 +237,10 @@ class _Client:
                         udp_sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, req.dscp << 2)
                 udp_sock.connect(self.addr)
             else:
-                for direction in req.directions():
-                    for i in range(req.streams):
-                        sock = socket.socket(self.family, socket.SOCK_STREAM)
-                        apply_stream_options(sock, cc=req.cc, window_bytes=req.window_bytes,
-                                             dscp=req.dscp, pacing_rate_bps=req.pacing_rate_bps)
-                        self.buffers = buffer_sizes(sock)
-                        self._connect(sock)
-                        sock.settimeout(None)
-                        sock.sendall(proto.pack_data_header(cookie, i, direction))
-                        data.append(Stream(i, direction, sock, sending=direction == proto.UP))
+                self._open_streams(cookie, data)
             ready = self._readline(rfile, "ready")
+            if ready["op"] == "refused":
+                raise ProbeError(f"{self.peer} refused the test: {str(ready.get('error'))[:200]}")
             if ready["op"] != "ready":
                 raise ProbeError(f"{self.peer}: unexpected reply {ready['op']!r}")
             ctrl.settimeout(None)
@@ -238,11 +249,11 @@ class _Client:
             ctrl.sendall(proto.encode("start"))
             if req.udp:
                 return self._run_udp(ctrl, udp_sock, cookie)
-            if any(s.sending for s in data):
-                payload = Payload()
-            return self._run_tcp(data, payload)
+            return self._run_tcp(data, payload, workers)
         finally:
             self.abort.set()
+            if workers is not None:
+                workers.close()
             for s in data:
                 if s.thread is None:
                     s.sock.close()
@@ -250,12 +261,33 @@ class _Client:
                 udp_sock.close()
             ctrl.close()
 
-    def _run_tcp(self, data: list[Stream], payload: Payload | None) -> ThroughputResult:
+    def _open_streams(self, cookie: bytes, data: list[Stream]) -> None:
+        """Connect the data connections (options set before connect: the window scale is
+        fixed in the SYN); each joins ``data`` as soon as it exists, so it is closed on error."""
+        req = self.req
+        for direction in req.directions():
+            for i in range(req.streams):
+                sock = socket.socket(self.family, socket.SOCK_STREAM)
+                try:
+                    apply_stream_options(sock, cc=req.cc, window_bytes=req.window_bytes,
+                                         dscp=req.dscp, pacing_rate_bps=req.pacing_rate_bps)
+                except BaseException:
+                    sock.close()
+                    raise
+                self.buffers = buffer_sizes(sock)
+                self._connect(sock)
+                sock.settimeout(None)
+                data.append(Stream(i, direction, sock, sending=direction == proto.UP))
+                sock.sendall(proto.pack_data_header(cookie, i, direction))
+
+    def _run_tcp(self, data: list[Stream], payload: Payload | None,
+                 workers: DataWorkers) -> ThroughputResult:
         req = self.req
         t0 = time.monotonic()
         cap = max(req.max_bytes // len(data), 1)
         start_streams(data, t_start=t0, duration_s=req.duration_s, max_bytes=cap,
-                      abort=self.abort, payload=payload, on_finished=self.wake.set)
+                      abort=self.abort, payload=payload, on_finished=self.wake.set,
+                      workers=workers)
         local_records: list[dict] = []
 
         def emit(rec: dict) -> None:
@@ -294,10 +326,13 @@ class _Client:
             s.done.wait(2.0)
         keys = {(s.direction, s.stream_id) for s in data}
         client = _Side(local_records, {(s.direction, s.stream_id): stream_final(s) for s in data},
-                       sampler.cpu_max_percent)
-        remote_finals = {(f["direction"], f["id"]): f for f in (self.remote_end or {}).get("streams", [])}
+                       sampler.cpu_max_percent, workers.summary())
+        remote_end = self.remote_end or {}
+        remote_finals = {(f["direction"], f["id"]): f for f in remote_end.get("streams", [])}
         server = _Side(self.remote_records, remote_finals,
-                       (self.remote_end or {}).get("cpu_max_percent") or [])
+                       remote_end.get("cpu_max_percent") or [],
+                       remote_end.get("engine") if isinstance(remote_end.get("engine"), dict)
+                       else None)
         return assemble(peer=self.peer, port=self.port, request=self.req, client=client,
                         server=server, keys=keys, partial_reason=partial,
                         notes=window_notes(self.req.window_bytes, self.buffers))

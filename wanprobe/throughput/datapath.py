@@ -1,223 +1,122 @@
-"""The bulk data path: one thread per test side drives every stream of the test, as iperf3 does.
+"""The bulk data path of one test side: its streams, their payload, and where they run.
 
-The thread runs a level-triggered epoll loop over non-blocking sockets: a writable sending stream
-gets one ``send`` from a preallocated incompressible payload (a memoryview, no per-byte Python
-work), a readable receiving stream one ``recv_into`` of up to RECV_BYTES.
+Each side moves its streams in worker processes (datapath_pool.py, datapath_worker.py): one per
+stream up to the cores available and asked for (``--cpus``), with the data path in the kernel
+as far as it goes (``sendfile`` from a memfd, ``recv_into`` a preallocated buffer). This module
+keeps what the client, the server and the sampler see of a stream: its socket (the parent's
+copy, for TCP_INFO), its live counters (read from the memory the worker writes), its end state.
 
-The write size was measured over a veth pair on the 2-core AMD EPYC VM (one epoll thread per
-side, Gbit/s, 3 runs each), and it is not monotonic, so it is a table, not a formula:
-
-    streams   128 KiB   256 KiB   512 KiB   1 MiB
-    1         16-17     13-15     19-22     26-40
-    2         25-30     18-22     30        -
-    4         39-43     15-19     -         21-24
-
-hence 1 MiB writes for a lone sending stream and 128 KiB when several share the thread (iperf3
-itself, one thread and 128 KiB writes by default, moves 32-48 at -P 4 and 20 with -l 1M). A
-blocking thread per stream did worse at 4 streams (24-31, and 4 separate processes 22-27: not
-the GIL), and so did two epoll threads of two streams each (20-25 against 35-47 for one).
-
-On veth the sending thread is the bottleneck (busy 0.96-0.99 of a core, mostly in the kernel,
-which also runs the receiver's TCP input in its softirq), so what Python does per call counts.
-Measured with perf over a 4-stream run: the user-space share of the sending thread is 6 % and
-of the receiving thread 15 % (7.7 % and 20 % before the loop below was trimmed; iperf3: under
-1 % and about 4 %). The threads beside the data thread wait on events, not in polling loops.
+Why processes and sendfile, measured on an unshaped veth pair on the 2-core VM: issue 26 found
+one Python epoll thread per side stopping at 0.70 × iperf3 3.12 at 8 streams (that thread 95-99 %
+busy, one core idle 55-83 %). bench/throughput_send_paths.py, one stream, 1 MiB per call, three
+runs of 5 rounds under other jobs' load (load average 3.8-6.9), median Gbit/s and CPU s per Gbit
+moved (sender + receiver): sendfile 9.22 / 5.58 / 2.24 Gbit/s at 0.077 / 0.075 / 0.110;
+plain send 7.82 / 5.24 / 2.97 at 0.074 / 0.080 / 0.111; MSG_ZEROCOPY 7.60 / 4.84 / 2.35 at
+0.076 / 0.091 / 0.119 (to a local receiver the kernel copies the pages anyway, and the
+completions cost extra). The CPU both ends spend per Gbit is the same for sendfile and send
+within the noise; sendfile moves it off the sender, the side that limits a lone stream, so it
+was fastest in the two less loaded runs: sendfile it is. A 1 MiB receive buffer cost
+0.050-0.062 CPU s/Gbit on the receiver against 0.076-0.098 for 128 KiB (3 rounds each).
+bench/throughput_vs_iperf3.py compares the whole engine with iperf3, rate and CPU s/Gbit.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import socket
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
-from wanprobe.throughput.sockopts import TCP_CONGESTION, read_tcp_info
+from wanprobe.errors import ProbeError
+from wanprobe.throughput.datapath_pool import DataWorkers, worker_count
+from wanprobe.throughput.sockopts import TCP_CONGESTION
 from wanprobe.throughput.tcp_info import TcpInfo, tcp_info_summary
 
-CHUNK_BYTES = 1 << 20    # the payload the senders cycle through
-SEND_BYTES_ONE = 1 << 20     # per send() call when one stream sends (see the table above)
-SEND_BYTES_MANY = 128 << 10  # per send() call when several do
-RECV_BYTES = 256 << 10   # per recv_into() call
-_WAKE_S = 0.25           # the loop looks at the abort flag and the deadlines at least this often
+PAYLOAD_BYTES = 4 << 20  # the incompressible bytes the senders cycle through
 
 
 class Payload:
-    """CHUNK_BYTES of incompressible bytes (os.urandom) behind a memoryview."""
+    """PAYLOAD_BYTES of incompressible bytes (os.urandom) in a memfd the workers sendfile from."""
 
-    def __init__(self, size: int = CHUNK_BYTES) -> None:
+    def __init__(self, size: int = PAYLOAD_BYTES) -> None:
         self.size = size
-        self.view = memoryview(os.urandom(size))
+        fd = os.memfd_create("wanprobe-payload", os.MFD_CLOEXEC)
+        self._file = open(fd, "r+b", buffering=0)  # closes the memfd when the Payload goes
+        self._file.write(os.urandom(size))
+        self.fd = fd
 
 
-@dataclass
 class Stream:
-    """One data connection and its live counters (written by the data thread, read by the sampler)."""
+    """One data connection: its socket and live counters (written by its worker process)."""
 
-    stream_id: int
-    direction: int
-    sock: socket.socket
-    sending: bool
-    bytes: int = 0
-    t_start: float | None = None
-    t_first: float | None = None
-    t_last: float | None = None
-    cpu_s: float = 0.0
-    error: str | None = None
-    final_tcp_info: TcpInfo | None = None
-    cc: str | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
+    def __init__(self, stream_id: int, direction: int, sock: socket.socket, sending: bool) -> None:
+        self.stream_id, self.direction, self.sock, self.sending = stream_id, direction, sock, sending
+        self.t_start: float | None = None
+        self.cpu_s = 0.0              # its worker's CPU time (the worker may carry others too)
+        self.worker: dict | None = None  # its worker's id, CPU, busy and demand shares
+        self.error: str | None = None
+        self.final_tcp_info: TcpInfo | None = None
+        self.cc: str | None = None
+        self.reported = False
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None  # set once the stream was handed over
+        self._view = None
+        self._base = 0
+        self._final = (0, 0, 0)
+
+    def attach(self, view, slot: int, *, worker_id: int) -> None:
+        """Read the counters from ``view`` (int64: bytes, t_first_ns, t_last_ns at ``slot``)."""
+        self._view, self._base = view, slot * 8
+        self.worker = {"worker_id": worker_id}
+
+    def freeze(self) -> None:
+        """Keep the last counter values and let go of the shared memory."""
+        if self._view is not None:
+            b = self._base
+            self._final = (self._view[b], self._view[b + 1], self._view[b + 2])
+            self._view = None
+
+    def _word(self, k: int) -> int:
+        view = self._view
+        return view[self._base + k] if view is not None else self._final[k]
+
+    @property
+    def bytes(self) -> int:
+        return self._word(0)
+
+    @property
+    def t_first(self) -> float | None:
+        ns = self._word(1)
+        return ns / 1e9 if ns else None
+
+    @property
+    def t_last(self) -> float | None:
+        ns = self._word(2)
+        return ns / 1e9 if ns else None
 
     def elapsed_s(self) -> float | None:
         """Wall time from the test start to the last byte moved."""
-        if self.t_start is None or self.t_last is None:
+        t_last = self.t_last
+        if self.t_start is None or t_last is None:
             return None
-        return max(self.t_last - self.t_start, 1e-9)
+        return max(t_last - self.t_start, 1e-9)
 
-
-class _Pump:
-    """The epoll loop for the streams of one test on this side (see the module docstring)."""
-
-    def __init__(self, streams: list[Stream], *, t_start: float, duration_s: float,
-                 max_bytes: int, abort: threading.Event, payload: Payload | None,
-                 grace_s: float) -> None:
-        self.streams = streams
-        self.send_deadline = t_start + duration_s
-        self.recv_deadline = t_start + duration_s + grace_s
-        self.drain_s = grace_s
-        self.max_bytes = max_bytes
-        self.abort = abort
-        self.payload = payload
-        self.ep = select.epoll()
-        self.by_fd: dict[int, list] = {}   # fd -> [stream, offset, drain_until]
-        self.buf = bytearray(RECV_BYTES)
-        self.send_bytes = (SEND_BYTES_ONE if sum(s.sending for s in streams) == 1
-                           else SEND_BYTES_MANY)
-
-    def run(self) -> None:
-        """Move bytes on every stream until each is done. Long because: it is the per-read
-        hot loop of the datapath (epoll-style select over all streams, send/recv, accounting)
-        and keeps its state in locals on purpose."""
-        cpu0 = time.thread_time()
+    def close_parent_copy(self) -> None:
         try:
-            for s in self.streams:
-                s.sock.setblocking(False)
-                fd = s.sock.fileno()
-                self.by_fd[fd] = [s, 0, None]
-                self.ep.register(fd, select.EPOLLOUT if s.sending else select.EPOLLIN)
-            # The loop body is the whole per-byte cost of the tool (see the module docstring):
-            # its Python work per send/recv is kept to a few attribute and integer operations,
-            # one clock read per batch of ready sockets, and the deadlines are visited only
-            # when the earliest of them is due.
-            by_fd, poll, monotonic = self.by_fd, self.ep.poll, time.monotonic
-            send_bytes, max_bytes, buf = self.send_bytes, self.max_bytes, self.buf
-            view = self.payload.view if self.payload is not None else None
-            size = self.payload.size if self.payload is not None else 0
-            next_due = 0.0
-            while by_fd and not self.abort.is_set():
-                now = monotonic()
-                if now >= next_due:
-                    next_due = self._deadlines(now)
-                ready = poll(min(_WAKE_S, max(next_due - now, 0.0)))
-                now = monotonic()
-                for fd, _events in ready:
-                    state = by_fd.get(fd)
-                    if state is None:
-                        continue
-                    s = state[0]
-                    try:
-                        if not s.sending:
-                            n = s.sock.recv_into(buf)
-                            if n == 0:
-                                self._finish(fd, None)
-                                continue
-                        elif state[2] is None:
-                            offset = state[1]
-                            count = min(send_bytes, size - offset, max_bytes - s.bytes)
-                            n = s.sock.send(view[offset:offset + count])
-                            state[1] = (offset + n) % size
-                        else:  # draining: wait for the receiver to read everything and close
-                            if s.sock.recv_into(buf, 4096) == 0:
-                                self._finish(fd, None)
-                            continue
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    except OSError as exc:
-                        self._finish(fd, exc.strerror or str(exc))
-                        continue
-                    if s.t_first is None:
-                        s.t_first = now
-                    s.t_last = now
-                    s.bytes += n
-                    if s.bytes >= max_bytes:  # the byte cap, per stream
-                        if s.sending:
-                            self._shutdown(fd)
-                            next_due = min(next_due, state[2] or now)
-                        elif s.bytes > max_bytes:
-                            self._finish(fd, "byte cap reached")
-        finally:
-            cpu_s = time.thread_time() - cpu0
-            for fd in list(self.by_fd):
-                self._finish(fd, None)
-            self.ep.close()
-            for s in self.streams:
-                s.cpu_s = cpu_s  # the one thread's busy time: what the cpu verdict asks about
-
-    def _deadlines(self, now: float) -> float:
-        """Act on every deadline that is due; return when the next one falls due."""
-        for fd, (s, _off, drain_until) in list(self.by_fd.items()):
-            if s.sending and drain_until is None and now >= self.send_deadline:
-                self._shutdown(fd)
-            elif s.sending and drain_until is not None and now >= drain_until:
-                self._finish(fd, None)  # the receiver never closed: keep what was sent
-            elif not s.sending and now > self.recv_deadline:
-                self._finish(fd, "receive deadline passed")
-        due = [self.recv_deadline if not s.sending
-               else self.send_deadline if drain_until is None else drain_until
-               for s, _off, drain_until in self.by_fd.values()]
-        return min(due, default=now)
-
-    def _shutdown(self, fd: int) -> None:
-        """The sender is done: FIN, then wait for the receiver's close so that the final
-        TCP_INFO covers every byte acknowledged."""
-        state = self.by_fd[fd]
-        try:
-            state[0].sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            self._finish(fd, None)
-            return
-        state[2] = time.monotonic() + self.drain_s
-        self.ep.modify(fd, select.EPOLLIN)
-
-    def _finish(self, fd: int, error: str | None) -> None:
-        s = self.by_fd.pop(fd)[0]
-        if error and not s.error:
-            s.error = error
-        try:
-            self.ep.unregister(fd)
-        except (OSError, ValueError):
-            pass
-        if s.sending:
-            try:
-                s.final_tcp_info = read_tcp_info(s.sock)
-            except OSError:
-                pass
-        try:
-            s.sock.close()
+            self.sock.close()
         except OSError:
             pass
-        s.done.set()
 
 
 def start_streams(streams: list[Stream], *, t_start: float, duration_s: float, max_bytes: int,
                   abort: threading.Event, payload: Payload | None = None,
-                  grace_s: float = 10.0, on_finished: Callable[[], None] | None = None) -> None:
-    """Move the data of ``streams`` (``max_bytes`` each) in one daemon thread; each stream's
-    ``done`` is set when it has finished, and ``on_finished`` is called (from that thread) once
-    all have, so that callers wait on an event instead of polling the streams."""
+                  grace_s: float = 10.0, on_finished: Callable[[], None] | None = None,
+                  workers: DataWorkers | None = None, cpus: int | None = None) -> DataWorkers:
+    """Move the data of ``streams`` (``max_bytes`` each) in worker processes; each stream's
+    ``done`` is set when it has finished and its worker has reported, and ``on_finished`` is
+    called (from the pool's reader thread) once all have, so that callers wait on an event
+    instead of polling the streams. ``workers``: a pool spawned and made ready beforehand
+    (so that start-up stays outside the test); without one, one is started here."""
     for s in streams:
         s.t_start = t_start
         try:
@@ -227,32 +126,21 @@ def start_streams(streams: list[Stream], *, t_start: float, duration_s: float, m
             s.cc = None
     if any(s.sending for s in streams) and payload is None:
         raise ValueError("sending streams need a payload")
-    pump = _Pump(streams, t_start=t_start, duration_s=duration_s, max_bytes=max_bytes,
-                 abort=abort, payload=payload, grace_s=grace_s)
-
-    def run() -> None:
-        try:
-            pump.run()
-        except Exception as exc:  # the data thread must never take the process down
-            for s in streams:
-                if not s.done.is_set():
-                    s.error = s.error or f"{type(exc).__name__}: {exc}"
-                    s.done.set()
-        finally:
-            if on_finished is not None:
-                on_finished()
-
-    thread = threading.Thread(target=run, name="wanprobe-streams", daemon=True)
-    for s in streams:
-        s.thread = thread
-    thread.start()
+    if workers is None:
+        workers = DataWorkers(worker_count(len(streams), cpus))
+        if not workers.wait_ready():
+            workers.close()
+            raise ProbeError("the data workers did not start")
+    workers.start(streams, t_start=t_start, duration_s=duration_s, max_bytes=max_bytes,
+                  abort=abort, payload=payload, grace_s=grace_s, on_finished=on_finished)
+    return workers
 
 
 def stream_final(stream: Stream) -> dict:
     """The end-of-test report of one stream (same shape from client and server)."""
     return {"id": stream.stream_id, "direction": stream.direction, "sending": stream.sending,
             "bytes": stream.bytes, "elapsed_s": stream.elapsed_s(), "cpu_s": stream.cpu_s,
-            "error": stream.error, "cc": stream.cc,
+            "error": stream.error, "cc": stream.cc, "worker": stream.worker,
             "tcp_info": tcp_info_summary(stream.final_tcp_info) if stream.sending else None}
 
 

@@ -2,11 +2,19 @@
 
 Keys as esnet/iperf writes them (src/iperf_api.c, src/iperf_tcp.c): rtt/min_rtt/mean_rtt in µs,
 snd_cwnd in bytes, retransmits = the sender's tcpi_total_retrans.
+
+The installed version is read (``iperf3 --version``), not assumed, and named in the result:
+from 3.16 each stream of ``-P`` runs in its own thread (RELNOTES 3.16), so its CPU figures are
+shares of several cores; from 3.17 ``--json-stream`` gives one ``{"event", "data"}`` object per
+line (src/iperf_api.c, JSONStream_Output), read live for the progress line. Debian 12 ships 3.12:
+one thread for every stream, a ceiling the result notes.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import threading
@@ -29,15 +37,76 @@ from wanprobe.throughput.verdict import (
 )
 
 DEFAULT_MSS_BYTES = 1448
+THREADS_FROM = (3, 16)      # one thread per stream (RELNOTES 3.16)
+JSON_STREAM_FROM = (3, 17)  # --json-stream (RELNOTES 3.17)
+_VERSION_RE = re.compile(rb"iperf (\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_iperf3_version(text: bytes) -> tuple[int, ...] | None:
+    """(3, 12) from ``iperf 3.12 (cJSON 1.7.15)``, (3, 16, 1) from ``iperf 3.16.1 ...``."""
+    m = _VERSION_RE.search(text)
+    if m is None:
+        return None
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def iperf3_version(binary: str) -> tuple[int, ...] | None:
+    """The installed client's version, None when it does not say."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_iperf3_version(out.stdout + out.stderr)
+
+
+def version_notes(version: tuple[int, ...] | None, streams: int) -> tuple[str, ...]:
+    """What the version means for the figures (a ceiling the operator should know about)."""
+    if version is None:
+        return ("iperf3 did not report its version",)
+    if version < THREADS_FROM and streams > 1:
+        return (f"iperf3 {_v(version)} runs all {streams} streams in one thread (one thread "
+                "per stream from 3.16): one core may be its ceiling",)
+    return ()
+
+
+def _v(version: tuple[int, ...] | None) -> str:
+    return ".".join(map(str, version)) if version else "unknown"
+
+
+def read_json_stream(lines, progress=None) -> dict:
+    """Assemble the ``-J`` document from ``--json-stream`` lines (start, interval, end, error
+    events); ``progress(elapsed_s, bits_per_second)`` is called per interval as it arrives."""
+    doc: dict = {"intervals": []}
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(ev, dict):
+            continue
+        name, data = ev.get("event"), ev.get("data")
+        if name == "interval" and isinstance(data, dict):
+            doc["intervals"].append(data)
+            s = data.get("sum") or {}
+            if progress and isinstance(s.get("end"), int | float):
+                progress(float(s["end"]), float(s.get("bits_per_second") or 0.0))
+        elif name in ("start", "end") and isinstance(data, dict):
+            doc[name] = data
+        elif name == "error":
+            doc["error"] = str(data)
+    return doc
 
 
 def iperf3_argv(peer: str, *, port: int, duration_s: float, streams: int, reverse: bool,
                 bidir: bool, cc: str | None, window_bytes: int | None, dscp: int,
                 pacing_rate_bps: float | None, udp: bool, udp_rate_bps: float | None,
-                interval_s: float, binary: str = "iperf3") -> list[str]:
-    """The iperf3 client command line for these options."""
+                interval_s: float, binary: str = "iperf3",
+                version: tuple[int, ...] | None = None) -> list[str]:
+    """The iperf3 client command line for these options (``--json-stream`` from 3.17)."""
     argv = [binary, "-c", peer, "-p", str(port), "-J", "-t", f"{duration_s:g}",
             "-i", f"{interval_s:g}", "-P", str(streams)]
+    if version is not None and version >= JSON_STREAM_FROM:
+        argv.append("--json-stream")
     if reverse:
         argv.append("-R")
     if bidir:
@@ -74,8 +143,11 @@ def _tcp_info_from_iperf3(sender: dict, last_interval: dict | None, mss: int) ->
 
 def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: float,
                       streams_requested: int, window_bytes: int | None, dscp: int,
-                      pacing_rate_bps: float | None, udp_rate_bps: float | None) -> ThroughputResult:
-    """Map an `iperf3 -J` document to a ThroughputResult (pure). Long because: a table-driven
+                      pacing_rate_bps: float | None, udp_rate_bps: float | None,
+                      version: tuple[int, ...] | None = None,
+                      local_cores: int = 1) -> ThroughputResult:
+    """Map an `iperf3 -J` document to a ThroughputResult (pure). ``version``: the client's
+    (from 3.16 its CPU figures add up one thread per stream). Long because: a table-driven
     field-by-field mapping of iperf3's keys (start, intervals, end sums and streams)."""
     start, end = doc.get("start") or {}, doc.get("end") or {}
     test = start.get("test_start") or {}
@@ -142,6 +214,11 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
     mean_rtts = [s.rtt_mean_ms for s in main if s.rtt_mean_ms]
     cpu = end.get("cpu_utilization_percent") or {}
     local, remote = cpu.get("host_total"), cpu.get("remote_total")
+    # host_total is the process's CPU time over wall time (getrusage, src/iperf_api.c): with a
+    # thread per stream (3.16+) a share of min(streams, cores) cores, else of one
+    threads = max(len(main), 1) if version is not None and version >= THREADS_FROM else 1
+    local = local / min(threads, max(local_cores, 1)) if local is not None else None
+    remote = remote / threads if remote is not None else None  # its cores are unknown here
     snd_cpu, rcv_cpu = (remote, local) if reverse else (local, remote)
     bytes_sent = int(sent.get("bytes", 0))
     vin = VerdictInput(
@@ -180,8 +257,12 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
         retransmits=retrans, min_rtt_ms=vin.min_rtt_ms, bdp_bytes=bdp,
         single_stream_buffer_bytes=single_stream_buffer_bytes(rate, rtt_s), limited_by=verdict,
         streams=tuple(streams), intervals=tuple(intervals),
-        cpu={"iperf3_cpu_utilization_percent": cpu}, udp=udp_result, reverse=rev,
-        partial=bool(error), partial_reason=error or None)
+        cpu={"iperf3_cpu_utilization_percent": cpu,
+             "sender_thread_busy_ratio": vin.sender_thread_busy,
+             "receiver_thread_busy_ratio": vin.receiver_thread_busy},
+        udp=udp_result, reverse=rev, partial=bool(error), partial_reason=error or None,
+        engine_version=f"iperf3 {_v(version)}" if version else None,
+        notes=version_notes(version, streams_requested))
 
 
 def run_iperf3(peer: str, *, port: int, duration_s: float, streams: int, reverse: bool,
@@ -194,35 +275,66 @@ def run_iperf3(peer: str, *, port: int, duration_s: float, streams: int, reverse
         raise UsageError("--engine iperf3 needs the iperf3 client installed")
     if port == 862:
         port = 5201  # the wanprobe default is the STAMP port; iperf3 servers listen on 5201
+    version = iperf3_version(binary)
     argv = iperf3_argv(peer, port=port, duration_s=duration_s, streams=streams, reverse=reverse,
                        bidir=bidir, cc=cc, window_bytes=window_bytes, dscp=dscp,
                        pacing_rate_bps=pacing_rate_bps, udp=udp, udp_rate_bps=udp_rate_bps,
-                       interval_s=interval_s, binary=binary)
-    done = threading.Event()
-    if progress:
-        def tick() -> None:
-            t0 = time.monotonic()
-            while not done.wait(0.25):
-                progress(time.monotonic() - t0, None)
-        threading.Thread(target=tick, daemon=True).start()
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=duration_s + 30)
-    except subprocess.TimeoutExpired:
-        raise ProbeError(f"iperf3 did not finish within {duration_s + 30:g} s") from None
-    finally:
-        done.set()
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        msg = (proc.stderr or proc.stdout).strip().splitlines()
-        raise ProbeError(f"iperf3 failed: {msg[-1] if msg else 'no output'}") from None
+                       interval_s=interval_s, binary=binary, version=version)
+    doc = _run(argv, duration_s + 30, progress,
+               streaming=version is not None and version >= JSON_STREAM_FROM)
     if doc.get("error") and not doc.get("intervals"):
         raise ProbeError(f"iperf3: {doc['error']}")
     result = parse_iperf3_json(doc, peer=peer, port=port, requested_duration_s=duration_s,
                                streams_requested=streams, window_bytes=window_bytes, dscp=dscp,
-                               pacing_rate_bps=pacing_rate_bps, udp_rate_bps=udp_rate_bps)
+                               pacing_rate_bps=pacing_rate_bps, udp_rate_bps=udp_rate_bps,
+                               version=version, local_cores=_cores())
     if result.bytes_sent > max_bytes:
         # iperf3 has no byte cap next to -t; report that the cap was exceeded rather than hide it.
         result = ThroughputResult(**{**result.__dict__, "partial": True,
                                      "partial_reason": "iperf3 exceeded the byte cap"})
     return result
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except OSError:
+        return os.cpu_count() or 1
+
+
+def _run(argv: list[str], timeout_s: float, progress, *, streaming: bool) -> dict:
+    """Run the client; its ``-J`` document, or one assembled from ``--json-stream`` lines."""
+    if not streaming:
+        done = threading.Event()
+        if progress:
+            def tick() -> None:
+                t0 = time.monotonic()
+                while not done.wait(0.25):
+                    progress(time.monotonic() - t0, None)
+            threading.Thread(target=tick, daemon=True).start()
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise ProbeError(f"iperf3 did not finish within {timeout_s:g} s") from None
+        finally:
+            done.set()
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            msg = (proc.stderr or proc.stdout).strip().splitlines()
+            raise ProbeError(f"iperf3 failed: {msg[-1] if msg else 'no output'}") from None
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killer = threading.Timer(timeout_s, proc.kill)
+    killer.start()
+    try:
+        doc = read_json_stream(proc.stdout, progress)
+        err = proc.stderr.read()
+        proc.wait()
+    finally:
+        killer.cancel()
+    if proc.returncode < 0:
+        raise ProbeError(f"iperf3 did not finish within {timeout_s:g} s")
+    if "start" not in doc and "error" not in doc:
+        msg = err.strip().splitlines()
+        raise ProbeError(f"iperf3 failed: {msg[-1] if msg else 'no output'}")
+    return doc

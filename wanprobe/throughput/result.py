@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from wanprobe import __version__
 from wanprobe.throughput.protocol import DOWN, UP
 from wanprobe.throughput.verdict import (
     Verdict,
@@ -35,6 +36,10 @@ class StreamResult:
     rtt_max_ms: float | None
     tcp_info: dict | None           # sender TCP_INFO at the end (see tcp_info.tcp_info_summary)
     error: str | None = None
+    # the data worker process that carried it at each end: worker_id, cpu_s, busy_ratio,
+    # demand_ratio (datapath_pool.py); None from a peer without workers
+    sender_worker: dict | None = None
+    receiver_worker: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ class ThroughputResult:
     partial: bool = False
     partial_reason: str | None = None
     notes: tuple[str, ...] = ()
+    engine_version: str | None = None  # "wanprobe 0.1.0", "iperf3 3.12": what ran
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -139,6 +145,7 @@ class _Side:
     records: list
     finals: dict
     cpu_max_percent: list
+    engine: dict | None = None  # its data workers' and process's CPU (DataWorkers.summary)
 
 
 def _stream_result(key, sender: _Side, receiver: _Side) -> StreamResult:
@@ -163,7 +170,13 @@ def _stream_result(key, sender: _Side, receiver: _Side) -> StreamResult:
         retransmits=(info or {}).get("total_retrans_packets"),
         rtt_mean_ms=round(sum(rtts) / len(rtts), 3) if rtts else None,
         rtt_max_ms=max(rtts) if rtts else None, tcp_info=info,
-        error=(rf or {}).get("error") or (sf or {}).get("error"))
+        error=(rf or {}).get("error") or (sf or {}).get("error"),
+        sender_worker=_worker_of(sf), receiver_worker=_worker_of(rf))
+
+
+def _worker_of(final: dict | None) -> dict | None:
+    worker = (final or {}).get("worker")
+    return worker if isinstance(worker, dict) else None
 
 
 def _intervals(direction: int, sender: _Side, receiver: _Side) -> list[IntervalResult]:
@@ -211,10 +224,60 @@ def _intervals(direction: int, sender: _Side, receiver: _Side) -> list[IntervalR
     return fixed
 
 
-def _thread_busy(side: _Side, sending: bool) -> float | None:
-    ratios = [f["cpu_s"] / f["elapsed_s"] for f in side.finals.values()
-              if f["sending"] == sending and f.get("elapsed_s") and f.get("cpu_s") is not None]
+def _worker_share(side: _Side, sending: bool, key: str) -> float | None:
+    """Max over the side's data workers carrying ``sending`` streams of their ``key`` share
+    (busy_ratio or demand_ratio); a peer without workers (protocol 2) reported its one data
+    thread's cpu_s per stream, read as busy."""
+    ratios = []
+    for f in side.finals.values():
+        if f.get("sending") != sending:
+            continue
+        worker = f.get("worker") if isinstance(f.get("worker"), dict) else None
+        if worker is not None:
+            if isinstance(worker.get(key), int | float):
+                ratios.append(float(worker[key]))
+        elif key == "busy_ratio" and f.get("elapsed_s") and f.get("cpu_s") is not None:
+            ratios.append(f["cpu_s"] / f["elapsed_s"])
     return max(ratios) if ratios else None
+
+
+def _cores_busy(side: _Side) -> float | None:
+    """Mean busy % over the side's intervals of the cores its data workers may run on."""
+    ids = (side.engine or {}).get("cpu_ids") if isinstance(side.engine, dict) else None
+    means = []
+    for rec in side.records:
+        busy = rec.get("cpu_busy_percent")
+        if not isinstance(busy, list) or not busy:
+            continue
+        pick = [busy[i] for i in ids if isinstance(i, int) and 0 <= i < len(busy)] if ids else busy
+        vals = [b for b in pick if isinstance(b, int | float)]
+        if vals:
+            means.append(sum(vals) / len(vals))
+    return round(sum(means) / len(means), 1) if means else None
+
+
+def engine_cpu(client: _Side, server: _Side, bits: float) -> dict:
+    """The engine's own CPU per end (its data workers and its process) and per Gbit moved."""
+    out: dict = {}
+    total = 0.0
+    for name, side in (("client", client), ("server", server)):
+        e = dict(side.engine) if isinstance(side.engine, dict) else None
+        out[name] = e
+        if not e:
+            total = None
+            continue
+        cpu_s = sum(x for x in (e.get("data_cpu_seconds"), e.get("process_cpu_seconds"))
+                    if isinstance(x, int | float))
+        elapsed, cores = e.get("elapsed_s"), e.get("cores")
+        e["engine_cpu_share_ratio"] = (round(cpu_s / (elapsed * cores), 4)
+                                       if isinstance(elapsed, int | float) and elapsed > 0
+                                       and isinstance(cores, int) and cores > 0 else None)
+        e["cpu_seconds_per_gigabit"] = round(cpu_s / (bits / 1e9), 5) if bits > 0 else None
+        if total is not None:
+            total += cpu_s
+    out["engine_cpu_seconds_per_gigabit"] = (round(total / (bits / 1e9), 5)
+                                             if total is not None and bits > 0 else None)
+    return out
 
 
 def _verdict_input(direction: int, streams: list[StreamResult], intervals: list[IntervalResult],
@@ -250,8 +313,12 @@ def _verdict_input(direction: int, streams: list[StreamResult], intervals: list[
         delivery_rate_max_bps=max(delivery) if delivery and max(delivery) > 0 else None,
         window_bytes=window_bytes, snd_wnd_max_bytes=max(wnds) if wnds else None,
         cwnd_max_bytes=max(cwnds) if cwnds else None,
-        sender_thread_busy=_thread_busy(sender, True),
-        receiver_thread_busy=_thread_busy(receiver, False),
+        sender_thread_busy=_worker_share(sender, True, "busy_ratio"),
+        receiver_thread_busy=_worker_share(receiver, False, "busy_ratio"),
+        sender_cpu_demand=_worker_share(sender, True, "demand_ratio"),
+        receiver_cpu_demand=_worker_share(receiver, False, "demand_ratio"),
+        sender_cores_busy_percent=_cores_busy(sender),
+        receiver_cores_busy_percent=_cores_busy(receiver),
         sender_core_busy_percent=max(sender.cpu_max_percent, default=None),
         receiver_core_busy_percent=max(receiver.cpu_max_percent, default=None),
         pacing_rate_bps=pacing_rate_bps)
@@ -315,10 +382,15 @@ def assemble(*, peer: str, port: int, request, client: _Side, server: _Side, key
         streams=tuple(all_streams), intervals=tuple(intervals),
         cpu={"sender_thread_busy_ratio": vin.sender_thread_busy,
              "receiver_thread_busy_ratio": vin.receiver_thread_busy,
+             "sender_cpu_demand_ratio": vin.sender_cpu_demand,
+             "receiver_cpu_demand_ratio": vin.receiver_cpu_demand,
+             **engine_cpu(client, server, summ.bytes_received * 8.0
+                          + (reverse.bytes_received * 8.0 if reverse else 0.0)),
              "client_core_busy_max_percent": client.cpu_max_percent,
              "server_core_busy_max_percent": server.cpu_max_percent},
         udp=udp, reverse=reverse, partial=partial_reason is not None,
-        partial_reason=partial_reason, notes=tuple(notes))
+        partial_reason=partial_reason, notes=tuple(notes),
+        engine_version=f"wanprobe {__version__}")
 
 
 def _cc_of(sender: _Side) -> str | None:

@@ -11,8 +11,8 @@ Interface contract:
 - ``server.refusals()`` counts refused connections and requests by reason;
 - ``await server.close()``.
 
-Control runs on asyncio; each data stream runs in its own thread on a blocking socket
-(datapath.py), so the event loop never touches payload bytes. The server assumes a hostile
+Control runs on asyncio; data worker processes move the streams' bytes (datapath_pool.py), so
+the event loop never touches payload bytes. The server assumes a hostile
 client: connections from outside ``allow`` are closed unread; every control connection passes
 the gate (gate.py: version, nonces, HMAC when keyed) before any op is dispatched; the handshake
 has a deadline and a line-length cap; every request field is range-checked and the test is held
@@ -22,7 +22,6 @@ reports rather than queue them. Each refusal is one line naming the limit.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -39,6 +38,7 @@ from wanprobe.probe.access import AllowList
 from wanprobe.throughput import host_facts_op
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
+from wanprobe.throughput.datapath_pool import DataWorkers, worker_count
 from wanprobe.throughput.gate import Refused, Session, read_request
 from wanprobe.throughput.limits import Quota, ServerLimits, request_refusal
 from wanprobe.throughput.sampler import IntervalSampler
@@ -71,6 +71,7 @@ class _Test:
     abort: threading.Event = field(default_factory=threading.Event)
     udp: UdpReceiverStats | None = None
     udp_started: bool = False
+    workers: DataWorkers | None = None
 
 
 class ThroughputServer:
@@ -340,7 +341,7 @@ class ThroughputServer:
             await writer.drain()
             eof = asyncio.ensure_future(reader.read(1))  # the client sends nothing until start
             try:
-                if n and not await self._until(test.all_connected.wait(), eof):
+                if n and not await self._until(self._connected_and_ready(test), eof):
                     return
                 writer.write(proto.encode("ready"))
                 await writer.drain()
@@ -359,12 +360,24 @@ class ThroughputServer:
         finally:
             test.abort.set()
             self._tests.pop(test.cookie, None)
+            if test.workers is not None:
+                await asyncio.get_running_loop().run_in_executor(None, test.workers.close)
             for s in test.streams:
                 if s.thread is None:
                     s.sock.close()
             moved = (test.udp.bytes if test.udp is not None
                      else sum(s.bytes for s in test.streams))
             self.quota.settle(entry, moved)
+
+    async def _connected_and_ready(self, test: _Test) -> None:
+        """The data workers (datapath_pool.py) start while the client connects; wait for both."""
+        try:
+            test.workers = DataWorkers(worker_count(test.expected))
+        except ProbeError as exc:
+            raise Refused("busy", f"server: {exc}") from None
+        await test.all_connected.wait()
+        if not await asyncio.get_running_loop().run_in_executor(None, test.workers.wait_ready):
+            raise Refused("busy", "the server could not start its data workers; try again later")
 
     async def _until(self, wait, eof: asyncio.Future) -> bool:
         """True when ``wait`` finished within the handshake timeout, False when the client
@@ -373,7 +386,7 @@ class ThroughputServer:
         done, _ = await asyncio.wait({task, eof}, timeout=self.limits.handshake_timeout_s,
                                      return_when=asyncio.FIRST_COMPLETED)
         task.cancel()
-        return task in done
+        return task in done and task.result() is not False  # result(): a refusal re-raised
 
     def _report(self, test: _Test, writer, line: bytes) -> None:
         """Queue one report line; a client that stopped reading ends its test instead of
@@ -398,7 +411,7 @@ class ThroughputServer:
         per_stream_cap = max(req.max_bytes // max(len(test.streams), 1), 1)
         start_streams(test.streams, t_start=t0, duration_s=req.duration_s,
                       max_bytes=per_stream_cap, abort=test.abort, payload=self._payload,
-                      on_finished=on_finished)
+                      on_finished=on_finished, workers=test.workers)
 
         def emit(rec: dict) -> None:
             with contextlib.suppress(RuntimeError):  # the loop closed under a server shutdown
@@ -420,7 +433,8 @@ class ThroughputServer:
             await loop.run_in_executor(None, sampler.join, 2.0)
             await asyncio.sleep(0)  # let the sampler's queued writes go first
             writer.write(proto.encode("end", streams=[stream_final(s) for s in test.streams],
-                                      cpu_max_percent=sampler.cpu_max_percent))
+                                      cpu_max_percent=sampler.cpu_max_percent,
+                                      engine=await loop.run_in_executor(None, test.workers.summary)))
             await _flush(writer)
         finally:
             stop.set()
@@ -471,27 +485,7 @@ async def _flush(writer: asyncio.StreamWriter) -> None:
         await writer.drain()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m wanprobe.throughput.server --bind A --port N`` (tests and ad-hoc use)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bind", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=862)
-    parser.add_argument("--max-duration", type=float, default=DEFAULT_MAX_DURATION_S)
-    parser.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES)
-    args = parser.parse_args(argv)
+if __name__ == "__main__":  # the older spelling of ``python -m wanprobe.throughput.server_cli``
+    import runpy
 
-    async def serve() -> None:
-        server = ThroughputServer(max_duration_s=args.max_duration, max_bytes=args.max_bytes)
-        await server.start(args.bind, args.port, udp=True)
-        print(f"listening on {args.bind} port {server.port}", flush=True)
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await server.close()
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve())
-
-
-if __name__ == "__main__":
-    main()
+    runpy.run_module("wanprobe.throughput.server_cli", run_name="__main__")

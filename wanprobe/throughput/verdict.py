@@ -19,7 +19,9 @@ from wanprobe.models.tcp_rate import mathis_rate_bps
 from wanprobe.units import format_rate
 
 WINDOW_SHARE_MIN = 0.2       # share of busy time blocked by a buffer to call it the limit
-CPU_BUSY_MIN = 0.9           # a data thread using ≥ 90 % of a core
+CPU_BUSY_MIN = 0.9           # a data worker on (or waiting for) a CPU ≥ 90 % of the test
+CORES_BUSY_MIN = 90.0        # the side's cores ≥ 90 % busy (anyone's work) over the test ...
+CORES_BUSY_DEMAND_MIN = 0.5  # ... while its workers wanted a CPU at least half the time
 LOSS_EXPLAINS_FACTOR = 3.0   # steady rate ≤ 3 × Mathis: loss explains the rate (random loss
                              # is not periodic, and CUBIC sits above Reno; same order suffices)
 WINDOW_REACHED = 0.7         # per-stream rate ≥ 70 % of what the peer's window allows
@@ -59,8 +61,16 @@ class VerdictInput:
     window_bytes: int | None = None          # requested --window
     snd_wnd_max_bytes: int | None = None     # largest receive window the peer advertised
     cwnd_max_bytes: int | None = None        # largest congestion window (cwnd × MSS)
-    sender_thread_busy: float | None = None  # max data-thread CPU share on the sending host
+    sender_thread_busy: float | None = None  # max data-worker CPU share on the sending host
     receiver_thread_busy: float | None = None
+    # max over the side's data workers of (time on a CPU + time runnable but waiting for one)
+    # / wall time (/proc/<pid>/schedstat): near 1 when the worker always had work and only a
+    # CPU was missing, also when it shared its core with other load
+    sender_cpu_demand: float | None = None
+    receiver_cpu_demand: float | None = None
+    # mean busy % over the test of the cores the side's workers may run on (/proc/stat)
+    sender_cores_busy_percent: float | None = None
+    receiver_cores_busy_percent: float | None = None
     sender_core_busy_percent: float | None = None
     receiver_core_busy_percent: float | None = None
     pacing_rate_bps: float | None = None     # requested per-stream pacing cap
@@ -86,8 +96,43 @@ def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None or not math.isfinite(x) else round(x, nd)
 
 
+def _host_cpu(v: VerdictInput, common: dict) -> Verdict | None:
+    """``host_cpu`` when the sending or receiving side's data path was near 100 % of its cores:
+    a worker on a CPU or runnable and waiting for one (a core shared with other load) for
+    CPU_BUSY_MIN of the test; or the side's cores busy CORES_BUSY_MIN % over the test while its
+    workers wanted a CPU half the time (the kernel's softirq work for them, run in ksoftirqd
+    under load, counts on the cores but not in the workers). The tool, not the path, set the
+    rate then: never ``network``."""
+    def own(busy, demand):
+        return max(busy or 0.0, demand or 0.0)
+
+    def bound(share, cores):
+        return share >= CPU_BUSY_MIN or ((cores or 0.0) >= CORES_BUSY_MIN
+                                         and share >= CORES_BUSY_DEMAND_MIN)
+
+    shares = {"sender": own(v.sender_thread_busy, v.sender_cpu_demand),
+              "receiver": own(v.receiver_thread_busy, v.receiver_cpu_demand)}
+    cores = {"sender": v.sender_cores_busy_percent, "receiver": v.receiver_cores_busy_percent}
+    bound_sides = [k for k in shares if bound(shares[k], cores[k])]
+    if not bound_sides:
+        return None
+    side = max(bound_sides, key=lambda k: shares[k])
+    return Verdict("host_cpu", {
+        **common, "side": side,
+        "sender_thread_busy_ratio": _r(v.sender_thread_busy, 3),
+        "receiver_thread_busy_ratio": _r(v.receiver_thread_busy, 3),
+        "sender_cpu_demand_ratio": _r(v.sender_cpu_demand, 3),
+        "receiver_cpu_demand_ratio": _r(v.receiver_cpu_demand, 3),
+        "sender_cores_busy_percent": _r(v.sender_cores_busy_percent, 1),
+        "receiver_cores_busy_percent": _r(v.receiver_cores_busy_percent, 1),
+        "sender_core_busy_max_percent": v.sender_core_busy_percent,
+        "receiver_core_busy_max_percent": v.receiver_core_busy_percent},
+        f"the {side}'s data path was CPU-bound (its workers on or waiting for a CPU, its "
+        "cores busy): the host, not the path, set the rate")
+
+
 def decide(v: VerdictInput) -> Verdict:
-    """Pick the limit with the strongest kernel evidence, in this order: cpu, receive window
+    """Pick the limit with the strongest kernel evidence, in this order: host_cpu, receive window
     (rwnd-limited share, or the rate reaches snd_wnd/RTT with cwnd above it), send buffer,
     pacing, congestion (loss explains the rate: Mathis), network (none of the above).
     Long because: one ordered decision list, read top to bottom like the table it implements."""
@@ -115,15 +160,9 @@ def decide(v: VerdictInput) -> Verdict:
         "delivery_rate_max_bits_per_second": _r(v.delivery_rate_max_bps, 0),
         "bdp_bytes": bdp,
     }
-    cpu = max(v.sender_thread_busy or 0.0, v.receiver_thread_busy or 0.0)
-    if cpu >= CPU_BUSY_MIN:
-        side = "sender" if (v.sender_thread_busy or 0) >= (v.receiver_thread_busy or 0) else "receiver"
-        return Verdict("cpu", {**common, "side": side,
-                               "sender_thread_busy_ratio": _r(v.sender_thread_busy, 3),
-                               "receiver_thread_busy_ratio": _r(v.receiver_thread_busy, 3),
-                               "sender_core_busy_max_percent": v.sender_core_busy_percent,
-                               "receiver_core_busy_max_percent": v.receiver_core_busy_percent},
-                       f"a {side} data thread used {cpu:.0%} of a core")
+    cpu = _host_cpu(v, common)
+    if cpu is not None:
+        return cpu
     window_evidence = {
         "rwnd_limited_share": _r(rwnd_share), "sndbuf_limited_share": _r(sndbuf_share),
         "window_bytes": v.window_bytes, "peer_window_max_bytes": v.snd_wnd_max_bytes,
