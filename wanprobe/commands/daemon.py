@@ -15,7 +15,7 @@ from rich.table import Table
 
 from wanprobe import units
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
-from wanprobe.errors import one_line
+from wanprobe.errors import UsageError, one_line
 from wanprobe.userfiles import check_path_text
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -82,11 +82,28 @@ def history(
     since: Annotated[str, typer.Option("--since", help="How far back, e.g. 30m, 1h or 168h (7 days).")] = "24h",
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many rows (newest).")] = 1000,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="rich, json, or html: the RTT band with "
+                                     "loss, path events and tuning changes in one "
+                                     "self-contained file.")] = "rich",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="With --format html: "
+                                                "write to this file instead of stdout.")] = None,
 ) -> None:
     """Show a peer's probe history from the daemon's store (newest last)."""
     from wanprobe.daemon.store import open_readonly
 
+    if fmt not in ("rich", "json", "html") or (output is not None and fmt != "html"):
+        raise UsageError(f"--format {fmt!r}{' with -o' if output is not None else ''}: use rich, "
+                         "json, or html (with or without -o)")
     since_s = units.parse_duration_s(since, default_unit="s")
+    if fmt == "html":
+        from wanprobe.pictures.files import emit_history
+        from wanprobe.pictures.history_data import parse_window
+
+        root = check_path_text(state_dir, "--state-dir")
+        emit_history(root / "history.sqlite3", peer, window_s=parse_window(since, "--since"),
+                     state_dir=root, output=output)
+        return
+    as_json = as_json or fmt == "json"
     store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
     try:
         start = time.time() - since_s

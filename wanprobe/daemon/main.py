@@ -34,6 +34,7 @@ from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.state_dir import check_state_dir
 from wanprobe.daemon.store import Flusher, ProbeRow, Store, StoreError
 from wanprobe.errors import ConfigError, WanprobeError
+from wanprobe.pictures.routes import DaemonPages
 
 FLUSH_INTERVAL_S = 1.0
 STOP_BUDGET_S = 1.5
@@ -113,6 +114,11 @@ class Daemon:
         self._counter_findings: list[dict] = []
         self.scheduler: Scheduler | None = None
 
+    @property
+    def last_probes(self) -> dict[str, dict]:
+        """The last session's ProbeResult JSON of each peer (the page shows it)."""
+        return self._last_probe
+
     # -- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -132,7 +138,7 @@ class Daemon:
         check_state_dir(self.cfg.state_dir, self.cfg.reports_dir)  # as `daemon --check` did
         self.store = Store(self.cfg.db_path)
         self._warm_baseline()
-        server = MetricsServer(self.metrics, self.health)
+        server = MetricsServer(self.metrics, self.health, pages=DaemonPages(self).respond)
         try:
             self.metrics_address = await server.start(*self.cfg.metrics_listen)
         except OSError as exc:
