@@ -4,7 +4,8 @@ URL the browser requested (Chrome's performance log, Network.requestWillBeSent),
 JavaScript dialog opened (a ``<script>alert(1)</script>`` that ran).
 
 Run as a script so a test can start it inside a lab namespace (the daemon listens there):
-``python tests/browser_check.py URL [--screenshot PNG]`` prints one JSON document.
+``python tests/browser_check.py URL[::SCREENSHOT.png]...`` prints a JSON list, one entry per page
+(one browser visits them in turn).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--disable-dev-shm-usage", "--window-size=1280,1500")
+         "--disable-dev-shm-usage")
 
 LOCAL_SCHEMES = ("chrome:", "chrome-untrusted:", "devtools:", "about:", "data:", "blob:")
 # Counts, per div.chart, the canvas pixels that are neither transparent nor near-white, looking
@@ -62,9 +63,46 @@ def available() -> str | None:
     return None
 
 
-def check(url: str, screenshot: str | None = None, timeout_s: float = 30.0) -> dict:
-    from selenium import webdriver
+def _visit(driver, url: str, screenshot: str | None, timeout_s: float) -> dict:
     from selenium.common.exceptions import NoAlertPresentException
+
+    driver.get_log("browser"), driver.get_log("performance")   # drop the previous page's
+    t0 = time.monotonic()
+    driver.set_window_size(1280, 1500)
+    driver.get(url)
+    pixels: list[int] = []
+    while time.monotonic() - t0 < timeout_s:
+        pixels = driver.execute_script(DRAWN_PIXELS)
+        drawn = driver.execute_script("return document.body.getAttribute('data-charts')")
+        if drawn is not None and pixels and all(n > 0 for n in pixels):
+            break
+        time.sleep(0.25)
+    try:
+        alert = driver.switch_to.alert.text
+    except NoAlertPresentException:
+        alert = None
+    text = driver.find_element("tag name", "body").text
+    if screenshot:
+        height = driver.execute_script("return document.body.scrollHeight")
+        driver.set_window_size(1280, min(max(height + 40, 600), 3000))
+        driver.save_screenshot(screenshot)
+    requests = []   # what went out of the browser: not its own chrome:// pages, not data:
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg.get("method") == "Network.requestWillBeSent":
+            url_sent = msg["params"]["request"]["url"]
+            if not url_sent.startswith(LOCAL_SCHEMES):
+                requests.append(url_sent[:200])
+    return {"url": url, "title": driver.title, "text": text, "charts": len(pixels),
+            "drawn_pixels": pixels, "charts_attr": driver.execute_script(
+                "return document.body.getAttribute('data-charts')"),
+            "console": driver.get_log("browser"), "requests": requests, "alert": alert,
+            "seconds": round(time.monotonic() - t0, 2)}
+
+
+def check(pages: list[tuple[str, str | None]], timeout_s: float = 30.0) -> list[dict]:
+    """Visit each (url, screenshot path or None) in one fresh browser profile."""
+    from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     profile = tempfile.mkdtemp(prefix="wanprobe-chromium-")
@@ -75,36 +113,7 @@ def check(url: str, screenshot: str | None = None, timeout_s: float = 30.0) -> d
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(options=opts, service=Service(DRIVER))
     try:
-        t0 = time.monotonic()
-        driver.get(url)
-        pixels: list[int] = []
-        while time.monotonic() - t0 < timeout_s:
-            pixels = driver.execute_script(DRAWN_PIXELS)
-            drawn = driver.execute_script("return document.body.getAttribute('data-charts')")
-            if drawn is not None and pixels and all(n > 0 for n in pixels):
-                break
-            time.sleep(0.25)
-        try:
-            alert = driver.switch_to.alert.text
-        except NoAlertPresentException:
-            alert = None
-        text = driver.find_element("tag name", "body").text
-        if screenshot:
-            height = driver.execute_script("return document.body.scrollHeight")
-            driver.set_window_size(1280, min(max(height + 40, 600), 4000))
-            driver.save_screenshot(screenshot)
-        requests = []   # what went out of the browser: not its own chrome:// pages, not data:
-        for entry in driver.get_log("performance"):
-            msg = json.loads(entry["message"])["message"]
-            if msg.get("method") == "Network.requestWillBeSent":
-                url = msg["params"]["request"]["url"]
-                if not url.startswith(LOCAL_SCHEMES):
-                    requests.append(url[:200])
-        return {"title": driver.title, "text": text, "charts": len(pixels),
-                "drawn_pixels": pixels, "charts_attr": driver.execute_script(
-                    "return document.body.getAttribute('data-charts')"),
-                "console": driver.get_log("browser"), "requests": requests, "alert": alert,
-                "seconds": round(time.monotonic() - t0, 2)}
+        return [_visit(driver, url, shot, timeout_s) for url, shot in pages]
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
@@ -112,10 +121,10 @@ def check(url: str, screenshot: str | None = None, timeout_s: float = 30.0) -> d
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("url")
-    ap.add_argument("--screenshot")
+    ap.add_argument("pages", nargs="+", metavar="URL[::SCREENSHOT.png]")
     args = ap.parse_args()
-    print(json.dumps(check(args.url, args.screenshot)))
+    pages = [(u, shot or None) if u else (shot, None) for u, _, shot in (p.rpartition("::") for p in args.pages)]
+    print(json.dumps(check(pages)))
     return 0
 
 

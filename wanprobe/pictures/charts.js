@@ -14,9 +14,15 @@
   const STREAM_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
+  function plain(text) {
+    // a string title is parsed for TeX delimiters ($$...$$) and would load MathJax from a CDN;
+    // names come from config files and peers: always plain text
+    return new Bokeh.Title({text: new Bokeh.PlainText({text: text || ""})});
+  }
+
   function fig(spec, extra) {
     const f = P.figure(Object.assign({
-      height: spec.height || 260, sizing_mode: "stretch_width", title: spec.title || "",
+      height: spec.height || 260, sizing_mode: "stretch_width", title: plain(spec.title),
       tools: "xpan,xwheel_zoom,box_zoom,reset,save", toolbar_location: "right",
       x_axis_label: spec.x_label || "", y_axis_label: spec.y_label || "",
     }, extra || {}));
