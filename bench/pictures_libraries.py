@@ -11,10 +11,13 @@ file draw most — a smokeping-style RTT band (min, p50, p99) over 24 h in 5-min
 - the time to build the page in Python, median of ``--runs``, for 1 and for 12 such charts
   (the daemon's overview draws at most 12 bands however many peers it has).
 
-Install candidates into a scratch venv to compare them (``pip install bokeh plotly pygal
-matplotlib``); wanprobe itself depends only on the chosen one (docs/pictures.md).
+"BokehJS API" is what wanprobe does (pictures/charts.js): the same BokehJS, but the page carries
+the data as JSON and the browser builds the plot, instead of bokeh's Python models serialised by
+the daemon. Install the other candidates into a scratch venv to compare them (``pip install bokeh
+plotly pygal matplotlib``, with this checkout on PYTHONPATH); wanprobe itself depends only on the
+chosen one (docs/pictures.md).
 
-    python bench/pictures_libraries.py [--runs 5]
+    PYTHONPATH=. python bench/pictures_libraries.py [--runs 5]
 """
 
 from __future__ import annotations
@@ -64,6 +67,22 @@ def page_bokeh(n: int) -> str:
             f.add_layout(Span(location=d["ts"][i] * 1000, dimension="height"))
         figs.append(f)
     return file_html(column(*figs), INLINE, "band")
+
+
+def page_bokehjs(n: int) -> str:
+    """What wanprobe does: the data as JSON, drawn in the browser through BokehJS's own API."""
+    from wanprobe.pictures import assets
+    from wanprobe.pictures.html import Page
+
+    d = band_data()
+    page = Page("band")
+    for _ in range(n):
+        page.chart({"kind": "band", "title": "band", "y_top": 60.0,
+                    "data": {"x": [t * 1e3 for t in d["ts"]], "min": d["min"], "p50": d["p50"],
+                             "p99": d["p99"], "loss": d["loss"], "fwd": d["loss"],
+                             "rev": d["loss"], "sessions": [1] * POINTS},
+                    "events": [{"x": d["ts"][i] * 1e3, "label": "event"} for i in EVENT_AT]})
+    return page.render(assets.load())
 
 
 def page_plotly(n: int) -> str:
@@ -117,6 +136,7 @@ def page_matplotlib(n: int) -> str:
 
 CANDIDATES: dict[str, tuple[str, Callable[[int], str]]] = {
     "bokeh (INLINE)": ("bokeh", page_bokeh),
+    "BokehJS API (wanprobe)": ("bokeh", page_bokehjs),
     "plotly (inline JS)": ("plotly", page_plotly),
     "pygal (SVG, no JS)": ("pygal", page_pygal),
     "matplotlib (SVG)": ("matplotlib", page_matplotlib),

@@ -10,16 +10,17 @@ even a mistake here could not make the browser contact another host.
 
 from __future__ import annotations
 
-import html
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from wanprobe.pictures.assets import Assets
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_ESCAPES = {**{c: f"\\x{c:02x}" for c in (*range(0x00, 0x09), *range(0x0b, 0x20),
+                                          *range(0x7f, 0xa0))},
+            **{ord(k): v for k, v in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"),
+                                      ('"', "&quot;"), ("'", "&#x27;"))}}
 # a file fetches nothing; the daemon's page loads its script from its own origin only
 CSP_FILE = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
             "img-src data:; font-src data:; base-uri 'none'; form-action 'none'")
@@ -31,9 +32,9 @@ class Markup(str):
 
 
 def esc(value: Any) -> Markup:
-    """``value`` as HTML text: ``<>&"'`` escaped; control characters shown as ``\\xNN``."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
-    return Markup(html.escape(text, quote=True))
+    """``value`` as HTML text: ``<>&"'`` escaped as html.escape does, control characters shown
+    as ``\\xNN``; one pass (a 1,000-peer page escapes ~15,000 cells)."""
+    return Markup(str(value).translate(_ESCAPES))
 
 
 def cell(value: Any) -> Markup:

@@ -9,8 +9,9 @@ an unknown peer a 404, each with one line of text.
 Rendering never blocks the event loop that drives the probes: the daemon's state is copied on the
 loop (state.snapshot, microseconds per peer), then the history is queried and the HTML built in a
 worker thread over a read-only SQLite connection. One page is rendered at a time, and a page
-rendered less than CACHE_S ago is served again, so any number of viewers reloading costs at most
-one render per CACHE_S per distinct page.
+rendered less than one probe interval ago (CACHE_MIN_S to CACHE_MAX_S) is served again: nothing
+on it can have changed sooner, and any number of viewers reloading costs at most one render per
+probe interval per distinct page.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from wanprobe.pictures import assets as assets_mod
 from wanprobe.pictures.history_data import DEFAULT_WINDOW_S, parse_window
 from wanprobe.pictures.html import CSP_SERVED
 
-CACHE_S = 2.0
+CACHE_MIN_S, CACHE_MAX_S = 2.0, 30.0
 CACHE_PAGES = 16
 MAX_TARGET_CHARS = 1024
 HTML = "text/html; charset=utf-8"
@@ -109,7 +110,8 @@ class DaemonPages:
         key = (path, window_s)
         async with self._lock:
             hit = self._cache.get(key)
-            if hit is not None and time.monotonic() - hit[0] < CACHE_S:
+            fresh_s = min(max(self.daemon.cfg.probe.interval_s, CACHE_MIN_S), CACHE_MAX_S)
+            if hit is not None and time.monotonic() - hit[0] < fresh_s:
                 return hit[1]
             state = snapshot(self.daemon)
             try:
