@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -96,9 +97,10 @@ def client_viewer(seconds: float) -> dict:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    profile = tempfile.mkdtemp(prefix="wanprobe-bench-")
     opts = webdriver.ChromeOptions()
     opts.binary_location = BINARY
-    for flag in (*FLAGS, f"--user-data-dir={tempfile.mkdtemp(prefix='wanprobe-bench-')}"):
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
         opts.add_argument(flag)
     driver = webdriver.Chrome(options=opts, service=Service(DRIVER))
     loads, end = 0, time.monotonic() + seconds
@@ -110,6 +112,7 @@ def client_viewer(seconds: float) -> dict:
             time.sleep(max(0.0, 5.0 - (time.monotonic() - t0)))
     finally:
         driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
     return {"loads": loads}
 
 
@@ -170,7 +173,7 @@ def phase(ns: str, pid: int, db: Path, seconds: float, viewer: str | None) -> di
 
 def span(values: list[float], fmt: str = "{:.2f}") -> str:
     lo, hi = min(values), max(values)
-    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)} to {fmt.format(hi)}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -230,7 +233,10 @@ timeout = "1s"
                                                                  strict=True)]
             print(f"  {kind} - quiet: {span(extra)} % of one core (same round)")
         daemon.send_signal(signal.SIGTERM)
-        daemon.wait(10)
+        try:
+            daemon.wait(10)
+        except subprocess.TimeoutExpired:   # peer_namespace kills it
+            print("  (the daemon did not stop within 10 s of SIGTERM)")
         return 0
 
 
