@@ -15,8 +15,9 @@ full day as it would in production. Then, in rounds:
   On a 2-core machine the browser's own rendering competes with the daemon for the CPUs.
 
 For each phase: the daemon's CPU (share of one core, /proc/PID/stat), the probe sessions it stored
-per second, and how fast its event loop answers ``/healthz`` (sampled every 0.2 s; a render that
-blocked the loop would show here). Before the rounds: time to first byte and total time of ``/``
+per second and the RTT they measured (loopback: a probe delayed by the daemon would show), and
+how fast its event loop answers ``/healthz`` (sampled every 0.2 s; a render that held the loop
+would show here). Before the rounds: time to first byte and total time of ``/``
 and ``/peer/NAME`` with the daemon's page cache (one probe interval, 10 s here) expired (a render
 each), 3 each, and the page's size.
 
@@ -162,13 +163,18 @@ def phase(ns: str, pid: int, db: Path, seconds: float, viewer: str | None) -> di
     con = sqlite3.connect(db)
     # sessions the daemon stored while the phase ran (ids grow; the filled history is older)
     sessions = con.execute("SELECT count(*) FROM probes WHERE id > ?", (last_id,)).fetchone()[0]
+    # what probing measured meanwhile (loopback: any delay added by the daemon shows here)
+    p99s = sorted(r[0] for r in con.execute("SELECT rtt_p99_ms FROM probes WHERE id > ? AND "
+                                            "rtt_p99_ms IS NOT NULL", (last_id,)))
     con.close()
     loads = json.loads(viewer_proc.communicate(timeout=120)[0])["loads"] if viewer_proc else 0
     lat_ms = sorted(x * 1e3 for x in lat)
     return {"cpu_pct": 100 * (u1 - u0 + s1 - s0) / wall, "sessions_per_s": sessions / wall,
             "healthz_p50_ms": statistics.median(lat_ms),
             "healthz_p99_ms": lat_ms[min(len(lat_ms) - 1, int(0.99 * len(lat_ms)))],
-            "healthz_max_ms": lat_ms[-1], "loads": loads}
+            "healthz_max_ms": lat_ms[-1], "loads": loads,
+            "rtt_p99_median_ms": statistics.median(p99s) if p99s else float("nan"),
+            "rtt_p99_p99_ms": p99s[int(0.99 * (len(p99s) - 1))] if p99s else float("nan")}
 
 
 def span(values: list[float], fmt: str = "{:.2f}") -> str:
@@ -226,7 +232,9 @@ timeout = "1s"
                   f"{span([r['sessions_per_s'] for r in rs], '{:.0f}')} sessions/s stored; "
                   f"/healthz p50 {span([r['healthz_p50_ms'] for r in rs], '{:.1f}')} ms, "
                   f"p99 {span([r['healthz_p99_ms'] for r in rs], '{:.1f}')} ms, "
-                  f"max {span([r['healthz_max_ms'] for r in rs], '{:.0f}')} ms"
+                  f"max {span([r['healthz_max_ms'] for r in rs], '{:.0f}')} ms; sessions' "
+                  f"RTT p99: median {span([r['rtt_p99_median_ms'] for r in rs], '{:.3f}')} ms, "
+                  f"99th percentile {span([r['rtt_p99_p99_ms'] for r in rs], '{:.2f}')} ms"
                   + (f"; {span([r['loads'] for r in rs], '{:.0f}')} page loads" if kind != "quiet" else ""))
         for kind in ("http", "viewer"):
             extra = [v["cpu_pct"] - q["cpu_pct"] for q, v in zip(results["quiet"], results[kind],
