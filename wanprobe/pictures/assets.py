@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 
 from wanprobe.errors import WanprobeError
@@ -33,10 +33,14 @@ class Assets:
     css: str
     bokeh_version: str
 
-    @property
+    @cached_property
+    def script_bytes(self) -> bytes:
+        return self.script.encode()
+
+    @cached_property
     def script_name(self) -> str:
-        digest = hashlib.sha256(self.script.encode()).hexdigest()[:12]
-        return f"wanprobe-pictures.{digest}.js"
+        """The name it is served under: changes with its content (cached for a year)."""
+        return f"wanprobe-pictures.{hashlib.sha256(self.script_bytes).hexdigest()[:12]}.js"
 
 
 def _package_text(name: str) -> str:

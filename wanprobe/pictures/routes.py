@@ -87,7 +87,7 @@ class DaemonPages:
         if path.startswith("/static/"):
             if path != f"/static/{assets.script_name}":
                 return _line("404 Not Found", "no such asset")
-            return "200 OK", "text/javascript; charset=utf-8", assets.script.encode(), STATIC_HEADERS
+            return "200 OK", "text/javascript; charset=utf-8", assets.script_bytes, STATIC_HEADERS
         try:
             window_s, window = parse_query(query)
         except UsageError as exc:
@@ -114,6 +114,8 @@ class DaemonPages:
             if hit is not None and time.monotonic() - hit[0] < fresh_s:
                 return hit[1]
             state = snapshot(self.daemon)
+            if peer is not None and state.peer(peer) is None:   # removed by a reload meanwhile
+                return _line("404 Not Found", f"no peer named {shown(peer)} (see / for the list)")
             try:
                 body = await run_blocking(_draw, state, window_s, window, peer)
             except WanprobeError as exc:   # the history cannot be read
