@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -84,20 +85,35 @@ def main() -> int:
     return rc
 
 
-def run_one(n_peers: int, args: argparse.Namespace) -> int:
-    """Measure the daemon (and fping) with ``n_peers`` peers; print one block."""
-    ns = f"wpbench{os.getpid()}"
-    tmp = Path(tempfile.mkdtemp(prefix="wanprobe-footprint-"))
+@contextmanager
+def peer_namespace(n_peers: int, prefix: str):
+    """A namespace with ``n_peers`` addresses on its loopback answered by one `wanprobe reflect`,
+    and a temp dir: yields (namespace, temp dir, processes to stop); all removed afterwards."""
+    ns = f"{prefix}{os.getpid()}"
+    tmp = Path(tempfile.mkdtemp(prefix=f"wanprobe-{prefix}-"))
     procs: list[subprocess.Popen] = []
     sh("ip", "netns", "add", ns)
     try:
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         batch = "".join(f"address add {a}/32 dev lo\n" for a in addresses(n_peers))
         subprocess.run(["ip", "-n", ns, "-batch", "-"], input=batch, text=True, check=True)
-        exec_ns = ["ip", "netns", "exec", ns]
-        procs.append(subprocess.Popen(exec_ns + [sys.executable, "-m", "wanprobe", "reflect",
-                                                 "--bind", "0.0.0.0", "--rate-limit", "100000"],
+        procs.append(subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "wanprobe",
+                                       "reflect", "--bind", "0.0.0.0", "--rate-limit", "100000"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        yield ns, tmp, procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_one(n_peers: int, args: argparse.Namespace) -> int:
+    """Measure the daemon (and fping) with ``n_peers`` peers; print one block."""
+    with peer_namespace(n_peers, "wpbench") as (ns, tmp, procs):
+        exec_ns = ["ip", "netns", "exec", ns]
         peers = "".join(f'[[peers]]\nname = "p{i}"\naddress = "{a}"\n'
                         for i, a in enumerate(addresses(n_peers)))
         cfg = tmp / "wanprobe.toml"
@@ -171,13 +187,6 @@ timeout = "1s"
                   f"{'OK' if ratio <= 1.0 else 'OVER'} (the daemon also stores, exports and "
                   f"baselines every session)")
         return 0
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

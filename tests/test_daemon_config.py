@@ -11,7 +11,7 @@ import pytest
 
 from wanprobe.daemon import mesh
 from wanprobe.daemon.config import ConfigInvalid, load_config, parse_config
-from wanprobe.daemon.main import resolve_peers
+from wanprobe.daemon.runtime import resolve_peers
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from wanprobe.errors import ConfigError, PermissionRequired, UsageError
 from wanprobe.netns import NETNS_DIR as NETNS_RUN_DIR
 from wanprobe.netns import current_inode, setns
+from wanprobe.userfiles import check_path_text
 
 SO_NETNS_COOKIE = 71
 
@@ -41,7 +42,7 @@ def enter(name: str) -> int:
     """Move this thread into the named namespace (``ip netns`` layout); returns its inode."""
     if not name or "/" in name or "\x00" in name or name in (".", ".."):
         raise UsageError(f"bad network namespace name {name!r}")
-    path = NETNS_RUN_DIR / name
+    path = check_path_text(NETNS_RUN_DIR / name, "network namespace")  # NUL, controls, length
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -20,6 +20,7 @@ from wanprobe.errors import UsageError, one_line, shown
 from wanprobe.userfiles import check_path_text
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+ROW_FORMATS = ("text", "json", "html")   # the rows; --windows takes views.FORMATS
 app = typer.Typer()
 
 
@@ -96,24 +97,44 @@ def history(
     size: Annotated[str | None, typer.Option("--bytes", help=views.BYTES_HELP)] = None,
     deadline: views.DeadlineOpt = None,
     lookback: views.LookbackOpt = "14d",
-    fmt: views.FormatOpt = "text",
+    fmt: Annotated[str, typer.Option("--format", help="The rows: text, json, or html (the RTT "
+                                     "band with loss, path events and tuning changes in one "
+                                     "self-contained file). With --windows: "
+                                     + views.FORMAT_HELP)] = "text",
     tz: views.TzOpt = None,
     top: views.TopOpt = 5,
     throttle: views.ThrottleOpt = "10mbit",
     unit: views.UnitOpt = "wanprobe-sync.service",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="With --format html: "
+                                                "write to this file instead of stdout.")] = None,
 ) -> None:
     """Show a peer's probe history from the daemon's store (newest last), or with --windows
     when to move --bytes to it."""
     from wanprobe.daemon.store import open_readonly
 
     if windows or size is not None:
+        if output is not None:
+            raise UsageError("-o goes with --format html (the rows), not with --windows")
         _history_windows(peer, state_dir, views.parse_request(
             size=_needs_windows(windows, size), deadline=deadline, lookback=lookback, top=top,
             fmt=fmt, as_json=as_json, tz=tz, throttle=throttle, unit=unit))
         return
-    if deadline is not None or fmt != "text" or tz is not None:
-        raise UsageError("--deadline, --format and --tz go with --windows --bytes SIZE")
+    if deadline is not None or tz is not None:
+        raise UsageError("--deadline and --tz go with --windows --bytes SIZE")
+    if fmt not in ROW_FORMATS or (output is not None and fmt != "html"):
+        raise UsageError(f"--format {shown(fmt)}{' with -o' if output is not None else ''}: "
+                         f"the rows are {', '.join(ROW_FORMATS)} (-o with html only); rclone and "
+                         "systemd go with --windows --bytes SIZE")
     since_s = units.parse_duration_s(since, default_unit="s")
+    if fmt == "html":
+        from wanprobe.pictures.files import emit_history
+        from wanprobe.pictures.history_data import parse_window
+
+        root = check_path_text(state_dir, "--state-dir")
+        emit_history(root / "history.sqlite3", peer, window_s=parse_window(since, "--since"),
+                     state_dir=root, output=output)
+        return
+    as_json = as_json or fmt == "json"
     store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
     try:
         start = time.time() - since_s

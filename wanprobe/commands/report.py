@@ -12,7 +12,7 @@ from rich.table import Table
 
 from wanprobe.errors import UsageError
 
-FORMATS = ("rich", "markdown", "json")
+FORMATS = ("rich", "markdown", "json", "html")
 
 
 app = typer.Typer(name="report", help="The diagnose report: its JSON Schema, rendering, listing.",
@@ -28,17 +28,26 @@ def schema() -> None:
 @app.command("show")
 def show(
     file: Annotated[Path, typer.Argument(help="A report written by `wanprobe diagnose -o`.")],
-    fmt: Annotated[str, typer.Option("--format", help="rich, markdown or json.")] = "rich",
+    fmt: Annotated[str, typer.Option("--format", help="rich, markdown, json or html (one "
+                                     "self-contained file with charts).")] = "rich",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file "
+                                                "instead of stdout (markdown, json, html).")] = None,
 ) -> None:
-    """Render a saved report (markdown for pasting into a ticket)."""
+    """Render a saved report (markdown for pasting into a ticket, html to attach to one)."""
     from wanprobe.report.document import load
     from wanprobe.report.render_md import render_markdown
     from wanprobe.report.render_rich import render_rich
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (use {', '.join(FORMATS)})")
+    if output is not None and fmt == "rich":
+        raise UsageError("-o needs --format markdown, json or html (rich is for the terminal)")
     report = load(file)
-    if fmt == "json":
+    if fmt == "html" or output is not None:
+        from wanprobe.pictures.files import emit_report
+
+        emit_report(report, fmt, output)
+    elif fmt == "json":
         typer.echo(json.dumps(report.to_json(), indent=2))
     elif fmt == "markdown":
         typer.echo(render_markdown(report))

@@ -20,56 +20,26 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe.atomic_file import atomic_write
-from wanprobe.daemon import adapters, flow_probe, mesh
+from wanprobe.daemon import adapters, flow_probe
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
-from wanprobe.daemon.config import DaemonConfig, Peer, load_config
+from wanprobe.daemon.config import DaemonConfig, Peer
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
 from wanprobe.daemon.path_findings import path_finding
 from wanprobe.daemon.path_watch import PathEvent, PathWatch, one_way_spreads
 from wanprobe.daemon.prober import MeshProber
 from wanprobe.daemon.reflector_limit import ReflectorPacing
+from wanprobe.daemon.runtime import load_runtime
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.state_dir import check_state_dir
 from wanprobe.daemon.store import Flusher, ProbeRow, Store, StoreError
 from wanprobe.errors import ConfigError, WanprobeError
+from wanprobe.pictures.routes import DaemonPages
 
 FLUSH_INTERVAL_S = 1.0
 STOP_BUDGET_S = 1.5
-
-
-def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
-                    local_addresses: list[str] | None = None) -> tuple[DaemonConfig, tuple[Peer, ...]]:
-    """The config with this host's site and name settled, and its peers: ``[[peers]]`` plus,
-    with a mesh file, the peers this host picks from it (config wins). The mesh entry names the
-    host and its site; a ``daemon.site`` or a peer's ``site`` the mesh does not know is an error."""
-    peers = {p.name: p for p in cfg.peers}
-    host = cfg.hostname or (hostname or socket.gethostname()).split(".")[0]
-    site = cfg.site
-    if cfg.mesh_file is not None:
-        m = mesh.load_mesh(cfg.mesh_file)
-        me = mesh.find_self(m, hostname=cfg.hostname or hostname or socket.gethostname(),
-                            local_addresses=local_addresses if local_addresses is not None
-                            else mesh.local_addresses())
-        mesh.check_sites(m, me, cfg.site, cfg.peers, source=cfg.source)
-        host, site = me.name, me.site
-        for p in mesh.select_peers(m, me):
-            peers.setdefault(p.name, replace(p, port=cfg.probe.port, flows=cfg.probe.flows))
-    return replace(cfg, hostname=host, site=site), tuple(peers.values())
-
-
-def resolve_peers(cfg: DaemonConfig, *, hostname: str | None = None,
-                  local_addresses: list[str] | None = None) -> tuple[Peer, ...]:
-    """The peers of :func:`resolve_runtime`."""
-    return resolve_runtime(cfg, hostname=hostname, local_addresses=local_addresses)[1]
-
-
-def load_runtime(path: Path) -> tuple[DaemonConfig, tuple[Peer, ...]]:
-    """Config (identity settled) and resolved peers, both validated; raises before anything
-    takes effect."""
-    return resolve_runtime(load_config(path))
 
 
 class Daemon:
@@ -115,6 +85,11 @@ class Daemon:
         self._counter_findings: list[dict] = []
         self.scheduler: Scheduler | None = None
 
+    @property
+    def last_probes(self) -> dict[str, dict]:
+        """The last session's ProbeResult JSON of each peer (the page shows it)."""
+        return self._last_probe
+
     # -- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -139,7 +114,7 @@ class Daemon:
         check_state_dir(self.cfg.state_dir, self.cfg.reports_dir)  # as `daemon --check` did
         self.store = Store(self.cfg.db_path)
         self._warm_baseline()
-        server = MetricsServer(self.metrics, self.health)
+        server = MetricsServer(self.metrics, self.health, pages=DaemonPages(self).respond)
         try:
             self.metrics_address = await server.start(*self.cfg.metrics_listen)
         except OSError as exc:

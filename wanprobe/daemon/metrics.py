@@ -4,7 +4,8 @@ Names follow the Prometheus conventions (https://prometheus.io/docs/practices/na
 (seconds, bits per second, ratios 0..1), ``_total`` for counters, labels for peer, quantile,
 direction and severity. Prometheus is the aggregation layer; the daemon only exposes.
 ``/metrics`` is the text exposition format; ``/healthz`` is 200 with a small JSON body while the
-loop is alive and the last history flush succeeded, 503 otherwise.
+loop is alive and the last history flush succeeded, 503 otherwise; ``/`` and ``/peer/NAME`` are
+the read-only page (pictures/routes.py) when the daemon passes ``pages``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from prometheus_client import (
@@ -387,9 +388,13 @@ class _ScrapedCounters:
 class MetricsServer:
     """HTTP/1.0-style GET server for ``/metrics`` and ``/healthz`` on the daemon's event loop."""
 
-    def __init__(self, metrics: DaemonMetrics, health: Callable[[], tuple[bool, dict]]) -> None:
+    def __init__(self, metrics: DaemonMetrics, health: Callable[[], tuple[bool, dict]],
+                 pages: Callable[[str], Awaitable[tuple[str, str, bytes, str] | None]] | None = None
+                 ) -> None:
         self.metrics = metrics
         self.health = health
+        # the read-only page (pictures/routes.py): (status, type, body, extra headers) or None
+        self.pages = pages
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
@@ -409,6 +414,7 @@ class MetricsServer:
             request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
             method, target = (request_line + ["", ""])[:2]
             path = target.split("?", 1)[0]
+            extra = ""
             if method not in ("GET", "HEAD"):
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
             elif path == "/metrics":
@@ -417,10 +423,12 @@ class MetricsServer:
                 ok, detail = self.health()
                 status = "200 OK" if ok else "503 Service Unavailable"
                 ctype, body = "application/json", (json.dumps(detail) + "\n").encode()
+            elif self.pages is not None and (page := await self.pages(target)) is not None:
+                status, ctype, body, extra = page
             else:
-                status, ctype, body = "404 Not Found", "text/plain", b"try /metrics or /healthz\n"
+                status, ctype, body = "404 Not Found", "text/plain", b"try /, /metrics or /healthz\n"
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: "
-                         f"{len(body)}\r\nConnection: close\r\n\r\n".encode())
+                         f"{len(body)}\r\n{extra}Connection: close\r\n\r\n".encode())
             if method != "HEAD":
                 writer.write(body)
             await writer.drain()

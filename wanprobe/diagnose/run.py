@@ -108,7 +108,7 @@ def measure_path(opts: DiagnoseOptions) -> dict:
     key = {"hmac_key": opts.hmac_key} if opts.hmac_key is not None else {}
     res = run_probe(opts.peer, "stamp", port=opts.port, count=opts.probe_count,
                     interval_s=opts.probe_interval_s, dscp=opts.dscp, **key)
-    doc = res.to_json()
+    doc = res.to_json(samples=True)  # the RTT distribution of `report show --format html`
     if not (doc.get("loss") or {}).get("received"):
         # no reply at all says nothing about the path, only that no reflector answers
         raise ProbeError(f"no STAMP reply from {opts.peer} port {opts.port}: is `wanprobe "

@@ -1,0 +1,43 @@
+"""Who this daemon is and whom it probes: the config with its identity settled and the peers
+it resolves to (``[[peers]]`` plus, with a mesh file, the ones this host picks from it)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import replace
+from pathlib import Path
+
+from wanprobe.daemon import mesh
+from wanprobe.daemon.config import DaemonConfig, Peer, load_config
+
+
+def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
+                    local_addresses: list[str] | None = None) -> tuple[DaemonConfig, tuple[Peer, ...]]:
+    """The config with this host's site and name settled, and its peers: ``[[peers]]`` plus,
+    with a mesh file, the peers this host picks from it (config wins). The mesh entry names the
+    host and its site; a ``daemon.site`` or a peer's ``site`` the mesh does not know is an error."""
+    peers = {p.name: p for p in cfg.peers}
+    host = cfg.hostname or (hostname or socket.gethostname()).split(".")[0]
+    site = cfg.site
+    if cfg.mesh_file is not None:
+        m = mesh.load_mesh(cfg.mesh_file)
+        me = mesh.find_self(m, hostname=cfg.hostname or hostname or socket.gethostname(),
+                            local_addresses=local_addresses if local_addresses is not None
+                            else mesh.local_addresses())
+        mesh.check_sites(m, me, cfg.site, cfg.peers, source=cfg.source)
+        host, site = me.name, me.site
+        for p in mesh.select_peers(m, me):
+            peers.setdefault(p.name, replace(p, port=cfg.probe.port, flows=cfg.probe.flows))
+    return replace(cfg, hostname=host, site=site), tuple(peers.values())
+
+
+def resolve_peers(cfg: DaemonConfig, *, hostname: str | None = None,
+                  local_addresses: list[str] | None = None) -> tuple[Peer, ...]:
+    """The peers of :func:`resolve_runtime`."""
+    return resolve_runtime(cfg, hostname=hostname, local_addresses=local_addresses)[1]
+
+
+def load_runtime(path: Path) -> tuple[DaemonConfig, tuple[Peer, ...]]:
+    """Config (identity settled) and resolved peers, both validated; raises before anything
+    takes effect."""
+    return resolve_runtime(load_config(path))

@@ -1,0 +1,1 @@
+"""Pictures: the daemon's page and the HTML of reports and history (docs/pictures.md)."""

@@ -1,0 +1,201 @@
+"""``wanprobe report show REPORT --format html``: one self-contained page for a ticket.
+
+The findings with their evidence (the markdown renderer's rows, render_md.evidence_rows), the RTT
+distribution of the probe (a histogram of ``rtt_samples_ms`` when the report keeps them, else the
+quantiles it has), per-stream throughput over time in each direction (partial intervals left
+out), and before/after when the report carries a verify (``measurements.verify``: the JSON of
+``diagnose/verify.Verification``). Bounded whatever the report holds: the first MAX_FINDINGS
+findings (the count of the rest is said), MAX_EVIDENCE_ROWS rows each, values cut to
+MAX_VALUE_CHARS, at most MAX_SERIES_POINTS points per series; samples are binned here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from wanprobe.diagnose.measured import Measured, ThroughputMeasured
+from wanprobe.pictures.html import Markup, Page, esc, number, table
+from wanprobe.report.document import Finding, Report
+from wanprobe.report.render_md import evidence_rows
+from wanprobe.units import format_rate
+
+MAX_FINDINGS = 50
+MAX_EVIDENCE_ROWS = 40
+MAX_VALUE_CHARS = 400
+MAX_SERIES_POINTS = 2000
+MAX_PLAN_CHARS = 20_000
+HIST_BINS = 40
+DIRECTIONS = (("throughput", "forward: this host sends"), ("throughput_reverse",
+                                                            "reverse: the peer sends"))
+
+
+def _cut(text: str, limit: int = MAX_VALUE_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+def _rate(bps: float | None) -> str:
+    return "-" if bps is None else format_rate(bps)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f} ms"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.3f} %"
+
+
+def _tput_row(name: str, t: ThroughputMeasured | None) -> tuple[str, str]:
+    if t is None:
+        return name, "not measured"
+    return name, f"{_rate(t.bits_per_second)}, limited by {t.verdict or '?'}, cc {t.cc or '?'}"
+
+
+def summary_rows(report: Report, m: Measured) -> list[tuple[str, str]]:
+    path = report.measurements.get("path") or {}
+    rows = [("RTT min / p50 / p99", " / ".join(_ms(number(path, "rtt_ms", k))
+                                                 for k in ("min", "p50", "p99"))),
+            ("loss round trip / forward / reverse", " / ".join(
+                _pct(number(path, "loss", k)) for k in ("ratio", "forward_ratio", "reverse_ratio"))),
+            ("path MTU", "-" if m.mtu is None or m.mtu.path_mtu_bytes is None
+             else f"{m.mtu.path_mtu_bytes:.0f} bytes"),
+            _tput_row("throughput forward", m.throughput),
+            _tput_row("throughput reverse", m.throughput_reverse)]
+    if m.path is not None and m.path.capacity is not None:
+        rows.append(("path capacity", f"{_rate(m.path.capacity.bits_per_second)} "
+                                      f"({m.path.capacity.source})"))
+    return rows
+
+
+def rtt_spec(path: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A histogram of the probe's RTT samples, marked at p50 and p99; without samples (reports
+    written before they were kept) the quantiles as a step histogram between them."""
+    samples = [x for x in path.get("rtt_samples_ms") or () if isinstance(x, int | float)
+               and not isinstance(x, bool) and math.isfinite(x)]
+    marks = [{"x": v, "label": k} for k in ("p50", "p99") if (v := number(path, "rtt_ms", k))]
+    title = f"RTT distribution ({len(samples)} probes)"
+    if samples:
+        import numpy as np
+
+        counts, edges = np.histogram(samples, bins=min(HIST_BINS, max(5, len(samples) // 5)))
+        return {"kind": "hist", "title": title, "x_label": "RTT (ms)", "y_label": "probes",
+                "left": edges[:-1].tolist(), "right": edges[1:].tolist(),
+                "count": counts.tolist(), "marks": marks}
+    qs = [(k, v) for k in ("min", "p50", "p90", "p99", "max") if (v := number(path, "rtt_ms", k))]
+    if len(qs) < 2:
+        return None
+    share = {"p50": 0.5, "p90": 0.4, "p99": 0.09, "max": 0.01}   # of the probes between marks
+    left, right = [v for _, v in qs[:-1]], [v for _, v in qs[1:]]
+    dens = [share[k] / max(r - lo, 1e-6) for (k, _), lo, r in zip(qs[1:], left, right, strict=True)]
+    return {"kind": "hist", "title": "RTT quantiles (the report keeps no samples): share of "
+            "probes per ms between min, p50, p90, p99 and max", "x_label": "RTT (ms)",
+            "y_label": "share per ms", "left": left, "right": right, "count": dens,
+            "marks": marks}
+
+
+def streams_spec(tput: Mapping[str, Any], title: str) -> dict[str, Any] | None:
+    """Receiver goodput per stream per interval (Mbit/s at each interval's end); intervals
+    marked partial (cut short by the end of the test) are left out."""
+    intervals = [i for i in tput.get("intervals") or () if isinstance(i, Mapping)
+                 and not i.get("partial") and number(i, "end_s") is not None]
+    step = max(1, math.ceil(len(intervals) / MAX_SERIES_POINTS))
+    intervals = intervals[::step]
+    per: dict[str, tuple[list[float], list[float]]] = {}
+    for iv in intervals:
+        for s in iv.get("streams") or ():
+            bps = number(s, "bits_per_second")
+            if isinstance(s, Mapping) and bps is not None:
+                xs, ys = per.setdefault(f"stream {s.get('id')}", ([], []))
+                xs.append(iv["end_s"])
+                ys.append(bps / 1e6)
+    if not per:
+        return None
+    series = [{"name": name, "x": xs, "y": ys, "points": len(xs) < 30}
+              for name, (xs, ys) in sorted(per.items())]
+    if len(series) > 1:
+        series.append({"name": "all streams", "width": 3, "points": False,
+                       "x": [iv["end_s"] for iv in intervals],
+                       "y": [(number(iv, "bits_per_second") or 0) / 1e6 for iv in intervals]})
+    return {"kind": "lines", "title": title, "x_label": "seconds into the test",
+            "y_label": "Mbit/s", "series": series}
+
+
+def verify_spec(report: Report, m: Measured) -> dict[str, Any] | None:
+    """Before (the diagnosed forward rate) and after (the verify's rate past its ramp-up)."""
+    after = report.measurements.get("verify")
+    if not isinstance(after, Mapping) or m.throughput is None:
+        return None
+    before_bps = m.throughput.bits_per_second
+    after_bps = number(after, "bits_per_second_after_omit") or number(after, "bits_per_second")
+    if before_bps is None or after_bps is None:
+        return None
+    return {"kind": "bars", "title": "Throughput before and after tuning", "y_label": "Mbit/s",
+            "labels": ["before", "after"], "values": [before_bps / 1e6, after_bps / 1e6],
+            "notes": [f"limited by {m.throughput.verdict or '?'}",
+                      f"limited by {after.get('verdict') or '?'}; next: "
+                      f"{_cut(str(after.get('next_step') or '-'), 200)}"]}
+
+
+def finding_markup(i: int, f: Finding) -> Markup:
+    rows = evidence_rows(dict(f.evidence))
+    parts = [f'<div class="finding {esc(f.severity)}"><h3>{i}. <span class="sev-'
+             f'{esc(f.severity)}">[{esc(f.severity.upper())}]</span> {esc(f.title)}</h3>',
+             f"<p><code>{esc(f.id)}</code></p>",
+             f"<p><b>Recommendation:</b> {esc(f.recommendation)}</p>"]
+    if f.expected_effect:
+        parts.append(f"<p><b>Expected effect:</b> {esc(f.expected_effect)}</p>")
+    if rows:
+        parts.append(table(["evidence", "value", "source"],
+                           [(_cut(k, 120), _cut(v), _cut(s)) for k, v, s in
+                            rows[:MAX_EVIDENCE_ROWS]]))
+        if len(rows) > MAX_EVIDENCE_ROWS:
+            parts.append(f"<p class=\"note\">{len(rows) - MAX_EVIDENCE_ROWS} more evidence "
+                         "rows in the JSON</p>")
+    if f.knobs:
+        parts.append(table(["tuner", "key", "value", "reason"],
+                           [(k.tuner, k.key + (f" on {k.iface}" if k.iface else ""),
+                             _cut(str(k.value)), _cut(k.reason)) for k in f.knobs[:20]]))
+    return Markup("".join(parts) + "</div>")
+
+
+def report_page(report: Report) -> Page:
+    """The page of one report (validated by ``report.document.load``)."""
+    r, m = report, Measured.from_report(report.measurements)
+    title = f"wanprobe diagnose: {r.host.get('hostname', '?')} → {r.peer.get('address', '?')}"
+    page = Page(title)
+    page.h(1, title)
+    page.p(f"report {r.id} (schema {r.schema_version}), {r.created_at}, "
+           f"{r.tool.get('name', 'wanprobe')} {r.tool.get('version', '?')}; kernel "
+           f"{r.host.get('kernel', '?')}", cls="meta")
+    if r.top is not None:
+        page.p(Markup(f"<b>Top finding:</b> {esc(r.top.title)}"))
+    page.add(table(["measurement", "value"], summary_rows(r, m)))
+    errors = r.measurements.get("errors") or {}
+    for part, why in list(errors.items())[:20]:
+        page.p(f"not measured: {part}: {_cut(str(why))}", cls="note")
+    path = r.measurements.get("path")
+    if isinstance(path, Mapping) and (spec := rtt_spec(path)):
+        page.chart(spec)
+    for key, label in DIRECTIONS:
+        tput = r.measurements.get(key)
+        if isinstance(tput, Mapping) and (spec := streams_spec(tput, f"Per-stream throughput, "
+                                                                    f"{label}")):
+            page.chart(spec)
+    if spec := verify_spec(r, m):
+        page.chart(spec)
+    page.h(2, f"Findings ({len(r.findings)})")
+    if not r.findings:
+        page.p("No problems found.")
+    for i, f in enumerate(r.findings[:MAX_FINDINGS], 1):
+        page.add(finding_markup(i, f))
+    if len(r.findings) > MAX_FINDINGS:
+        page.p(f"{len(r.findings) - MAX_FINDINGS} more findings not shown (the report holds "
+               f"{len(r.findings)}; `wanprobe report show --format json` prints them all)",
+               cls="note")
+    if r.plan:
+        page.h(2, "Plan")
+        page.add(Markup(f"<pre>{esc(_cut(json.dumps(r.plan, indent=2), MAX_PLAN_CHARS))}</pre>"))
+    return page
