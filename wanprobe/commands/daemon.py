@@ -16,6 +16,7 @@ from rich.table import Table
 from wanprobe import units
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
 from wanprobe.errors import one_line
+from wanprobe.safe_text import clean
 from wanprobe.userfiles import check_path_text
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -23,6 +24,7 @@ app = typer.Typer()
 
 
 MAX_PROBLEM_LINES = 3
+MAX_PEERS_SHOWN = 20  # `daemon --check` names this many peers, then counts the rest
 
 
 def _print_problems(exc: ConfigInvalid) -> None:
@@ -58,16 +60,18 @@ def daemon(
     try:
         if check or check_plan:
             cfg, peers = dmain.load_runtime(config)
-            check_state_dir(cfg.state_dir, cfg.reports_dir)
-            if check_plan:
+            if check_plan:  # root's ExecCondition: never writes into the daemon's state dir
                 changes = gate(cfg.auto_apply)
                 typer.echo(f"plan {cfg.auto_apply.plan}: signed off, {len(changes)} changes, "
                            f"tuners {', '.join(sorted({c['tuner'] for c in changes})) or '-'}")
                 return
-            typer.echo(f"{config}: ok, host {cfg.hostname} in site {cfg.site or '-'}, "
-                       f"{len(peers)} peers: " +
-                       ", ".join(f"{p.name}={p.address}" + (f" ({p.site})" if p.site else "")
-                                 for p in peers))
+            check_state_dir(cfg.state_dir, cfg.reports_dir)
+            shown_peers = [f"{p.name}={p.address}" + (f" ({p.site})" if p.site else "")
+                           for p in peers[:MAX_PEERS_SHOWN]]
+            more = len(peers) - len(shown_peers)
+            typer.echo(clean(f"{config}: ok, host {cfg.hostname} in site {cfg.site or '-'}, "
+                             f"{len(peers)} peers: " + ", ".join(shown_peers)
+                             + (f", and {more} more" if more > 0 else "")))
             return
         dmain.run(config)
     except ConfigInvalid as exc:

@@ -45,17 +45,16 @@ def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> byt
     is never taken from the command line, where other users could read it."""
     if path is None:
         return None
-    from pathlib import Path
+    from wanprobe.errors import ConfigError
+    from wanprobe.userfiles import read_bytes
 
-    try:
-        with Path(path).open("rb") as fh:
-            raw = fh.read(MAX_KEY_BYTES + 1)
+    try:  # bounded in size and time: a FIFO or /dev/zero never hangs or fills memory
+        raw = read_bytes(path, option, MAX_KEY_BYTES)
         key = raw.decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"{option} {shown(path)}: cannot read it: "
-                         f"{getattr(exc, 'strerror', None) or exc}") from None
-    if len(raw) > MAX_KEY_BYTES:
-        raise UsageError(f"{option} {shown(path)}: longer than the limit of {MAX_KEY_BYTES} bytes")
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{option} {shown(path)}: cannot read it: not UTF-8 text") from None
     if len(key) < MIN_KEY_CHARS:
         raise UsageError(f"{option} {path}: the key must be at least {MIN_KEY_CHARS} characters "
                          f"(got {len(key)})")
@@ -128,7 +127,7 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     server = ThroughputServer(max_duration_s=duration_s, max_bytes=max_bytes, hmac_key=hmac_key,
-                              allow=policy.allow)
+                              allow=policy.allow, dscp_permitted=DscpPolicy(policy.cos_dscp))
     reflector = Reflector(udp_tap=server.udp_tap, rate_pps=rate, burst=max(100, int(rate / 5)),
                           hmac_key=hmac_key, allow=policy.allow,
                           dscp_permitted=DscpPolicy(policy.cos_dscp))

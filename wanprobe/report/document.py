@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from wanprobe.atomic_file import atomic_write
+from wanprobe.atomic_file import write_error, write_output
 from wanprobe.diagnose.finding import SEVERITIES, Finding, Knob  # noqa: F401 - the one Finding type
 from wanprobe.errors import ConfigError, shown
 from wanprobe.userfiles import read_json
@@ -134,12 +134,12 @@ def load(path: str | Path) -> Report:
         raise ConfigError(f"report {p}: not a valid wanprobe report: {exc}") from None
 
 
-def save(report: Report, path: str | Path) -> Path:
-    """Write the report atomically (temp file in the same directory, then rename)."""
-    p = Path(path)
+def save(report: Report, path: str | Path) -> Path | None:
+    """Write the report under the output policy (``atomic_file``: a file atomically, a device
+    or FIFO in place, ``-`` to stdout); a failed write is one line (exit 2 refused, 74 I/O)."""
     data = json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n"
     try:
-        return atomic_write(p, data, mode=0o600)
+        return write_output(path, data, mode=0o600)
     except OSError as exc:
-        raise ConfigError(f"cannot write report {p}: {exc.strerror or exc}") from None
+        raise write_error(exc, f"report {path}") from None
 
