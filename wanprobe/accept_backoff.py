@@ -28,11 +28,11 @@ LOGGER = "wanprobe.daemon"  # the daemon's logger (daemon/logging.py); a CLI ser
 
 
 def connection_cap(configured: int, share: float = 0.25) -> int:
-    """``configured``, but at most ``share`` of this process's soft RLIMIT_NOFILE (at least 8)."""
+    """``configured``, but at most ``share`` of this process's soft RLIMIT_NOFILE (that share at least 8)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return configured
-    return max(8, min(configured, int(soft * share)))
+    return min(configured, max(8, int(soft * share)))
 
 
 class AcceptBackoff:

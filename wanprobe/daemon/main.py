@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe.atomic_file import atomic_write
-from wanprobe.daemon import adapters, flow_probe, mesh
+from wanprobe.daemon import adapters, budget, flow_probe, mesh
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
@@ -44,9 +44,8 @@ def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
     """The config with this host's site and name settled, and its peers: ``[[peers]]`` plus,
     with a mesh file, the peers this host picks from it (config wins). The mesh entry names the
     host and its site; a ``daemon.site`` or a peer's ``site`` the mesh does not know is an error."""
-    peers = {p.name: p for p in cfg.peers}
     host = cfg.hostname or (hostname or socket.gethostname()).split(".")[0]
-    site = cfg.site
+    site, selected = cfg.site, []
     if cfg.mesh_file is not None:
         m = mesh.load_mesh(cfg.mesh_file)
         me = mesh.find_self(m, hostname=cfg.hostname or hostname or socket.gethostname(),
@@ -54,9 +53,12 @@ def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
                             else mesh.local_addresses())
         mesh.check_sites(m, me, cfg.site, cfg.peers, source=cfg.source)
         host, site = me.name, me.site
-        for p in mesh.select_peers(m, me):
-            peers.setdefault(p.name, replace(p, port=cfg.probe.port, flows=cfg.probe.flows))
-    return replace(cfg, hostname=host, site=site), tuple(peers.values())
+        selected = [replace(p, port=cfg.probe.port, flows=cfg.probe.flows)
+                    for p in mesh.select_peers(m, me)]
+    peers, note = budget.fit(cfg.peers, selected, site=site, host=host, source=cfg.source)
+    if note:  # one line, at start, --check and each reload
+        dlog.log(logging.WARNING, note, config=cfg.source)
+    return replace(cfg, hostname=host, site=site), tuple(peers)
 
 
 def resolve_peers(cfg: DaemonConfig, *, hostname: str | None = None,
@@ -450,7 +452,7 @@ class Daemon:
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         ok = self.flush_error is None and time.time() - self.last_flush < 30
-        return ok, {"ok": ok, "peers": [p.name for p in self.peers],
+        return ok, {"ok": ok, "peers": len(self.peers),  # a count: 10,000 names is a DoS
                     "config": self.cfg.source, "config_loaded_at": self.loaded_at,
                     "probe_interval_s": self.cfg.probe.interval_s,
                     "reflector": self.reflector_error or "ok",
