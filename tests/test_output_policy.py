@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from clirun import invoke, one_line_error
+from hostile_reports import hostile_report
 from tuner_cases import make_proc
 
 from wanprobe.atomic_file import Refused, atomic_write, write_output
@@ -133,3 +134,23 @@ def test_block_device_and_socket_are_refused(tmp_path):
         with pytest.raises(Refused, match="block device"):
             write_output(blk, "x")
         assert stat.S_ISBLK(os.lstat(blk).st_mode)
+
+
+def test_diagnose_report_save_writes_a_device_in_place(tmp_path):
+    """`diagnose -o` saves through report.document.save: /dev/full's twin stays a device and
+    the failure is an OutputError (exit 74), /dev/null's twin takes the report."""
+    need_mknod()
+    from wanprobe.errors import OutputError
+    from wanprobe.report.document import load, save
+
+    null, full = node(tmp_path / "null", 3), node(tmp_path / "full", 7)
+    report = load(_write(tmp_path / "valid.json", hostile_report(2)))
+    save(report, null)
+    with pytest.raises(OutputError, match="No space left"):
+        save(report, full)
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and stat.S_ISCHR(os.lstat(full).st_mode)
+
+
+def _write(path: Path, doc: dict) -> Path:
+    path.write_text(json.dumps(doc))
+    return path

@@ -30,7 +30,7 @@ from typing import Any
 
 from tuners.knob import Change
 from wanprobe.atomic_file import atomic_write  # noqa: F401 - re-exported for the tuners
-from wanprobe.errors import ConfigError, PermissionRequired, TuneError
+from wanprobe.errors import ConfigError, PermissionRequired, TuneError, UsageError, shown
 from wanprobe.userfiles import check_path_text, read_json
 
 JOURNAL_VERSION = 1
@@ -113,8 +113,20 @@ def sysctl_dirs_from(option: str | Path | None) -> tuple[Path, ...]:
     """The sysctl.d directories a journal's persist file may be in: ``--sysctl-d`` and
     ``$WANPROBE_SYSCTL_D`` (or /etc/sysctl.d)."""
     env = os.environ.get("WANPROBE_SYSCTL_D")
-    dirs = [Path(option)] if option else []
+    dirs = [_directory(option, "--sysctl-d")] if option else []
     return tuple(dict.fromkeys([*dirs, Path(env) if env else DEFAULT_SYSCTL_D]))
+
+
+def _directory(path: str | Path, what: str) -> Path:
+    """``path`` checked as a directory that is, or can be made (its nearest existing ancestor
+    is a directory): one UsageError line otherwise."""
+    p = check_path_text(path, what)
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{what} {shown(str(p))}: {shown(str(probe))} is not a directory")
+    return p
 
 
 def check_private(path: Path, what: str) -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from wanprobe import units
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
 from wanprobe.errors import one_line
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.safe_text import clean
 from wanprobe.userfiles import check_path_text
 

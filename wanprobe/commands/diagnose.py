@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from wanprobe.errors import UsageError, WanprobeError
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import parse_dscp, parse_port, parse_rate_bps
 from wanprobe.userfiles import check_output_path
 

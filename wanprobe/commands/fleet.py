@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from wanprobe import units
 from wanprobe.errors import UsageError, shown
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 
 app = typer.Typer(name="fleet", help="Run a fleet on Prometheus: scrape targets from the mesh file, "
                        "recording and alerting rules, the site x site matrix.",

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from wanprobe.errors import UsageError
+from wanprobe.safe_text import clean_lines
 
 app = typer.Typer()
 
@@ -67,5 +68,5 @@ def nccl_env(
         typer.echo(json.dumps({"format": fmt, "variables": [v.to_json() for v in variables],
                                "text": render(variables, fmt)}, indent=2))
         return
-    typer.echo(render(variables, fmt), nl=False)
+    typer.echo(clean_lines(render(variables, fmt)), nl=False)  # report text is data
 

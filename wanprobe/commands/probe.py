@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from wanprobe.errors import UsageError, WanprobeError, shown
 from wanprobe.probe.peer import NO_REPLY, numeric_family, udp_silence_reason
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
 
 DEFAULT_PORT = "862"
@@ -79,8 +79,8 @@ def reflect(
         "--allow", help="Serve only sources in this network, e.g. 198.18.0.0/15 (repeatable; "
         "default: everyone). Others are dropped unparsed.")] = None,
     cos_dscp: Annotated[list[str] | None, typer.Option(
-        "--cos-dscp", help="DSCP a Class-of-Service TLV may ask replies to carry (repeatable; "
-        "default: any but CS6/CS7).")] = None,
+        "--cos-dscp", help="DSCP a Class-of-Service TLV may ask replies to carry, and a "
+        "throughput test its streams (repeatable; default: any but CS6/CS7).")] = None,
 ) -> None:
     """Run a STAMP (RFC 8762/8972) / TWAMP-Light reflector and the throughput server."""
     from wanprobe.probe.access import DEFAULT_COS_DSCP, parse_cidrs, parse_dscp_set

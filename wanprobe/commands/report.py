@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from wanprobe.errors import UsageError
+from wanprobe.safe_text import SafeConsole, clean
 
 FORMATS = ("rich", "markdown", "json")
 
@@ -29,21 +30,24 @@ def schema() -> None:
 def show(
     file: Annotated[Path, typer.Argument(help="A report written by `wanprobe diagnose -o`.")],
     fmt: Annotated[str, typer.Option("--format", help="rich, markdown or json.")] = "rich",
+    limit: Annotated[int, typer.Option("--limit", min=0, help="Show the first N findings and "
+                                       "count the rest (0: all; json has all).")] = 50,
 ) -> None:
     """Render a saved report (markdown for pasting into a ticket)."""
-    from wanprobe.report.document import load
+    from wanprobe.report.document import load, load_first
     from wanprobe.report.render_md import render_markdown
     from wanprobe.report.render_rich import render_rich
 
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r} (use {', '.join(FORMATS)})")
-    report = load(file)
     if fmt == "json":
-        typer.echo(json.dumps(report.to_json(), indent=2))
-    elif fmt == "markdown":
-        typer.echo(render_markdown(report))
+        typer.echo(json.dumps(load(file).to_json(), indent=2))
+        return
+    report, total = load_first(file, limit or None)
+    if fmt == "markdown":
+        typer.echo(render_markdown(report, total))
     else:
-        render_rich(report, Console(highlight=False))
+        render_rich(report, SafeConsole(highlight=False), total)
 
 @app.command("ls")
 def ls(
@@ -58,7 +62,8 @@ def ls(
         typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
         return
     table = Table("created", "peer", "findings", "top finding", "file")
-    for e in entries:
-        table.add_row(e.created_at, e.peer, str(e.findings),
-                      e.top_finding or (f"[red]{e.error}[/]" if e.error else "-"), e.path)
-    Console(highlight=False).print(table)
+    for e in entries:  # file contents are data: Text, never markup
+        table.add_row(*(Text(clean(v)) for v in (e.created_at, e.peer, e.findings)),
+                      Text(clean(e.top_finding)) if e.top_finding else
+                      Text(clean(e.error), style="red") if e.error else "-", Text(clean(e.path)))
+    SafeConsole(highlight=False).print(table)

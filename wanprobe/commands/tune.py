@@ -265,7 +265,7 @@ def status_cmd(
 
     tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
     store = _store(state_dir, tuners, sysctl_d)
-    rows = transaction.status(store, tuners) if store.dir.is_dir() else []
+    rows = transaction.status(store, tuners)
     _refused(store)
     if as_json:
         _emit({"netns_inode": current_inode(), "journals": rows,
