@@ -15,12 +15,12 @@ import urllib.request
 import pytest
 from reflector_helpers import Served
 
-from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Response
-
 BODY = b"x" * (8 * 2**20)  # a big /metrics
 
 
-def routes(**limits) -> BoundedHttpServer:
+def routes(**limits):
+    from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Response
+
     server = BoundedHttpServer(HttpLimits(**limits), name="test")
     server.route("/metrics", lambda _r: Response(200, BODY))
     server.route("/healthz", lambda _r: Response(200, b'{"ok": true}\n', "application/json"))
@@ -120,7 +120,6 @@ def test_routes_methods_and_a_broken_page():
 HTTP_UNDER_FD_LIMIT = """
 import asyncio, os, resource
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Response
 async def main():
     srv = BoundedHttpServer(HttpLimits(max_connections=1000), name="metrics")
     srv.route("/healthz", lambda r: Response(200, b"ok"))
@@ -189,7 +188,10 @@ def test_daemon_at_its_fd_limit_keeps_answering_scrapes_under_a_connection_flood
             time.sleep(0.2)
         for _ in range(1100):
             flood.append(socket.create_connection(("127.0.0.1", rport), timeout=5))
-        codes = [get_or_none(mport, "/metrics", timeout=10) for _ in range(30)]
+        codes = []
+        for _ in range(30):  # over 15 s, while the flood holds its connections
+            codes.append(get_or_none(mport, "/metrics", timeout=10))
+            time.sleep(0.5)
     finally:
         for s in flood:
             s.close()

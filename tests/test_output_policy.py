@@ -20,8 +20,6 @@ from clirun import invoke, one_line_error
 from hostile_reports import hostile_report
 from tuner_cases import make_proc
 
-from wanprobe.atomic_file import Refused, atomic_write, write_output
-
 REPORT = {"schema_version": "1.0", "id": "r19", "host": {}, "peer": {"address": "198.18.0.2"},
           "measurements": {}, "findings": [{"id": "window-limited", "severity": "high", "title": "w",
           "knobs": [{"tuner": "sysctl", "key": "net.ipv4.tcp_rmem", "value": "4096 131072 67108864",
@@ -64,6 +62,8 @@ def test_full_device_is_a_one_line_io_error_and_stays_a_device(tmp_path, plan_ar
 
 
 def test_state_files_refuse_a_device_and_leave_it(tmp_path):
+    from wanprobe.atomic_file import Refused, atomic_write
+
     need_mknod()
     null = node(tmp_path / "journal.json", 3)
     with pytest.raises(Refused):
@@ -101,6 +101,8 @@ def test_dash_is_stdout_and_dev_stdout_writes_the_pipe(tmp_path, plan_args):
 
 
 def test_untrusted_symlink_in_sticky_dir_is_refused_and_own_link_followed(tmp_path):
+    from wanprobe.atomic_file import Refused, write_output
+
     sticky = tmp_path / "tmp"
     sticky.mkdir()
     sticky.chmod(0o1777)
@@ -122,6 +124,8 @@ def test_untrusted_symlink_in_sticky_dir_is_refused_and_own_link_followed(tmp_pa
 
 def test_block_device_and_socket_are_refused(tmp_path):
     import socket
+
+    from wanprobe.atomic_file import Refused, write_output
 
     sock_path = tmp_path / "s"
     with socket.socket(socket.AF_UNIX) as s:

@@ -17,7 +17,6 @@ from reflector_helpers import KEY, Control, ServedThroughput, request_body
 
 from wanprobe.probe.access import DscpPolicy
 from wanprobe.throughput import protocol as proto
-from wanprobe.throughput import stall
 
 
 def server_sockets(port: int) -> list[str]:
@@ -29,6 +28,8 @@ def server_sockets(port: int) -> list[str]:
 
 
 def test_reverse_test_whose_client_stops_reading_ends_and_frees_its_sockets(monkeypatch):
+    from wanprobe.throughput import stall
+
     monkeypatch.setattr(stall, "STALL_S", 0.5)
     with ServedThroughput(max_duration_s=30.0) as server:
         c = Control(server.port)
