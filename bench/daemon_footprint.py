@@ -20,6 +20,7 @@ By default each peer gets one probe per second, summarised every 10 s (``--inter
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
@@ -84,20 +85,36 @@ def main() -> int:
     return rc
 
 
-def run_one(n_peers: int, args: argparse.Namespace) -> int:
-    """Measure the daemon (and fping) with ``n_peers`` peers; print one block."""
-    ns = f"wpbench{os.getpid()}"
-    tmp = Path(tempfile.mkdtemp(prefix="wanprobe-footprint-"))
+@contextlib.contextmanager
+def reflector_namespace(n_addresses: int, prefix: str):
+    """A namespace with ``n_addresses`` addresses on its loopback, answered by one `wanprobe
+    reflect` bound to 0.0.0.0: yields (exec_ns argv prefix, list of processes to kill, temp
+    dir); everything is killed and deleted on the way out."""
+    ns = f"{prefix}{os.getpid()}"
+    tmp = Path(tempfile.mkdtemp(prefix=f"wanprobe-{prefix}-"))
     procs: list[subprocess.Popen] = []
     sh("ip", "netns", "add", ns)
     try:
         sh("ip", "-n", ns, "link", "set", "lo", "up")
-        batch = "".join(f"address add {a}/32 dev lo\n" for a in addresses(n_peers))
+        batch = "".join(f"address add {a}/32 dev lo\n" for a in addresses(n_addresses))
         subprocess.run(["ip", "-n", ns, "-batch", "-"], input=batch, text=True, check=True)
         exec_ns = ["ip", "netns", "exec", ns]
         procs.append(subprocess.Popen(exec_ns + [sys.executable, "-m", "wanprobe", "reflect",
                                                  "--bind", "0.0.0.0", "--rate-limit", "100000"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        yield exec_ns, procs, tmp
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_one(n_peers: int, args: argparse.Namespace) -> int:
+    """Measure the daemon (and fping) with ``n_peers`` peers; print one block."""
+    with reflector_namespace(n_peers, "wpbench") as (exec_ns, procs, tmp):
         peers = "".join(f'[[peers]]\nname = "p{i}"\naddress = "{a}"\n'
                         for i, a in enumerate(addresses(n_peers)))
         cfg = tmp / "wanprobe.toml"
@@ -171,13 +188,6 @@ timeout = "1s"
                   f"{'OK' if ratio <= 1.0 else 'OVER'} (the daemon also stores, exports and "
                   f"baselines every session)")
         return 0
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling, also when loaded by a test
+from daemon_footprint import addresses, reflector_namespace  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SCRAPE_TIMEOUT_S = 10.0  # Prometheus' default scrape_timeout
@@ -48,13 +50,9 @@ def status_mib(pid: int, key: str) -> float:
     return 0.0
 
 
-def addresses(n: int) -> list[str]:
-    return [f"198.18.{100 + i // 250}.{1 + i % 250}" for i in range(n)]
-
-
-def in_ns(ns: str, code: str, timeout: float = 60.0) -> str:
-    """Run Python ``code`` inside ``ns`` and return its stdout."""
-    r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", code],
+def in_ns(exec_ns: list[str], code: str, timeout: float = 60.0) -> str:
+    """Run Python ``code`` in the namespace (``ip netns exec NS``) and return its stdout."""
+    r = subprocess.run([*exec_ns, sys.executable, "-c", code],
                        capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.strip()[-300:])
@@ -90,7 +88,7 @@ sys.stdin.readline()
 """
 
 
-def scrape(ns: str, *paths: str) -> list[list]:
+def scrape(ns: list[str], *paths: str) -> list[list]:
     return json.loads(in_ns(ns, SCRAPE.format(paths=list(paths), port=PORT,
                                               timeout=SCRAPE_TIMEOUT_S * 3)))
 
@@ -132,24 +130,13 @@ def run(mesh_hosts: int, *, scrapers: int = 5, seconds: float = 10.0, interval_s
         warmup_s: float = 90.0) -> dict:
     """Measure one daemon whose mesh has ``mesh_hosts`` hosts (itself included); see the module
     docstring. Returns the figures as a dict."""
-    ns = f"wpscale{os.getpid()}"
-    tmp = Path(tempfile.mkdtemp(prefix="wanprobe-scale-"))
-    procs: list[subprocess.Popen] = []
-    subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-    try:
-        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
-        batch = "".join(f"address add {a}/32 dev lo\n" for a in addresses(mesh_hosts))
-        subprocess.run(["ip", "-n", ns, "-batch", "-"], input=batch, text=True, check=True)
-        exec_ns = ["ip", "netns", "exec", ns]
-        procs.append(subprocess.Popen(exec_ns + [sys.executable, "-m", "wanprobe", "reflect",
-                                                 "--bind", "0.0.0.0", "--rate-limit", "100000"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    with reflector_namespace(mesh_hosts, "wpscale") as (exec_ns, procs, tmp):
         cfg = write_config(tmp, mesh_hosts, interval_s)
-        log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - closed in finally
-        daemon = subprocess.Popen(exec_ns + [sys.executable, "-m", "wanprobe", "daemon",
-                                             "--config", str(cfg)], stdout=log, stderr=log)
+        with open(tmp / "daemon.log", "w") as log:
+            daemon = subprocess.Popen(exec_ns + [sys.executable, "-m", "wanprobe", "daemon",
+                                                 "--config", str(cfg)], stdout=log, stderr=log)
         procs.append(daemon)
-        out = warm_up(ns, daemon, warmup_s)
+        out = warm_up(exec_ns, daemon, warmup_s)
         base_rss = status_mib(daemon.pid, "VmRSS")
         holder = subprocess.Popen(exec_ns + [sys.executable, "-c", HOLD.format(k=scrapers, port=PORT)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -159,17 +146,16 @@ def run(mesh_hosts: int, *, scrapers: int = 5, seconds: float = 10.0, interval_s
         t0 = time.monotonic()
         scrapes = []
         while time.monotonic() - t0 < seconds or len(scrapes) < 3:
-            scrapes += scrape(ns, "/metrics")
+            scrapes += scrape(exec_ns, "/metrics")
             peak = max(peak, status_mib(daemon.pid, "VmRSS"))
         held = server_side(exec_ns)  # the clients that never read were reset by now
         holder.stdin.write("\n")
         holder.stdin.flush()
         holder.wait(10)
         time.sleep(1.0)
-        health = json.loads(in_ns(ns, "import urllib.request; print(urllib.request.urlopen("
+        health = json.loads(in_ns(exec_ns, "import urllib.request; print(urllib.request.urlopen("
                                       f"'http://127.0.0.1:{PORT}/healthz', timeout=10).read()"
                                       ".decode())"))
-        log.flush()
         text = (tmp / "daemon.log").read_text()
         return {"mesh_hosts": mesh_hosts, "peers": health["peers"], "scrapers": scrapers,
                 "series": scrapes[-1][3], "metrics_bytes": scrapes[-1][2],
@@ -181,16 +167,9 @@ def run(mesh_hosts: int, *, scrapers: int = 5, seconds: float = 10.0, interval_s
                 "memory_max_mib": memory_max_mib(), "warmup": out,
                 "budget_lines": [ln for ln in text.splitlines() if "over this daemon's budget" in ln],
                 "tracebacks": text.count("Traceback")}
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(10)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def warm_up(ns: str, daemon: subprocess.Popen, limit_s: float) -> dict:
+def warm_up(ns: list[str], daemon: subprocess.Popen, limit_s: float) -> dict:
     """Wait until nearly every probed peer has a finished session (its series exist)."""
     t0 = time.monotonic()
     last = {}

@@ -117,41 +117,17 @@ def test_routes_methods_and_a_broken_page():
         assert got == b"" and server.stats()["bad_request"] == 1
 
 
-HTTP_UNDER_FD_LIMIT = """
-import asyncio, os, resource
-resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-async def main():
-    srv = BoundedHttpServer(HttpLimits(max_connections=1000), name="metrics")
-    srv.route("/healthz", lambda r: Response(200, b"ok"))
-    _, port = await srv.start("127.0.0.1", 0)
-    spent = []
-    while True:
-        try:
-            spent.append(os.open("/dev/null", os.O_RDONLY))
-        except OSError:
-            break
-    os.close(spent.pop())
-    print(port, flush=True)
-    await asyncio.sleep(2)
-asyncio.run(main())
-"""
-
-
 def test_accept_failures_back_off_with_one_line_not_a_traceback_each():
     """At the fd limit asyncio's own server logged a traceback per failed accept (2,800 in 20 s
     under a 1,100-connection flood); this listener waits and logs one line a minute."""
-    p = subprocess.Popen([sys.executable, "-c", HTTP_UNDER_FD_LIMIT], text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    flood = []
-    try:
-        port = int(p.stdout.readline())
-        for _ in range(100):
-            flood.append(socket.create_connection(("127.0.0.1", port), timeout=2))
-        _, err = p.communicate(timeout=30)
-    finally:
-        p.kill()
-        for s in flood:
-            s.close()
+    from fd_starved import flooded_stderr
+
+    err = flooded_stderr("""
+        from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Response
+        srv = BoundedHttpServer(HttpLimits(max_connections=1000), name="metrics")
+        srv.route("/healthz", lambda r: Response(200, b"ok"))
+        _, port = await srv.start("127.0.0.1", 0)
+    """)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert "Traceback" not in err and len(lines) == 1, err[-500:]
     assert "accept failed" in lines[0] and "Too many open files" in lines[0]

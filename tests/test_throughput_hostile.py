@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -108,42 +107,15 @@ def test_an_authentication_refusal_is_not_peer_unreachable():
     assert r.returncode == 5, r.stderr  # nothing listens: unreachable
 
 
-REFLECT_UNDER_FD_LIMIT = """
-import asyncio, os, resource, sys
-resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-from wanprobe.throughput.server import ThroughputServer
-async def main():
-    srv = ThroughputServer()
-    await srv.start("127.0.0.1", 0)
-    spent = []  # the rest of the process holds all but a few descriptors
-    while True:
-        try:
-            spent.append(os.open("/dev/null", os.O_RDONLY))
-        except OSError:
-            break
-    os.close(spent.pop())
-    print(srv.port, flush=True)
-    await asyncio.sleep(float(sys.argv[1]))
-asyncio.run(main())
-"""
-
-
 def test_accept_loop_backs_off_with_one_line_when_out_of_descriptors():
-    p = subprocess.Popen([sys.executable, "-c", REFLECT_UNDER_FD_LIMIT, "2"], text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        port = int(p.stdout.readline())
-        flood = []
-        for _ in range(150):  # more than the 64 descriptors the server has
-            try:
-                flood.append(socket.create_connection(("127.0.0.1", port), timeout=2))
-            except OSError:
-                break
-        _, err = p.communicate(timeout=30)
-    finally:
-        p.kill()
-        for s in flood:
-            s.close()
+    from fd_starved import flooded_stderr
+
+    err = flooded_stderr("""
+        from wanprobe.throughput.server import ThroughputServer
+        srv = ThroughputServer()
+        await srv.start("127.0.0.1", 0)
+        port = srv.port
+    """, connections=150)
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert "Traceback" not in err, err[-500:]
     assert len(lines) == 1, err[-500:]  # one line a minute per listener, with the count
