@@ -110,9 +110,9 @@ def _target(path: str | Path, in_place: bool) -> tuple[str, int | None]:
         followed = os.stat(path)
     except OSError:
         followed = None
-    if followed is not None and not stat.S_ISREG(followed.st_mode):
+    if followed is not None and in_place:  # `-o /dev/stdout`, whatever stdout is
         fd = _own_stream(followed)
-        if fd is not None and in_place:
+        if fd is not None:
             return os.fspath(path), fd
     real, st = resolve(path)
     if st is None:
