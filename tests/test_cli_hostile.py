@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 from clirun import PREBUILT, run_forked
 from conftest import TEST_LAB_PREFIX, new_lab_name
+from hostile_reports import hostile_report
 
 from wanprobe import cli
 
@@ -140,6 +142,16 @@ def files(tmp_path_factory) -> dict[str, str]:
     out = {"directory": str(d), "missing": str(d / "no-such-file"), "a file": str(a_file),
            "endless": "/dev/zero",
            "under a file": str(a_file / "sub"), "name too long": str(d / ("n" * 5000))}
+    # issue 19: a FIFO nobody writes (open(2) used to block forever), a device node (mknod in
+    # this temp dir, never /dev), a socket
+    os.mkfifo(d / "fifo")
+    out["fifo"] = str(d / "fifo")
+    if os.geteuid() == 0:
+        os.mknod(d / "null-device", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        out["device"] = str(d / "null-device")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(d / "socket"))
+    out["socket"] = str(d / "socket")
     for name, data in contents.items():
         p = d / name.replace(" ", "-")
         p.write_bytes(data)
@@ -150,11 +162,11 @@ def files(tmp_path_factory) -> dict[str, str]:
 # The files each kind of path option must refuse, besides TEXT. A state dir is created, so it
 # must be creatable; a root must exist; any text of 16+ characters is a key, these are not.
 BAD_FILES = {
-    "output": ("directory", "under a file", "name too long"),
+    "output": ("directory", "under a file", "name too long", "socket"),
     "dir": ("a file", "under a file", "name too long"),
     "root": ("a file", "under a file", "name too long", "missing"),
     "key": ("directory", "missing", "under a file", "name too long", "endless", "non-utf8 file",
-            "deep json", "empty"),
+            "deep json", "empty", "fifo", "device", "socket"),
 }
 
 
@@ -163,7 +175,7 @@ def values_for(k: str, files: dict[str, str]) -> dict[str, str]:
     if k in plain:
         return plain[k]
     if k in BAD_FILES:
-        return {**TEXT, **{n: files[n] for n in BAD_FILES[k]}}
+        return {**TEXT, **{n: files[n] for n in BAD_FILES[k] if n in files}}
     if k == "file":
         return {**TEXT, **{n: v for n, v in files.items() if n != "a file"}}
     return {**TEXT, **NUMERIC_TEXT}
@@ -527,3 +539,107 @@ def test_generated_values_never_crash(tmp_path, closed_port):
         assert len(err_lines) <= 3, (path, param.name, value, err_lines)
 
     one()
+
+
+# -- issue 19: FIFOs and devices never hang, escapes never reach a terminal, huge reports end --
+
+def _six_commands(path: str, tmp: Path) -> list[list[str]]:
+    """Every command that read a user's file with a blocking open(2) (issue 19: they hung)."""
+    from tuner_cases import make_proc
+
+    proc = make_proc(tmp / "proc") if not (tmp / "proc" / "sys").exists() else tmp / "proc"
+    state = ["--state-dir", str(tmp / "st"), "--proc-root", str(proc)]
+    return [["probe", "127.0.0.1", "--hmac-key-file", path, "--count", "1"],
+            ["reflect", "--bind", "127.0.0.1", "--hmac-key-file", path],
+            ["report", "show", path], ["tune", "plan", "--report", path, *state],
+            ["tune", "apply", path, *state], ["fleet", "targets", "--mesh", path],
+            ["daemon", "--check", "--config", path], ["impact", "--params", "1e9", "--report", path]]
+
+
+@pytest.mark.parametrize("kind", ["fifo with a silent writer", "terminal with nothing typed"])
+def test_inputs_that_never_deliver_are_refused_not_waited_on(kind, tmp_path, monkeypatch):
+    from wanprobe import userfiles
+
+    monkeypatch.setattr(userfiles, "READ_TIMEOUT_S", 0.5)  # the forked children inherit it
+    held = []
+    if kind.startswith("fifo"):
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+        held.append(os.open(path, os.O_RDWR | os.O_NONBLOCK))  # a writer that never writes
+    else:
+        master, slave = os.openpty()  # a pty: a character device whose read blocks
+        held += [master, slave]
+        path = os.ttyname(slave)
+    try:
+        failures = []
+        for argv in _six_commands(path, tmp_path):
+            doc = run_forked(argv, tmp_path, CASE_TIMEOUT_S)
+            bad = problems(doc)
+            if bad:
+                failures.append(f"{' '.join(argv[:2])}: {bad}")
+            elif "within 0.5 s" not in doc["stderr"]:
+                failures.append(f"{' '.join(argv[:2])}: {doc['stderr'][:200]}")
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert not failures, "\n".join(failures)
+
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b]52;c;ZXZpbA==\x07\x9b31m\u202eevil"
+SGR = r"\x1b\[[0-9;]*m"  # rich's own styling: the only escape allowed through
+
+
+def _no_terminal_control(out: str) -> str | None:
+    import re
+
+    rest = re.sub(SGR, "", out)
+    bad = [c for c in rest if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) < 0xa0
+           or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"]
+    return f"{len(bad)} control characters, first {bad[0]!r}" if bad else None
+
+
+def test_escape_sequences_in_files_never_reach_the_terminal(tmp_path, monkeypatch):
+    """A finding title that sets the window title and clears the screen (and OSC 52, C1 CSI,
+    a bidi override) is shown escaped in rich (colours forced on) and Markdown output, in
+    `report ls`, in `tune apply`'s diff of a plan and in an error line."""
+    from tuner_cases import make_proc
+
+    from tuners.plan import host_id
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    good = reports / "r.json"
+    good.write_text(json.dumps(hostile_report(1, ESCAPES)))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**hostile_report(1), "schema_version": ESCAPES}))
+    proc = ["--proc-root", str(make_proc(tmp_path / "proc")), "--state-dir", str(tmp_path / "st")]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"plan_version": 1, "host_id": host_id(), "changes": [
+        {"tuner": "sysctl", "key": "net.ipv4.tcp_rmem", "old": None,
+         "new": "4096 131072 67108864", "reason": ESCAPES}]}))
+    failures = []
+    for argv in (["report", "show", str(good)], ["report", "show", str(good), "--format", "markdown"],
+                 ["report", "ls", str(reports)], ["tune", "apply", str(plan), *proc],
+                 ["report", "show", str(bad)]):
+        doc = run_forked(argv, tmp_path)
+        out = doc.get("stdout", "") + doc.get("stderr", "")
+        why = _no_terminal_control(out) or (None if "\\x1b" in out else "the text is not shown")
+        if doc.get("timeout") or doc.get("exception") or why:
+            failures.append(f"{' '.join(argv[:3])}: {why or doc}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.timeout(300)
+def test_a_huge_report_renders_its_first_findings_and_a_count(tmp_path):
+    """43 MB, 60,000 findings: rich ran past 60 s, Markdown took 14 s and 375 MB. Now both
+    show the first 50 and count the rest (liveness bound only: no wall-clock claim)."""
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps(hostile_report(60_000, "y" * 40), indent=2))  # as diagnose -o
+    assert huge.stat().st_size > 40e6
+    for fmt in ("rich", "markdown"):
+        doc = run_forked(["report", "show", str(huge), "--format", fmt], tmp_path, 120.0)
+        assert not doc.get("timeout"), f"{fmt}: did not finish in 120 s"
+        assert doc["code"] == 0, doc["stderr"]
+        assert "59,950 more findings not shown" in doc["stdout"], doc["stdout"][-300:]

@@ -270,3 +270,46 @@ def test_host_counters_are_exported_raw_as_read():
                 if ln.startswith('wanprobe_host_counter_total{counter="rx_packets",'
                                  'source="netdevs.lo.'))
     assert before <= float(line.rsplit(" ", 1)[1]) <= after
+
+
+def test_exposition_is_generate_latest_byte_for_byte():
+    """The label-caching exposition (daemon/exposition.py) writes what prometheus_client's
+    generate_latest writes, also after series are removed, with escapes and scraped families."""
+    from prometheus_client import generate_latest
+
+    from wanprobe.daemon.config import Peer
+    from wanprobe.daemon.metrics import DaemonMetrics
+
+    m = DaemonMetrics(site='a"b', host="h\\1")
+    ps = tuple(Peer(f"p{i}\n", f"198.18.0.{i + 1}", site="s") for i in range(30))
+    m.set_peers(ps)
+    m.watch_refusals(lambda: {"busy": 3, "dscp": 1})
+    for p in ps:
+        m.observe_probe(p, "stamp", {"rtt_ms": {"min": 1.5, "p50": 2}, "jitter_ms": 0.25,
+                                     "loss": {"sent": 10, "received": 9, "ratio": 0.1}})
+        m.observe_path(p, 1.0, float("nan"))
+    for _ in range(2):
+        assert m.exposition() == generate_latest(m.registry)
+    m.forget_peer("p3\n")
+    assert m.exposition() == generate_latest(m.registry)
+
+
+def test_peer_budget_refuses_configured_peers_and_samples_a_mesh_with_one_line():
+    from wanprobe.daemon import budget
+    from wanprobe.daemon.config import ConfigInvalid, Peer
+
+    one = budget.peer_series(Peer("x", "198.18.0.1"))
+    room = (budget.MAX_SERIES - budget.SERIES_PER_HOST) // one
+    mk = lambda n, site="a": [Peer(f"{site}{i:05d}", f"10.{i // 65536}.{i // 256 % 256}.{i % 256}",  # noqa: E731
+                                   site) for i in range(n)]
+    with pytest.raises(ConfigInvalid, match="over this daemon's budget"):
+        budget.fit(mk(room + 1), [], site="a", host="h")
+    peers, note = budget.fit(mk(room), [], site="a", host="h")
+    assert len(peers) == room and note is None
+    local, remote = mk(room + 500), mk(6, "b")
+    peers, note = budget.fit([], local + remote, site="a", host="a00100")
+    assert len(peers) == room and budget.series_of(peers) <= budget.MAX_SERIES
+    assert sum(p.site == "b" for p in peers) == 6  # every other site's representatives kept
+    assert peers[6].name == "a00101"  # then the hosts after this one, around the ring
+    assert f"probing {room} of them" in note and "\n" not in note
+    assert budget.peer_series(Peer("x", "198.18.0.1", flows=8)) == one + 8 * 6

@@ -139,3 +139,15 @@ def test_end_to_end_binary():
     bad = run_subprocess(*BASE, *PATH, "--dtype", "fp4")
     assert bad.returncode == 2
     assert "dtype" in one_line_error(bad)
+
+
+@pytest.mark.parametrize("option,value", [("--gpus-per-site", "100000000000"),
+                                          ("--sites", "100000000000"), ("--params", "1e300"),
+                                          ("--sync-every", "100000000000"),
+                                          ("--compute-ms", "1e300")])
+def test_a_job_no_cluster_can_be_is_refused(option, value):
+    """Issue 19: `--gpus-per-site 1e11` was modelled; a figure beyond any real job is a typo."""
+    argv = ["impact", "--rtt", "130ms", "--bandwidth", "10gbit", "--loss", "0.1%",
+            "--params", "70e9", "--compute-ms", "900", option, value]
+    r = invoke(*argv)
+    assert r.returncode == 2 and option in one_line_error(r) and "outside" in r.stderr

@@ -93,6 +93,32 @@ def test_canonical_refuses(bad, why) -> None:
     assert why.lower() in str(err.value).lower()
 
 
+@pytest.mark.parametrize("daddr", ["0.0.0.0/0", "::/0", ["0.0.0.0/1", "128.0.0.0/1"],
+                                   ["198.18.0.2", "0.0.0.0/0"]])
+def test_a_prefix_covering_a_whole_family_is_everything(daddr) -> None:
+    """Issue 19: daddr 0.0.0.0/0 with CS7 was applied (all IPv4 egress marked CS7) past the
+    "never mark everything" check; prefixes that add up to a family count too."""
+    with pytest.raises(ConfigError, match="never mark everything"):
+        canonical({"dscp": "AF41", "daddr": daddr})
+    assert canonical({"dscp": "AF41", "daddr": daddr, "dport": 47001})  # narrowed by port
+
+
+def test_network_control_dscp_needs_the_operator(tmp_path) -> None:
+    """The one DSCP policy (probe/access.py): no CS6/CS7 in a plan unless allowed."""
+    from tuners.knob import Change, Skip
+    from wanprobe.probe.access import DscpPolicy
+
+    cs7 = json.dumps([{"dscp": 56, "daddr": ["198.18.0.2/32"]}])
+    tuner = DscpTuner(nft=None, iptables=str(tmp_path / "absent"), ip6tables=str(tmp_path / "absent"))
+    with pytest.raises(ConfigError, match="CS7.*not permitted"):
+        tuner.validate(Change("dscp", "iptables:mangle WANPROBE", None, cs7))
+    skipped = tuner.plan("iptables:mangle WANPROBE", json.loads(cs7), "r")
+    assert isinstance(skipped, Skip) and "allow-network-control-dscp" in skipped.reason
+    allowed = DscpTuner(nft=None, iptables=str(tmp_path / "absent"),
+                        ip6tables=str(tmp_path / "absent"), permitted=DscpPolicy(frozenset(range(64))))
+    allowed.validate(Change("dscp", "iptables:mangle WANPROBE", None, cs7))
+
+
 def test_cgroup_classifiers_fall_back_to_iptables_when_nft_json_lacks_cgroupv2(tmp_path) -> None:
     """nftables 1.0.6's JSON parser has no ``socket cgroupv2`` ("Invalid socket key value"):
     a plan with a cgroup classifier then uses the iptables backend (xt_cgroup) instead of

@@ -298,6 +298,10 @@ def test_cli_plan_dry_run_apply_status_rollback(run_cli, tmp_path: Path) -> None
     assert json.loads(r.stdout)["journal"]["state"] == "applied"
     assert (tmp_path / "sysctl.d/90-wanprobe.conf").exists()
     (proc / "sys/net/ipv4/tcp_rmem").write_text("4096 131072 8388608\n")
+    r = run_cli("tune", "status", "--json", *common, *st_dir)  # not the configured sysctl.d:
+    assert "refused, left alone" in r.stderr and "--sysctl-d" in r.stderr  # the journal is
+    assert json.loads(r.stdout)["journals"] == []  # refused, in one line (issue 19)
+    st_dir += ["--sysctl-d", str(tmp_path / "sysctl.d")]
     r = run_cli("tune", "status", "--json", *common, *st_dir)
     assert json.loads(r.stdout)["drift"] is True
     (proc / "sys/net/ipv4/tcp_rmem").write_text("4096 131072 67108864\n")

@@ -100,9 +100,32 @@ def _classifier(item: Any) -> dict[str, Any]:
         raise ConfigError(f"dscp uid must be an integer 0-{MAX_UID}, got {uid!r}")
     c["uid"] = uid
     c["cgroup"] = _cgroup(item.get("cgroup"))
-    if not (c["daddr"] or c["dport"] or uid is not None or c["cgroup"]):
-        raise ConfigError("a dscp classifier needs daddr, dport, uid or cgroup (never mark everything)")
+    if not (c["dport"] or uid is not None or c["cgroup"]):
+        whole = _whole_family(c["daddr"])
+        if not c["daddr"] or whole:
+            raise ConfigError("a dscp classifier needs daddr, dport, uid or cgroup (never mark "
+                              "everything" + (f": daddr covers all {whole} egress)" if whole else ")"))
     return c
+
+
+def _whole_family(daddr: list[str]) -> str | None:
+    """"IPv4"/"IPv6" when the prefixes of ``daddr`` together cover that whole family
+    (0.0.0.0/0, ::/0, or 0.0.0.0/1 + 128.0.0.0/1), else None."""
+    for version, name in ((4, "IPv4"), (6, "IPv6")):
+        nets = [ipaddress.ip_network(d) for d in daddr]
+        mine = [n for n in nets if n.version == version]
+        if any(n.prefixlen == 0 for n in ipaddress.collapse_addresses(mine)):
+            return name
+    return None
+
+
+def check_policy(spec: list[dict[str, Any]], permitted: Any) -> None:
+    """Refuse (ConfigError, one line) a classifier whose DSCP the host's policy forbids
+    (``wanprobe.probe.access.DscpPolicy``: CS6/CS7 unless the operator allowed them)."""
+    for c in spec:
+        why = permitted.refusal(c["dscp"], "dscp plan")
+        if why:
+            raise ConfigError(why + "; tune --allow-network-control-dscp permits it")
 
 
 def canonical(value: Any) -> list[dict[str, Any]]:
@@ -199,9 +222,12 @@ class DscpTuner:
     name = "dscp"
 
     def __init__(self, nft: str | None = "nft", iptables: str = "iptables",
-                 ip6tables: str = "ip6tables") -> None:
+                 ip6tables: str = "ip6tables", *, permitted: Any = None) -> None:
+        from wanprobe.probe.access import DscpPolicy
+
         self.nft = shutil.which(nft) if nft else None
         self.iptables, self.ip6tables = iptables, ip6tables
+        self.permitted = permitted or DscpPolicy()  # the one DSCP policy: no CS6/CS7 by default
 
     def _run(self, argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
         try:
@@ -295,6 +321,10 @@ class DscpTuner:
     # -- planning / validation -------------------------------------------------------------
     def plan(self, key: str, value: Any, reason: str) -> Change | Skip:
         spec = canonical(value)
+        try:
+            check_policy(spec, self.permitted)
+        except ConfigError as exc:
+            return Skip(self.name, key, str(exc))
         key = self.backend_key(spec)
         new = json.dumps(spec, sort_keys=True)
         if self.verify(key, new):
@@ -306,7 +336,7 @@ class DscpTuner:
             raise ConfigError("plan marks DSCP with nftables but nft is not available here; re-plan")
         if change.key not in (NFT_KEY, IPT_KEY):
             raise ConfigError(f"unknown dscp key {shown(change.key)}")
-        canonical(change.new)
+        check_policy(canonical(change.new), self.permitted)
 
     # -- writing ---------------------------------------------------------------------------
     def _nft_apply(self, doc: dict) -> None:

@@ -5,6 +5,13 @@ file, fsync, rename, fsync of the directory) on every state change, so a crash l
 old or the new file, never a torn one. ``state`` is ``applying`` until the last change is
 verified; a journal found in ``applying`` by a later run (under the same lock) is a crash and is
 rolled back. Every entry carries the netns inode it was made in.
+
+The state dir is root's alone (issue 19): it must be owned by the user running the tuner (root)
+and writable by no group or other user, or nothing is read from it — a daemon that could plant a
+journal there would get root writes and firewall rules. Each journal is untrusted input all the
+same (``journal_check``): one that fails its checks is reported in one line and left alone. The
+default, ``/var/lib/wanprobe-tune``, is not the daemon's state dir (``/var/lib/wanprobe``, a
+systemd DynamicUser's); docs/runbook.md explains the ownership model.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import fcntl
 import json
 import os
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,18 +30,19 @@ from typing import Any
 
 from tuners.knob import Change
 from wanprobe.atomic_file import atomic_write  # noqa: F401 - re-exported for the tuners
-from wanprobe.errors import ConfigError, PermissionRequired, TuneError
+from wanprobe.errors import ConfigError, PermissionRequired, TuneError, UsageError, shown
 from wanprobe.userfiles import check_path_text, read_json
 
 JOURNAL_VERSION = 1
-DEFAULT_STATE_DIR = Path("/var/lib/wanprobe")
+DEFAULT_STATE_DIR = Path("/var/lib/wanprobe-tune")  # wanprobe-tune.service's StateDirectory=
+DEFAULT_SYSCTL_D = Path("/etc/sysctl.d")
 # entry status: pending (not touched) -> writing (a write may have happened) -> written
 # -> restored / skipped (rollback left it, with a note)
 TOUCHED = ("writing", "written")
 
 
 def state_dir_from(option: str | Path | None) -> Path:
-    """``--state-dir`` wins, then ``$WANPROBE_STATE_DIR``, then /var/lib/wanprobe."""
+    """``--state-dir`` wins, then ``$WANPROBE_STATE_DIR``, then /var/lib/wanprobe-tune."""
     if option:
         return check_path_text(option, "--state-dir")
     env = os.environ.get("WANPROBE_STATE_DIR")
@@ -100,19 +109,73 @@ class Journal:
         return self.netns_cookie is None or cookie is None or self.netns_cookie == cookie
 
 
-class JournalStore:
-    """The journal directory of one state dir, guarded by an exclusive flock."""
+def sysctl_dirs_from(option: str | Path | None) -> tuple[Path, ...]:
+    """The sysctl.d directories a journal's persist file may be in: ``--sysctl-d`` and
+    ``$WANPROBE_SYSCTL_D`` (or /etc/sysctl.d)."""
+    env = os.environ.get("WANPROBE_SYSCTL_D")
+    dirs = [_directory(option, "--sysctl-d")] if option else []
+    return tuple(dict.fromkeys([*dirs, Path(env) if env else DEFAULT_SYSCTL_D]))
 
-    def __init__(self, state_dir: Path) -> None:
+
+def _directory(path: str | Path, what: str) -> Path:
+    """``path`` checked as a directory that is, or can be made (its nearest existing ancestor
+    is a directory): one UsageError line otherwise."""
+    p = check_path_text(path, what)
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{what} {shown(str(p))}: {shown(str(probe))} is not a directory")
+    return p
+
+
+def check_private(path: Path, what: str) -> None:
+    """ConfigError unless ``path`` is owned by this user (root for root) and not writable by a
+    group or others: where root reads what to write, nobody else may write."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: {exc.strerror}") from None
+    if st.st_uid != os.geteuid():
+        raise ConfigError(f"{what} {path} is owned by uid {st.st_uid}, not {os.geteuid()}; "
+                          "the tuner reads plans and journals only from a directory of its own "
+                          "(docs/runbook.md: state directories)")
+    if st.st_mode & 0o022:
+        raise ConfigError(f"{what} {path} is writable by group or others (mode "
+                          f"{st.st_mode & 0o777:o}); chmod go-w it")
+
+
+class JournalStore:
+    """The journal directory of one state dir, guarded by an exclusive flock. ``refused``
+    maps the id of each journal that failed its checks to the one-line reason."""
+
+    def __init__(self, state_dir: Path, *, sysctl_dirs: tuple[Path, ...] | None = None,
+                 permitted: Any = None) -> None:
+        from wanprobe.probe.access import DscpPolicy
+
         self.state_dir = Path(state_dir)
         self.dir = self.state_dir / "journal"
+        self.sysctl_dirs = sysctl_dirs or sysctl_dirs_from(None)
+        self.permitted = permitted or DscpPolicy()
+        self.refused: dict[str, str] = {}
+        self.reported: set[str] = set()  # refused ids already told to the user
+
+    def check_dirs(self) -> None:
+        """The state dir and its journal dir are this user's own (``check_private``)."""
+        check_private(self.state_dir, "tuner state dir")
+        check_private(self.dir, "tuner journal dir")
 
     @contextmanager
     def locked(self) -> Iterator[JournalStore]:
         """Serialise tune runs sharing the state dir; a crashed holder's lock dies with it."""
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.check_dirs()
+            self.dir.mkdir(exist_ok=True, mode=0o700)
+            self.check_dirs()
+            fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except PermissionError:
             raise PermissionRequired(f"cannot write state dir {self.state_dir} (root needed, "
                                      "or --state-dir / WANPROBE_STATE_DIR)") from None
@@ -144,20 +207,38 @@ class JournalStore:
         return journal
 
     def load(self, jid: str) -> Journal:
+        """The journal ``jid``, checked as untrusted input (``journal_check``) before anything
+        acts on it; ConfigError (one line) when it is absent or refused."""
+        from tuners import journal_check
+
         path = self.path(jid)
-        if not path.is_file():
-            raise ConfigError(f"no journal {jid!r} in {self.dir}")
+        self.check_dirs()
         try:
-            return Journal.from_json(read_json(path, f"journal {jid!r}"))
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise ConfigError(f"no journal {jid!r} in {self.dir}") from None
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise ConfigError(f"journal {jid!r} refused, left alone: not a regular file of "
+                              "this user's, writable by it only")
+        try:
+            doc = read_json(path, f"journal {jid!r}")
+            journal_check.check(doc, jid=jid, sysctl_dirs=self.sysctl_dirs,
+                                permitted=self.permitted)
+            return Journal.from_json(doc)
+        except ConfigError as exc:
+            raise ConfigError(f"journal {jid!r} refused, left alone: "
+                              f"{str(exc).removeprefix(f'journal {jid!r}: ')}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"journal {jid!r} is corrupt: {exc}") from None
+            raise ConfigError(f"journal {jid!r} refused, left alone: corrupt: {exc}") from None
 
     def all(self) -> list[Journal]:
-        """Every readable journal, oldest first (ids sort by time)."""
+        """Every journal that passes its checks, oldest first (ids sort by time); the others
+        are in ``refused``."""
+        self.check_dirs()
         out = []
         for p in sorted(self.dir.glob("*.json")):
             try:
                 out.append(self.load(p.stem))
-            except ConfigError:
-                continue
+            except ConfigError as exc:
+                self.refused[p.stem] = str(exc)
         return out

@@ -14,7 +14,8 @@ from typing import Any
 
 from collectors.ethtool_ioctl import EthtoolIoctl
 from tuners.knob import Change, Skip, WrittenValue, same_value
-from wanprobe.errors import ConfigError, TuneError, shown
+from wanprobe.errors import ConfigError, TuneError, UsageError, shown
+from wanprobe.units import parse_ifname
 
 ATTRS = {"mtu": "IFLA_MTU", "txqueuelen": "IFLA_TXQLEN"}
 FIELDS = ("mtu", "txqueuelen", "rx_ring", "tx_ring")
@@ -23,7 +24,11 @@ RAISE_ONLY = ("txqueuelen", "rx_ring", "tx_ring")
 
 def split_key(key: str) -> tuple[str, str]:
     ifname, _, field = key.rpartition("/")
-    if not ifname or field not in FIELDS or len(ifname) > 15:
+    try:
+        parse_ifname(ifname)  # net/core/dev.c dev_valid_name
+    except UsageError:
+        ifname = ""
+    if not ifname or field not in FIELDS:
         raise ConfigError(f"unknown link key {shown(key)} (want <ifname>/{'|'.join(FIELDS)})")
     return ifname, field
 

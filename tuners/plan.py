@@ -127,10 +127,15 @@ def load(path: str | Path) -> Plan:
     return Plan.from_json(read_json(path, "plan"))
 
 
-def save(plan: Plan, path: str | Path) -> Path:
-    """Write atomically (temp + fsync + rename)."""
-    from tuners.journal import atomic_write
-    return atomic_write(Path(path), json.dumps(plan.to_json(), indent=2) + "\n")
+def save(plan: Plan, path: str | Path) -> Path | None:
+    """Write under the output policy (``atomic_file``: a file atomically, a device or FIFO in
+    place, ``-`` to stdout); a failed write is one line (exit 2 refused, 74 I/O)."""
+    from wanprobe.atomic_file import write_error, write_output
+
+    try:
+        return write_output(path, json.dumps(plan.to_json(), indent=2) + "\n")
+    except OSError as exc:
+        raise write_error(exc, f"plan {path}") from None
 
 
 def now_iso() -> str:

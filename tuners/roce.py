@@ -18,16 +18,25 @@ from typing import Any
 from tuners import sysfs_path
 from tuners.knob import Change, Skip, WrittenValue, same_value
 from tuners.plan import Manual
-from wanprobe.errors import ConfigError, TuneError, shown
+from wanprobe.errors import ConfigError, TuneError, UsageError, shown
+from wanprobe.units import parse_ifname
 
 _KEY = re.compile(r"^(?P<if>[^/\s]{1,15})/(?P<what>trust|pfc|ecn_np/[0-7]|ecn_rp/[0-7])$")
 
 
 def parse_key(key: str) -> tuple[str, str]:
-    m = _KEY.match(key)
-    if not m:
+    m = _KEY.fullmatch(key)
+    if not m or not _valid_ifname(m["if"]):
         raise ConfigError(f"unknown roce key {shown(key)} (want <if>/trust, <if>/pfc, <if>/ecn_np/<prio>, <if>/ecn_rp/<prio>)")
     return m["if"], m["what"]
+
+
+def _valid_ifname(name: str) -> bool:
+    try:
+        parse_ifname(name)  # dev_valid_name: no "..", so a key cannot walk out of class/net
+    except UsageError:
+        return False
+    return True
 
 
 def pfc_value(value: Any) -> str:

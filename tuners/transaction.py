@@ -135,6 +135,8 @@ def apply_plan(plan: Plan, tuners: Mapping[str, Tuner], store: JournalStore, *, 
                fault: Callable[[int, Change], None] | None = None) -> tuple[Journal | None, Prepared]:
     """Apply ``plan`` here as a transaction. ``fault(i, change)`` is a test hook run before write i.
     Returns (None, prepared) when every change is already in place (no journal is written)."""
+    if persist_dir is not None:  # the configured sysctl.d of this apply: its journal names it
+        store.sysctl_dirs = tuple(dict.fromkeys([*store.sysctl_dirs, Path(persist_dir)]))
     with store.locked():
         recover(store, tuners)
         prep = prepare(plan, tuners, host_id=host_id)

@@ -1,30 +1,190 @@
-"""The one atomic file writer: a temp name in the target's directory, fsync, rename, and the temp
-file removed when anything fails (client_python's ``write_to_textfile`` pattern; rename(2) is
-atomic within one filesystem, and fsync of the file then of the directory makes the new name
-survive a crash, as ext4/xfs document for the write-temp-then-rename idiom)."""
+"""The one writer of every file wanprobe makes: ``-o`` outputs and state files alike.
+
+The policy (issue 19), decided from what is at the path (``lstat``), never from the name:
+
+- nothing there, or a regular file: replaced atomically — a temp name in the target's
+  directory, fsync, rename, and the temp file removed when anything fails (client_python's
+  ``write_to_textfile`` pattern; rename(2) is atomic within one filesystem, and fsync of the
+  file then of the directory makes the new name survive a crash, as ext4/xfs document for the
+  write-temp-then-rename idiom);
+- a character device, a FIFO, or this process's own stdout/stderr: written in place, never
+  replaced (``-o /dev/null`` and ``-o /dev/stdout`` do what a shell user expects; renaming over
+  ``/dev/full`` turned it into a regular file). A FIFO nobody reads is refused, not waited on.
+  State files (``in_place=False``) refuse these instead;
+- a symlink: followed only if the kernel's own ``fs.protected_symlinks`` rule would follow it
+  (not in a sticky world-writable directory such as /tmp, or owned by us or by that
+  directory's owner), so a link planted in /tmp cannot steer a root write elsewhere;
+- a block device, a socket, a directory: refused.
+
+A refusal is an ``OSError`` whose strerror says why (callers already turn OSError into one line);
+a failed write (ENOSPC, EIO) is the OSError the kernel gave.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
+MAX_LINKS = 40  # as the kernel's MAXSYMLINKS
 
-def atomic_write(path: str | Path, data: str | bytes, mode: int = 0o644) -> Path:
-    """Replace ``path`` with ``data`` (text as UTF-8) so a reader sees the old or the new file,
-    never half of one. Creates missing parent directories; raises OSError on failure."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+
+class Refused(OSError):
+    """A path this policy will not write; ``strerror`` says why."""
+
+
+def refused(path: str | Path, why: str) -> Refused:
+    return Refused(errno.EPERM, why, str(path))
+
+
+def write_error(exc: OSError, label: str) -> Exception:
+    """The one-line WanprobeError for a failed write of ``label`` (e.g. ``--output x.json``):
+    a refusal by this policy is a usage error (exit 2), anything else (ENOSPC, EIO, EROFS) an
+    OutputError (exit 74)."""
+    from wanprobe.errors import ConfigError, OutputError
+
+    reason = exc.strerror or str(exc)
+    if isinstance(exc, Refused):
+        return ConfigError(f"{label}: {reason}")
+    return OutputError(f"{label}: cannot write: {reason}")
+
+
+def _trusted_link(link: str, st: os.stat_result) -> bool:
+    """The kernel's fs.protected_symlinks rule (Documentation/admin-guide/sysctl/fs.rst): a
+    link in a sticky world-writable directory is followed only when its owner is the follower
+    or the directory's owner."""
+    parent = os.path.dirname(link) or "."
     try:
-        with os.fdopen(fd, "wb") as fh:
+        dst = os.stat(parent)
+    except OSError:
+        return False
+    sticky_world = dst.st_mode & stat.S_ISVTX and dst.st_mode & stat.S_IWOTH
+    return not sticky_world or st.st_uid in (os.geteuid(), dst.st_uid)
+
+
+def _own_stream(st: os.stat_result) -> int | None:
+    """The fd (1 or 2) whose open file is ``st`` (``-o /dev/stdout`` under a shell, a pipe or
+    journald's socket), else None."""
+    for fd in (1, 2):
+        try:
+            own = os.fstat(fd)
+        except OSError:
+            continue
+        if (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino):
+            return fd
+    return None
+
+
+def resolve(path: str | Path) -> tuple[str, os.stat_result | None]:
+    """(the path a write lands on, its lstat or None when absent), following only trusted
+    symlinks; raises ``refused`` for an untrusted one or a loop."""
+    p = os.fspath(path)
+    for _ in range(MAX_LINKS):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            return p, None
+        if not stat.S_ISLNK(st.st_mode):
+            return p, st
+        if not _trusted_link(p, st):
+            raise refused(path, f"is a symlink owned by uid {st.st_uid} in a world-writable "
+                          "sticky directory; not followed")
+        p = os.path.join(os.path.dirname(p), os.readlink(p))
+    raise OSError(errno.ELOOP, "too many levels of symbolic links", str(path))
+
+
+def check_writable(path: str | Path, *, in_place: bool = True) -> None:
+    """Raise ``refused`` now if :func:`atomic_write` would refuse ``path`` later (a command
+    checks its ``-o`` before it measures anything)."""
+    _target(path, in_place)
+
+
+def _target(path: str | Path, in_place: bool) -> tuple[str, int | None]:
+    """(path to write, fd) — fd is 1/2 for our own stream, -1 for an in-place node, None for
+    an atomic replace of a regular file (or a new one)."""
+    try:
+        followed = os.stat(path)
+    except OSError:
+        followed = None
+    if followed is not None and in_place:  # `-o /dev/stdout`, whatever stdout is
+        fd = _own_stream(followed)
+        if fd is not None:
+            return os.fspath(path), fd
+    real, st = resolve(path)
+    if st is None:
+        if followed is not None:  # reached through a link we cannot read (/proc magic links)
+            raise refused(path, "cannot tell what this path points to; not written")
+        return real, None
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return real, None
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        if not in_place:
+            raise refused(path, "is a device or FIFO, not a file; a state file must be a file")
+        return real, -1
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise refused(path, f"is {kind}; not written")
+
+
+def _write_all(fd: int, raw: bytes) -> None:
+    view = memoryview(raw)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _write_in_place(path: str, raw: bytes) -> None:
+    """Write a character device or FIFO without creating, truncating or replacing it."""
+    flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise refused(path, "is a FIFO that no process reads; not written") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):  # swapped meanwhile
+            raise refused(path, "changed while it was opened; not written")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        _write_all(fd, raw)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | Path, data: str | bytes, mode: int = 0o644, *,
+                 in_place: bool = False) -> Path:
+    """Write ``data`` (text as UTF-8) to ``path`` under the policy above: a reader sees the old
+    or the new file, never half of one. ``in_place`` lets a user-named output be a device,
+    FIFO or our stdout/stderr. Creates missing parent directories; raises OSError on failure."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if not isinstance(raw, bytes | bytearray | memoryview):
+        raise TypeError(f"data must be str or bytes, not {type(data).__name__}")
+    real, fd = _target(path, in_place)
+    if fd is not None and fd >= 0:
+        if fd == 1:
+            sys.stdout.flush()
+        _write_all(fd, raw)
+        return Path(path)
+    if fd == -1:
+        _write_in_place(real, raw)
+        return Path(path)
+    target = Path(real)
+    directory = target.parent if str(target.parent) else Path(".")
+    directory.mkdir(parents=True, exist_ok=True)
+    tfd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(tfd, "wb") as fh:
             fh.write(raw)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -33,4 +193,19 @@ def atomic_write(path: str | Path, data: str | bytes, mode: int = 0o644) -> Path
         os.fsync(dfd)
     finally:
         os.close(dfd)
-    return path
+    return Path(path)
+
+
+def write_output(path: str | Path, data: str | bytes, mode: int = 0o644) -> Path | None:
+    """A user-named output (``-o``): ``-`` is stdout, anything else :func:`atomic_write` with
+    devices and FIFOs written in place. Returns the path, None for stdout."""
+    if os.fspath(path) == "-":
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        out = getattr(sys.stdout, "buffer", None)
+        if out is None:
+            sys.stdout.write(raw.decode("utf-8", "replace"))
+        else:
+            out.write(raw)
+        sys.stdout.flush()
+        return None
+    return atomic_write(path, data, mode, in_place=True)

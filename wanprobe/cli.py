@@ -21,12 +21,12 @@ from pathlib import PurePath
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperGroup
 
 from wanprobe import __version__
 from wanprobe.errors import UsageError, WanprobeError, one_line, shown
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 
 try:  # typer >= 0.20 vendors its own click fork (and no longer installs click)
     from typer import _click as click

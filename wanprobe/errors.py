@@ -1,4 +1,24 @@
-"""One exception family for the whole tool; only cli.py turns it into a message and exit code."""
+"""One exception family for the whole tool; only cli.py turns it into a message and exit code.
+
+One exit code per kind of failure (the README's table; ``tests/test_exit_codes.py`` drives each):
+
+====  =====================================================================================
+0     success
+1     the run failed or measured nothing (``probe``: no probe answered, as ping)
+2     usage or configuration: a bad flag, config, mesh, plan, report, journal or path
+      (systemd does not restart the daemon for it: ``RestartPreventExitStatus=2``)
+3     the emulated lab could not be built, found or removed
+4     permission: root or CAP_NET_ADMIN needed
+5     peer unreachable: no answer, connection refused or timed out, not a wanprobe peer
+6     tuning failed: apply, verify or rollback
+7     the peer refused us: authentication (no key, wrong key) or its allow-list
+8     the peer refused the request under its limits: busy, quota, a limit, tests disabled
+70    internal error, a bug (sysexits.h EX_SOFTWARE; ``WANPROBE_DEBUG=1`` shows where)
+74    an output or state file could not be written: disk full, read-only, I/O error
+      (sysexits.h EX_IOERR; transient, so systemd restarts the daemon)
+130   interrupted (SIGINT)
+====  =====================================================================================
+"""
 
 from __future__ import annotations
 
@@ -19,10 +39,12 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
 
 def one_line(message: object, limit: int = MESSAGE_CHARS) -> str:
     """``message`` with runs of whitespace (newlines included) folded and cut to ``limit``."""
-    text = " ".join(str(message).split())
+    from wanprobe.safe_text import clean
+
+    text = clean(" ".join(str(message).split()))
     if len(text) > limit:
         text = f"{text[:limit]}… ({len(text)} characters)"
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 class WanprobeError(Exception):
@@ -70,3 +92,25 @@ class TuneError(WanprobeError):
     """Applying, verifying or rolling back a plan failed."""
 
     exit_code = 6
+
+
+class AuthRefused(ProbeError):
+    """The peer refused us: no key, a wrong key, or not on its allow-list."""
+
+    exit_code = 7
+
+
+class PeerLimit(ProbeError):
+    """The peer refused the request under its limits (busy, quota, a range, disabled)."""
+
+    exit_code = 8
+
+
+class OutputError(WanprobeError):
+    """An output or state file could not be written (disk full, read-only, I/O error)."""
+
+    exit_code = 74
+
+
+# errno values of a write that may succeed later (a full disk is cleaned up, a quota raised)
+TRANSIENT_WRITE_ERRNOS = frozenset({5, 12, 28, 30, 122})  # EIO ENOMEM ENOSPC EROFS EDQUOT

@@ -14,6 +14,10 @@ directory, a missing parent or an unprintable name is refused in a second, not a
 from __future__ import annotations
 
 import json
+import os
+import select
+import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,20 +89,66 @@ def _label(what: str, p: Path) -> str:
     return f"{what} {shown(str(p))}" if len(str(p)) > 200 else f"{what} {p}"
 
 
-def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
-    """A file's bytes, at most ``max_bytes`` (``/dev/zero`` or a runaway log is refused, not
-    read into memory); errors name ``what`` and the path, on one line."""
-    p = Path(path)
-    label = _label(what, p)
+READ_TIMEOUT_S = 5.0  # a FIFO or terminal given as an input file gets this long to deliver
+
+
+def _read_stream(fd: int, max_bytes: int, label: str) -> bytes:
+    """Read a FIFO or character device opened O_NONBLOCK: at most ``max_bytes + 1`` bytes, until
+    EOF, within READ_TIMEOUT_S (``--hmac-key-file <(cat key)`` works; a FIFO nobody writes is
+    refused instead of blocking forever)."""
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    chunks, size = [], 0
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while size <= max_bytes:
+        try:
+            chunk = os.read(fd, max_bytes + 1 - size)
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConfigError(f"{label}: no data within {READ_TIMEOUT_S:g} s (a FIFO or "
+                                  "terminal, not a file)") from None
+            poller.poll(left * 1e3)
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _open_input(p: Path, label: str) -> int:
     try:
-        with p.open("rb") as fh:
-            data = fh.read(max_bytes + 1)
+        return os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError(f"{label}: cannot read: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{label}: cannot read: is a directory") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{label}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """A file's bytes, at most ``max_bytes`` (``/dev/zero`` or a runaway log is refused, not
+    read into memory); errors name ``what`` and the path, on one line. Opening never blocks
+    (O_NONBLOCK: a FIFO without a writer); a FIFO or character device is read with a byte and
+    a time bound (READ_TIMEOUT_S); a directory, socket or block device is refused."""
+    p = Path(path)
+    label = _label(what, p)
+    fd = _open_input(p, label)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigError(f"{label}: cannot read: is a directory")
+        if stat.S_ISREG(mode):
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                data = fh.read(max_bytes + 1)
+        elif stat.S_ISFIFO(mode) or stat.S_ISCHR(mode):
+            data = _read_stream(fd, max_bytes, label)
+        else:
+            raise ConfigError(f"{label}: cannot read: not a file, FIFO or character device")
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:
         raise ConfigError(f"{label}: larger than the limit of {max_bytes:,} bytes")
     return data
@@ -140,8 +190,14 @@ def check_path_text(path: str | Path, what: str) -> Path:
 
 
 def check_output_path(path: str | Path, what: str) -> Path:
-    """Refuse, as one error line, an output path that cannot be written as a file: see
-    ``check_path_text``; a directory; a parent that is missing or not a directory."""
+    """Refuse, as one error line, an output path that cannot be written: see
+    ``check_path_text``; a directory; a parent that is missing or not a directory; what the
+    output policy of ``atomic_file`` refuses (a block device, a socket, an untrusted symlink).
+    ``-`` is stdout."""
+    from wanprobe.atomic_file import Refused, check_writable
+
+    if str(path) == "-":
+        return Path("-")
     p = check_path_text(path, what)
     label = f"{what} {shown(str(p))}"
     if p.is_dir():
@@ -149,6 +205,12 @@ def check_output_path(path: str | Path, what: str) -> Path:
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise ConfigError(f"{label}: directory {shown(str(parent))} does not exist")
+    try:
+        check_writable(p)
+    except Refused as exc:
+        raise ConfigError(f"{label}: {exc.strerror}") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: {exc.strerror or exc}") from None
     return p
 
 

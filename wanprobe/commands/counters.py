@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from wanprobe.errors import UsageError
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import format_bytes, parse_duration_s
 from wanprobe.userfiles import existing_dir
 

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -17,6 +16,8 @@ from wanprobe import units
 from wanprobe.commands import windows_view as views
 from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
 from wanprobe.errors import UsageError, one_line, shown
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
+from wanprobe.safe_text import clean
 from wanprobe.userfiles import check_path_text
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -25,6 +26,7 @@ app = typer.Typer()
 
 
 MAX_PROBLEM_LINES = 3
+MAX_PEERS_SHOWN = 20  # `daemon --check` names this many peers, then counts the rest
 
 
 def _print_problems(exc: ConfigInvalid) -> None:
@@ -60,16 +62,18 @@ def daemon(
     try:
         if check or check_plan:
             cfg, peers = dmain.load_runtime(config)
-            check_state_dir(cfg.state_dir, cfg.reports_dir)
-            if check_plan:
+            if check_plan:  # root's ExecCondition: never writes into the daemon's state dir
                 changes = gate(cfg.auto_apply)
                 typer.echo(f"plan {cfg.auto_apply.plan}: signed off, {len(changes)} changes, "
                            f"tuners {', '.join(sorted({c['tuner'] for c in changes})) or '-'}")
                 return
-            typer.echo(f"{config}: ok, host {cfg.hostname} in site {cfg.site or '-'}, "
-                       f"{len(peers)} peers: " +
-                       ", ".join(f"{p.name}={p.address}" + (f" ({p.site})" if p.site else "")
-                                 for p in peers))
+            check_state_dir(cfg.state_dir, cfg.reports_dir)
+            shown_peers = [f"{p.name}={p.address}" + (f" ({p.site})" if p.site else "")
+                           for p in peers[:MAX_PEERS_SHOWN]]
+            more = len(peers) - len(shown_peers)
+            typer.echo(clean(f"{config}: ok, host {cfg.hostname} in site {cfg.site or '-'}, "
+                             f"{len(peers)} peers: " + ", ".join(shown_peers)
+                             + (f", and {more} more" if more > 0 else "")))
             t = cfg.throughput
             if t.enabled:
                 from wanprobe.daemon.throughput_spread import describe_cost

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from wanprobe.errors import UsageError, WanprobeError
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import parse_dscp, parse_port, parse_rate_bps
 from wanprobe.userfiles import check_output_path
 
@@ -55,7 +55,7 @@ def diagnose(
     no_throughput: Annotated[bool, typer.Option("--no-throughput", help="Skip the throughput test.")] = False,
     flows: Annotated[int, typer.Option("--flows", min=1, max=4096, help="TCP flows each host carries at once (NCCL sockets × peers): splits its tcp_mem budget.")] = 16,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report JSON to this file.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report JSON to this file (- for stdout; a device or FIFO is written in place).")] = None,
     hmac_key_file: Annotated[str | None, typer.Option(
         "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
         "authenticated STAMP and throughput tests.")] = None,
@@ -95,6 +95,8 @@ def diagnose(
             report = run_diagnose(opts, progress=lambda m: status.update(m))
     if output is not None:
         save(report, output)
+    if str(output) == "-":  # the report JSON is stdout
+        return
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2))
     else:

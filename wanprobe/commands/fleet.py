@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from wanprobe import units
 from wanprobe.commands import windows_view as views
 from wanprobe.errors import UsageError, shown
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.windows.profile import require_goodput
 
 app = typer.Typer(name="fleet", help="Run a fleet on Prometheus: scrape targets from the mesh file, "

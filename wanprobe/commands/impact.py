@@ -8,7 +8,6 @@ from pathlib import Path as FsPath
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from wanprobe.errors import UsageError
@@ -16,6 +15,7 @@ from wanprobe.models import impact as model
 from wanprobe.models.bdp import window_from_buffer_bytes
 from wanprobe.models.impact_inputs import Candidate, candidate_from_report
 from wanprobe.models.impact_sites import Assessment, assess
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import (
     MAX_RTT_S,
     format_bytes,
@@ -98,6 +98,18 @@ def _table(title: str, results: list[model.StrategyResult]) -> Table:
 app = typer.Typer()
 
 
+# What a training job can be: beyond these a figure is a typo, not a job (issue 19: 1e11 GPUs
+# per site was modelled). 10^15 parameters is ~1,000x today's largest models; the largest
+# clusters hold ~10^5 GPUs; a step of a day, local SGD syncing every 10^7 steps.
+MAX_PARAMS, MAX_SITES, MAX_GPUS_PER_SITE = 1e15, 1_000, 1_000_000
+MAX_SYNC_EVERY, MAX_COMPUTE_MS = 10_000_000, 86_400_000.0
+
+
+def _within(option: str, value: float, lo: float, hi: float) -> None:
+    if not lo <= value <= hi:  # NaN fails too
+        raise UsageError(f"{option} {value:g} is outside {lo:g}-{hi:g}")
+
+
 @app.command("impact", help=HELP)
 def impact(
     params: Annotated[float, typer.Option("--params", help="Model parameters, e.g. 70e9.")],
@@ -123,11 +135,13 @@ def impact(
         "utilisation (compute / step), e.g. 90%; needs --compute-ms and --rtt.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
-    if params <= 0 or params != params:
-        raise UsageError(f"--params must be > 0, got {params:g}")
+    _within("--params", params, 1, MAX_PARAMS)
     model.dtype_bytes(dtype)
-    if sites < 1 or gpus_per_site < 1:
-        raise UsageError("--sites and --gpus-per-site must be ≥ 1")
+    _within("--sites", sites, 1, MAX_SITES)
+    _within("--gpus-per-site", gpus_per_site, 1, MAX_GPUS_PER_SITE)
+    _within("--sync-every", sync_every, 1, MAX_SYNC_EVERY)
+    if compute_ms is not None:
+        _within("--compute-ms", compute_ms, 1e-3, MAX_COMPUTE_MS)
     if compute_ms is None and (overlap is not None or gpu_hour_cost is not None):
         raise UsageError("--overlap and --gpu-hour-cost need --compute-ms (a GPU idle share needs a compute time)")
     if compute_ms is not None and not compute_ms > 0:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from wanprobe.errors import UsageError
+from wanprobe.safe_text import clean_lines
 
 app = typer.Typer()
 
@@ -75,7 +76,7 @@ def nccl_env(
                                "notes": notes, "text": render(variables, fmt, notes=notes)},
                               indent=2))
         return
-    typer.echo(render(variables, fmt, notes=notes), nl=False)
+    typer.echo(clean_lines(render(variables, fmt, notes=notes)), nl=False)  # report text is data
 
 
 def _with_sites_and_flows(facts, report: dict | None, mesh: str | None, site: str | None,

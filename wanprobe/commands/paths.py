@@ -9,11 +9,11 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from wanprobe.errors import UsageError, shown
 from wanprobe.probe.paths import MAX_FLOWS
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import parse_duration_s, parse_port
 
 

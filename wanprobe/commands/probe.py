@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from wanprobe.errors import UsageError, WanprobeError, shown
 from wanprobe.probe.peer import NO_REPLY, numeric_family, udp_silence_reason
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
 
 DEFAULT_PORT = "862"
@@ -45,17 +45,16 @@ def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> byt
     is never taken from the command line, where other users could read it."""
     if path is None:
         return None
-    from pathlib import Path
+    from wanprobe.errors import ConfigError
+    from wanprobe.userfiles import read_bytes
 
-    try:
-        with Path(path).open("rb") as fh:
-            raw = fh.read(MAX_KEY_BYTES + 1)
+    try:  # bounded in size and time: a FIFO or /dev/zero never hangs or fills memory
+        raw = read_bytes(path, option, MAX_KEY_BYTES)
         key = raw.decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise UsageError(f"{option} {shown(path)}: cannot read it: "
-                         f"{getattr(exc, 'strerror', None) or exc}") from None
-    if len(raw) > MAX_KEY_BYTES:
-        raise UsageError(f"{option} {shown(path)}: longer than the limit of {MAX_KEY_BYTES} bytes")
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{option} {shown(path)}: cannot read it: not UTF-8 text") from None
     if len(key) < MIN_KEY_CHARS:
         raise UsageError(f"{option} {path}: the key must be at least {MIN_KEY_CHARS} characters "
                          f"(got {len(key)})")
@@ -80,8 +79,8 @@ def reflect(
         "--allow", help="Serve only sources in this network, e.g. 198.18.0.0/15 (repeatable; "
         "default: everyone). Others are dropped unparsed.")] = None,
     cos_dscp: Annotated[list[str] | None, typer.Option(
-        "--cos-dscp", help="DSCP a Class-of-Service TLV may ask replies to carry (repeatable; "
-        "default: any but CS6/CS7).")] = None,
+        "--cos-dscp", help="DSCP a Class-of-Service TLV may ask replies to carry, and a "
+        "throughput test its streams (repeatable; default: any but CS6/CS7).")] = None,
 ) -> None:
     """Run a STAMP (RFC 8762/8972) / TWAMP-Light reflector and the throughput server."""
     from wanprobe.probe.access import DEFAULT_COS_DSCP, parse_cidrs, parse_dscp_set
@@ -128,7 +127,7 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     server = ThroughputServer(max_duration_s=duration_s, max_bytes=max_bytes, hmac_key=hmac_key,
-                              allow=policy.allow)
+                              allow=policy.allow, dscp_permitted=DscpPolicy(policy.cos_dscp))
     reflector = Reflector(udp_tap=server.udp_tap, rate_pps=rate, burst=max(100, int(rate / 5)),
                           hmac_key=hmac_key, allow=policy.allow,
                           dscp_permitted=DscpPolicy(policy.cos_dscp))

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from wanprobe.errors import UsageError
+from wanprobe.safe_text import SafeConsole, clean
 
 FORMATS = ("rich", "markdown", "json", "html")
 
@@ -32,9 +33,11 @@ def show(
                                      "self-contained file with charts).")] = "rich",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file "
                                                 "instead of stdout (markdown, json, html).")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="Show the first N findings and "
+                                       "count the rest (0: all; json has all).")] = 50,
 ) -> None:
     """Render a saved report (markdown for pasting into a ticket, html to attach to one)."""
-    from wanprobe.report.document import load
+    from wanprobe.report.document import load, load_first
     from wanprobe.report.render_md import render_markdown
     from wanprobe.report.render_rich import render_rich
 
@@ -42,17 +45,24 @@ def show(
         raise UsageError(f"unknown format {fmt!r} (use {', '.join(FORMATS)})")
     if output is not None and fmt == "rich":
         raise UsageError("-o needs --format markdown, json or html (rich is for the terminal)")
-    report = load(file)
+    if fmt == "json":
+        text = json.dumps(load(file).to_json(), indent=2)
+        if output is None:
+            typer.echo(text)
+        else:
+            from wanprobe.pictures.files import write
+
+            write(text + "\n", output)
+        return
+    report, total = load_first(file, limit or None)
     if fmt == "html" or output is not None:
         from wanprobe.pictures.files import emit_report
 
-        emit_report(report, fmt, output)
-    elif fmt == "json":
-        typer.echo(json.dumps(report.to_json(), indent=2))
+        emit_report(report, fmt, output, total)
     elif fmt == "markdown":
-        typer.echo(render_markdown(report))
+        typer.echo(render_markdown(report, total))
     else:
-        render_rich(report, Console(highlight=False))
+        render_rich(report, SafeConsole(highlight=False), total)
 
 @app.command("ls")
 def ls(
@@ -67,7 +77,8 @@ def ls(
         typer.echo(json.dumps([e.to_json() for e in entries], indent=2))
         return
     table = Table("created", "peer", "findings", "top finding", "file")
-    for e in entries:
-        table.add_row(e.created_at, e.peer, str(e.findings),
-                      e.top_finding or (f"[red]{e.error}[/]" if e.error else "-"), e.path)
-    Console(highlight=False).print(table)
+    for e in entries:  # file contents are data: Text, never markup
+        table.add_row(*(Text(clean(v)) for v in (e.created_at, e.peer, e.findings)),
+                      Text(clean(e.top_finding)) if e.top_finding else
+                      Text(clean(e.error), style="red") if e.error else "-", Text(clean(e.path)))
+    SafeConsole(highlight=False).print(table)

@@ -7,11 +7,11 @@ import sys
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from wanprobe.errors import UsageError
+from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import (
     format_bytes,
     format_rate,

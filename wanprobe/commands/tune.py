@@ -8,25 +8,31 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from wanprobe.errors import ConfigError
+from wanprobe.safe_text import SafeConsole, clean
 from wanprobe.userfiles import check_output_path, existing_dir
 
 app = typer.Typer(name="tune", help="Plan, apply (as a transaction), roll back and check host tuning.",
                        no_args_is_help=True)
-console = Console(highlight=False, soft_wrap=True)
+console = SafeConsole(highlight=False, soft_wrap=True)
 
-StateDir = Annotated[str | None, typer.Option("--state-dir", help="Journal directory (default $WANPROBE_STATE_DIR or /var/lib/wanprobe).")]
+StateDir = Annotated[str | None, typer.Option("--state-dir", help="Journal directory, root's own (default $WANPROBE_STATE_DIR or /var/lib/wanprobe-tune).")]
 Netns = Annotated[str | None, typer.Option("--netns", help="Act in this named network namespace (setns).")]
 ProcRoot = Annotated[str, typer.Option("--proc-root", hidden=True)]
 SysRoot = Annotated[str, typer.Option("--sys-root", hidden=True)]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+SysctlD = Annotated[str | None, typer.Option(
+    "--sysctl-d", help="sysctl.d directory of --persist (default $WANPROBE_SYSCTL_D or "
+    "/etc/sysctl.d); a journal's persist file must be there.")]
+AllowNcDscp = Annotated[bool, typer.Option(
+    "--allow-network-control-dscp", help="Permit DSCP plans that mark CS6/CS7 (network "
+    "control, RFC 4594 §3.1; refused by default).")]
 
 
-def _setup(netns: str | None, proc_root: str, sys_root: str):
+def _setup(netns: str | None, proc_root: str, sys_root: str, allow_nc_dscp: bool = False):
     from tuners import netns as ns
     from tuners.registry import build_tuners
 
@@ -34,12 +40,22 @@ def _setup(netns: str | None, proc_root: str, sys_root: str):
     if netns:
         ns.enter(netns)
     nft = os.environ.get("WANPROBE_NFT", "nft")
-    return build_tuners(proc, sys_, nft=nft or None)
+    return build_tuners(proc, sys_, nft=nft or None, allow_network_control_dscp=allow_nc_dscp)
 
 
-def _store(state_dir: str | None):
-    from tuners.journal import JournalStore, state_dir_from
-    return JournalStore(state_dir_from(state_dir))
+def _store(state_dir: str | None, tuners, sysctl_d: str | None = None):
+    from tuners.journal import JournalStore, state_dir_from, sysctl_dirs_from
+
+    return JournalStore(state_dir_from(state_dir), sysctl_dirs=sysctl_dirs_from(sysctl_d),
+                        permitted=tuners["dscp"].permitted)
+
+
+def _refused(store) -> None:
+    """One line per journal that failed its checks (left alone), once per command."""
+    for jid, why in sorted(store.refused.items()):
+        if jid not in store.reported:
+            store.reported.add(jid)
+            typer.echo(f"wanprobe: warning: {clean(why)}", err=True)
 
 
 def _recover(store, tuners) -> None:
@@ -49,7 +65,8 @@ def _recover(store, tuners) -> None:
     if store.dir.is_dir():
         with store.locked():
             for j in transaction.recover(store, tuners):
-                typer.echo(f"wanprobe: {j.message} (journal {j.id})", err=True)
+                typer.echo(f"wanprobe: {clean(j.message)} (journal {j.id})", err=True)
+    _refused(store)
 
 
 def _interrupted(store) -> list[str]:
@@ -77,9 +94,10 @@ def _diff_table(rows: list[dict[str, Any]], title: str) -> Table:
 @app.command("plan")
 def plan_cmd(
     report: Annotated[str, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose`.")],
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan here.")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan here (- for stdout; a device or FIFO is written in place).")] = None,
     side: Annotated[str, typer.Option("--host", "--side", help="local: the host that ran diagnose; peer: the far end (the plan is bound to its address).")] = "local",
-    netns: Netns = None, state_dir: StateDir = None,
+    netns: Netns = None, state_dir: StateDir = None, allow_nc_dscp: AllowNcDscp = False,
+    sysctl_d: SysctlD = None,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
     """Turn a report's findings into a validated plan (changes nothing, except finishing the
@@ -90,8 +108,8 @@ def plan_cmd(
 
     if output:
         check_output_path(output, "--output")
-    tuners = _setup(netns, proc_root, sys_root)
-    _recover(_store(state_dir), tuners)
+    tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
+    _recover(_store(state_dir, tuners, sysctl_d), tuners)
     data = load_report(report)
     check_capacity(data, report)
     plan = build_plan(data, tuners, host_id=host_id(), report_path=Path(report), side=side,
@@ -100,6 +118,8 @@ def plan_cmd(
         typer.echo(f"wanprobe: note: this plan could not know {note}", err=True)
     if output:
         save(plan, output)
+    if output == "-":  # the plan JSON is stdout
+        return
     if as_json:
         _emit(plan.to_json())
         return
@@ -119,10 +139,10 @@ def apply_cmd(
     plan_file: Annotated[str, typer.Argument(help="Plan JSON from `wanprobe tune plan`.")],
     yes: Annotated[bool, typer.Option("--yes", help="Really change the host; without it: a diff only.")] = False,
     persist: Annotated[bool, typer.Option("--persist", help="Also write <sysctl.d>/90-wanprobe.conf.")] = False,
-    sysctl_d: Annotated[str | None, typer.Option("--sysctl-d", help="sysctl.d directory for --persist (default $WANPROBE_SYSCTL_D or /etc/sysctl.d).")] = None,
+    sysctl_d: SysctlD = None,
     verify: Annotated[str | None, typer.Option("--verify", help="After applying, measure the path to this peer again (ramp-up omitted) and say what limits it now.")] = None,
     hmac_key_file: Annotated[str | None, typer.Option("--hmac-key-file", help="The reflector's shared key for --verify (file, >= 16 characters).")] = None,
-    netns: Netns = None, state_dir: StateDir = None,
+    netns: Netns = None, state_dir: StateDir = None, allow_nc_dscp: AllowNcDscp = False,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
     """Show the diff, or with --yes apply the plan as a transaction (journal first, verify, undo on failure)."""
@@ -132,9 +152,9 @@ def apply_cmd(
     from wanprobe.commands.probe import read_hmac_key_file
 
     key = read_hmac_key_file(hmac_key_file)  # a bad key file is refused before anything changes
-    tuners = _setup(netns, proc_root, sys_root)
+    tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
     plan = plan_mod.load(plan_file)
-    store = _store(state_dir)
+    store = _store(state_dir, tuners, sysctl_d)
     if not yes:
         for jid in _interrupted(store):
             typer.echo(f"wanprobe: note: apply {jid} was interrupted here; the next `tune apply --yes`, "
@@ -205,14 +225,17 @@ def rollback_cmd(
     journal_id: Annotated[str | None, typer.Argument(help="Journal id (default: latest applied here).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Restore values someone else changed since.")] = False,
     print_only: Annotated[bool, typer.Option("--print", help="Print the rollback as shell commands; change nothing.")] = False,
-    netns: Netns = None, state_dir: StateDir = None,
+    netns: Netns = None, state_dir: StateDir = None, sysctl_d: SysctlD = None,
+    allow_nc_dscp: AllowNcDscp = False,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
     """Restore the previous values of an applied plan in this network namespace, newest first."""
     from tuners import transaction
 
-    tuners = _setup(netns, proc_root, sys_root)
-    store = _store(state_dir)
+    tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
+    store = _store(state_dir, tuners, sysctl_d)
+    if journal_id:
+        store.reported.add(journal_id)  # refused, it is the error line itself
     if print_only:
         from tuners.netns import enter_command
 
@@ -232,15 +255,18 @@ def rollback_cmd(
 
 @app.command("status")
 def status_cmd(
-    netns: Netns = None, state_dir: StateDir = None,
+    netns: Netns = None, state_dir: StateDir = None, sysctl_d: SysctlD = None,
+    allow_nc_dscp: AllowNcDscp = False,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
     """Drift between what the applied plans set and the live values in this namespace."""
     from tuners import transaction
     from tuners.netns import current_inode
 
-    tuners = _setup(netns, proc_root, sys_root)
-    rows = transaction.status(_store(state_dir), tuners)
+    tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
+    store = _store(state_dir, tuners, sysctl_d)
+    rows = transaction.status(store, tuners)
+    _refused(store)
     if as_json:
         _emit({"netns_inode": current_inode(), "journals": rows,
                "drift": any(r["drift"] for r in rows)})
@@ -249,7 +275,7 @@ def status_cmd(
         console.print(f"nothing applied in this network namespace (inode {current_inode()})")
     for r in rows:
         if r.get("recovered"):
-            console.print(f"journal {r['journal']}: {r['message']}")
+            console.print(escape(f"journal {r['journal']}: {r['message']}"))
             continue
         t = Table(title=f"journal {r['journal']} (plan {r['plan_id']}, {r['created_at']})", title_justify="left")
         for col in ("tuner", "key", "wanted", "live", "state"):

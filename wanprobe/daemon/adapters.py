@@ -112,13 +112,15 @@ class Reflector:
                 part.limits = limits
 
     async def start(self, listen: tuple[tuple[str, int], ...]) -> None:
-        from wanprobe.probe.access import DscpPolicy
+        from wanprobe.probe.access import DEFAULT_COS_DSCP, DscpPolicy
         from wanprobe.probe.reflector import Reflector as StampReflector
         from wanprobe.throughput.server import ThroughputServer
 
         for host, port in listen:
             server = ThroughputServer(limits=self.limits, hmac_key=self.hmac_key,
-                                      allow=self.allow)
+                                      allow=self.allow, dscp_permitted=DscpPolicy(
+                                          DEFAULT_COS_DSCP if self.cos_dscp is None
+                                          else self.cos_dscp))
             await server.start(host, port)
             self._parts.append(server)
             kwargs: dict[str, Any] = {"udp_tap": server.udp_tap, "allow": self.allow}

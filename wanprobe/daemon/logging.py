@@ -13,13 +13,15 @@ import sys
 import time
 from typing import Any, TextIO
 
+from wanprobe.safe_text import clean
+
 LOGGER_NAME = "wanprobe.daemon"
 _PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6,
              logging.DEBUG: 7}
 
 
 def _value(v: Any) -> str:
-    s = " ".join(str(v).split())
+    s = clean(" ".join(str(v).split()))  # a peer's or a file's text never carries escapes
     if s == "" or any(c in s for c in ' ="'):
         return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return s
@@ -38,7 +40,7 @@ class LineFormatter(logging.Formatter):
         self.style_name = style
 
     def format(self, record: logging.LogRecord) -> str:
-        msg = " ".join(record.getMessage().split())
+        msg = clean(" ".join(record.getMessage().split()))
         fields = getattr(record, "fields", None) or {}
         if record.exc_info and record.exc_info[1] is not None:
             fields = {**fields, "exc": f"{type(record.exc_info[1]).__name__}: {record.exc_info[1]}"}

@@ -114,7 +114,8 @@ class Daemon:
         check_state_dir(self.cfg.state_dir, self.cfg.reports_dir)  # as `daemon --check` did
         self.store = Store(self.cfg.db_path)
         self._warm_baseline()
-        server = MetricsServer(self.metrics, self.health, pages=DaemonPages(self).respond)
+        server = MetricsServer(self.metrics, self.health)
+        DaemonPages(self).install(server.http)   # the read-only page (pictures/routes.py)
         try:
             self.metrics_address = await server.start(*self.cfg.metrics_listen)
         except OSError as exc:
@@ -440,7 +441,7 @@ class Daemon:
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         ok = self.flush_error is None and time.time() - self.last_flush < 30
-        return ok, {"ok": ok, "peers": [p.name for p in self.peers],
+        return ok, {"ok": ok, "peers": len(self.peers),  # a count: 10,000 names is a DoS
                     "config": self.cfg.source, "config_loaded_at": self.loaded_at,
                     "probe_interval_s": self.cfg.probe.interval_s,
                     "reflector": self.reflector_error or "ok",

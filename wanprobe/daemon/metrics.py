@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import (
@@ -21,13 +21,14 @@ from prometheus_client import (
     Counter,
     Gauge,
     disable_created_metrics,
-    generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from wanprobe.daemon import owd_metrics
 from wanprobe.daemon.config import Peer
+from wanprobe.daemon.exposition import Exposition
+from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Request, Response
 
 QUANTILES = (("min", "0"), ("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"), ("max", "1"))
 SEVERITIES = ("critical", "warning", "info")
@@ -154,6 +155,7 @@ class DaemonMetrics:
         self._paths: dict[str, tuple[str, ...]] = {}
         self._path_children: dict[str, tuple[Any, Any]] = {}   # peer -> (floor, spread) children
         self._rates: dict[tuple[str, str], Any] = {}
+        self._exposition = Exposition()
 
     def path_labels(self, peer: Peer) -> tuple[str, ...]:
         """Values of PATH_LABELS for ``peer``, in order."""
@@ -359,7 +361,8 @@ class DaemonMetrics:
             source))
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        """The text format, as ``generate_latest`` writes it, label text reused (exposition.py)."""
+        return self._exposition.render(self.registry)
 
 
 class _ScrapedCounters:
@@ -386,53 +389,37 @@ class _ScrapedCounters:
 
 
 class MetricsServer:
-    """HTTP/1.0-style GET server for ``/metrics`` and ``/healthz`` on the daemon's event loop."""
+    """``/metrics`` and ``/healthz`` on the daemon's listener, served by the bounded HTTP server
+    (``http_server.py``: connection cap, head and write timeouts, chunked writes). Other pages
+    add routes to ``self.http`` (``route(path, handler, prefix=...)``) before ``start``.
+
+    The exposition is built in a worker thread, so a large registry never stalls the event
+    loop, and concurrent scrapes share one build (one body in memory however many ask)."""
 
     def __init__(self, metrics: DaemonMetrics, health: Callable[[], tuple[bool, dict]],
-                 pages: Callable[[str], Awaitable[tuple[str, str, bytes, str] | None]] | None = None
-                 ) -> None:
+                 limits: HttpLimits | None = None) -> None:
         self.metrics = metrics
         self.health = health
-        # the read-only page (pictures/routes.py): (status, type, body, extra headers) or None
-        self.pages = pages
-        self._server: asyncio.base_events.Server | None = None
+        self.http = BoundedHttpServer(limits, name="metrics")
+        self.http.route("/metrics", self._metrics)
+        self.http.route("/healthz", self._healthz)
+        self._building: asyncio.Future | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._handle, host, port, reuse_address=True)
-        return self._server.sockets[0].getsockname()[:2]
+        return await self.http.start(host, port)
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        await self.http.close()
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(5.0):
-                head = await reader.readuntil(b"\r\n\r\n")
-            request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-            method, target = (request_line + ["", ""])[:2]
-            path = target.split("?", 1)[0]
-            extra = ""
-            if method not in ("GET", "HEAD"):
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"GET only\n"
-            elif path == "/metrics":
-                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, self.metrics.exposition()
-            elif path == "/healthz":
-                ok, detail = self.health()
-                status = "200 OK" if ok else "503 Service Unavailable"
-                ctype, body = "application/json", (json.dumps(detail) + "\n").encode()
-            elif self.pages is not None and (page := await self.pages(target)) is not None:
-                status, ctype, body, extra = page
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"try /, /metrics or /healthz\n"
-            writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: "
-                         f"{len(body)}\r\n{extra}Connection: close\r\n\r\n".encode())
-            if method != "HEAD":
-                writer.write(body)
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+    async def _metrics(self, _request: Request) -> Response:
+        if self._building is None:  # the first scraper builds; the others wait for it
+            loop = asyncio.get_running_loop()
+            self._building = loop.run_in_executor(None, self.metrics.exposition)
+            self._building.add_done_callback(lambda _f: setattr(self, "_building", None))
+        body = await asyncio.shield(self._building)
+        return Response(200, body, CONTENT_TYPE_LATEST)
+
+    def _healthz(self, _request: Request) -> Response:
+        ok, detail = self.health()
+        return Response(200 if ok else 503, (json.dumps(detail) + "\n").encode(),
+                        "application/json")

@@ -3,22 +3,24 @@ it resolves to (``[[peers]]`` plus, with a mesh file, the ones this host picks f
 
 from __future__ import annotations
 
+import logging
 import socket
 from dataclasses import replace
 from pathlib import Path
 
-from wanprobe.daemon import mesh
+from wanprobe.daemon import budget, mesh
+from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.config import DaemonConfig, Peer, load_config
 
 
 def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
                     local_addresses: list[str] | None = None) -> tuple[DaemonConfig, tuple[Peer, ...]]:
     """The config with this host's site and name settled, and its peers: ``[[peers]]`` plus,
-    with a mesh file, the peers this host picks from it (config wins). The mesh entry names the
-    host and its site; a ``daemon.site`` or a peer's ``site`` the mesh does not know is an error."""
-    peers = {p.name: p for p in cfg.peers}
+    with a mesh file, the peers this host picks from it (config wins), within the daemon's
+    series budget (budget.py). The mesh entry names the host and its site; a ``daemon.site`` or
+    a peer's ``site`` the mesh does not know is an error."""
     host = cfg.hostname or (hostname or socket.gethostname()).split(".")[0]
-    site = cfg.site
+    site, selected = cfg.site, []
     if cfg.mesh_file is not None:
         m = mesh.load_mesh(cfg.mesh_file)
         me = mesh.find_self(m, hostname=cfg.hostname or hostname or socket.gethostname(),
@@ -26,9 +28,12 @@ def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
                             else mesh.local_addresses())
         mesh.check_sites(m, me, cfg.site, cfg.peers, source=cfg.source)
         host, site = me.name, me.site
-        for p in mesh.select_peers(m, me):
-            peers.setdefault(p.name, replace(p, port=cfg.probe.port, flows=cfg.probe.flows))
-    return replace(cfg, hostname=host, site=site), tuple(peers.values())
+        selected = [replace(p, port=cfg.probe.port, flows=cfg.probe.flows)
+                    for p in mesh.select_peers(m, me)]
+    peers, note = budget.fit(cfg.peers, selected, site=site, host=host, source=cfg.source)
+    if note:  # one line, at start, --check and each reload
+        dlog.log(logging.WARNING, note, config=cfg.source)
+    return replace(cfg, hostname=host, site=site), tuple(peers)
 
 
 def resolve_peers(cfg: DaemonConfig, *, hostname: str | None = None,

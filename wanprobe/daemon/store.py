@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from wanprobe.errors import WanprobeError
+from wanprobe.errors import OutputError, WanprobeError
 
 SCHEMA_VERSION = 1
 
@@ -54,6 +54,16 @@ _FINDINGS_SELECT = ("ts", "peer", "finding_id AS id", "severity", "title", "evid
 
 class StoreError(WanprobeError):
     """The history database cannot be opened or written."""
+
+
+# SQLite result codes (sqlite3.h) of a write that may pass later: SQLITE_IOERR, SQLITE_FULL
+_TRANSIENT_SQLITE = (10, 13)
+
+
+def _exit_code(exc: sqlite3.Error) -> int:
+    """74 (OutputError: systemd restarts the daemon) for a full disk or an I/O error, else 1."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return OutputError.exit_code if code is not None and code & 0xFF in _TRANSIENT_SQLITE else 1
 
 
 def _column(source: tuple[str, ...], fold: str, **default: Any) -> Any:
@@ -139,7 +149,8 @@ class Store:
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open history {self.path}: {exc}") from None
+            raise StoreError(f"cannot open history {self.path}: {exc}",
+                             exit_code=_exit_code(exc)) from None
         self._lock = threading.Lock()
         self._pending: list[tuple[str, tuple]] = []
 

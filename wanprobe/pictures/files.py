@@ -3,12 +3,11 @@ checked against the size limit, written atomically (or to stdout without ``-o``)
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from wanprobe.atomic_file import atomic_write
-from wanprobe.errors import ConfigError, WanprobeError
+from wanprobe.atomic_file import write_error, write_output
+from wanprobe.errors import WanprobeError
 from wanprobe.pictures import assets
 from wanprobe.report.document import Report
 
@@ -16,14 +15,16 @@ MAX_FILE_BYTES = 5 * 2**20   # an attachment a ticket system takes; a file opens
 
 
 def write(text: str, output: Path | None) -> None:
-    """``text`` to ``output`` atomically (mode 0644: a file meant to be shared), or stdout."""
+    """``text`` to ``output`` under the output policy (atomic_file: a regular file replaced
+    atomically, mode 0644 as a file meant to be shared; a device or FIFO written in place; ``-``
+    stdout), or stdout."""
     if output is None:
         sys.stdout.write(text)
         return
     try:
-        atomic_write(output, text, mode=0o644)
+        write_output(output, text, mode=0o644)
     except OSError as exc:
-        raise ConfigError(f"cannot write {output}: {exc.strerror or exc}") from None
+        raise write_error(exc, f"--output {output}") from None
 
 
 def checked_html(text: str) -> str:
@@ -33,18 +34,19 @@ def checked_html(text: str) -> str:
     return text
 
 
-def emit_report(report: Report, fmt: str, output: Path | None) -> None:
-    """``report show`` with ``--format html`` or ``-o``."""
+def emit_report(report: Report, fmt: str, output: Path | None,
+                total_findings: int | None = None) -> None:
+    """``report show`` with ``--format html`` or ``-o`` (markdown or html; ``total_findings``:
+    how many the report holds when ``report`` carries only the first ones)."""
     if fmt == "html":
         from wanprobe.pictures.report_html import report_page
 
-        write(checked_html(report_page(report).render(assets.load())), output)
-    elif fmt == "json":
-        write(json.dumps(report.to_json(), indent=2) + "\n", output)
+        page = report_page(report, total_findings)
+        write(checked_html(page.render(assets.load())), output)
     else:
         from wanprobe.report.render_md import render_markdown
 
-        write(render_markdown(report) + "\n", output)
+        write(render_markdown(report, total_findings) + "\n", output)
 
 
 def emit_history(db_path: Path, peer: str, *, window_s: float, state_dir: Path,

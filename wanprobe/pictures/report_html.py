@@ -161,7 +161,7 @@ def finding_markup(i: int, f: Finding) -> Markup:
     return Markup("".join(parts) + "</div>")
 
 
-def report_page(report: Report) -> Page:
+def report_page(report: Report, total_findings: int | None = None) -> Page:
     """The page of one report (validated by ``report.document.load``)."""
     r, m = report, Measured.from_report(report.measurements)
     title = f"wanprobe diagnose: {r.host.get('hostname', '?')} → {r.peer.get('address', '?')}"
@@ -186,14 +186,16 @@ def report_page(report: Report) -> Page:
             page.chart(spec)
     if spec := verify_spec(r, m):
         page.chart(spec)
-    page.h(2, f"Findings ({len(r.findings)})")
+    total = max(total_findings or 0, len(r.findings))   # load_first may have cut the list
+    page.h(2, f"Findings ({total})")
     if not r.findings:
         page.p("No problems found.")
-    for i, f in enumerate(r.findings[:MAX_FINDINGS], 1):
+    shown = r.findings[:MAX_FINDINGS]
+    for i, f in enumerate(shown, 1):
         page.add(finding_markup(i, f))
-    if len(r.findings) > MAX_FINDINGS:
-        page.p(f"{len(r.findings) - MAX_FINDINGS} more findings not shown (the report holds "
-               f"{len(r.findings)}; `wanprobe report show --format json` prints them all)",
+    if total > len(shown):
+        page.p(f"{total - len(shown)} more findings not shown (the report holds "
+               f"{total}; `wanprobe report show --format json` prints them all)",
                cls="note")
     if r.plan:
         page.h(2, "Plan")

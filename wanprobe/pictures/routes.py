@@ -24,6 +24,7 @@ from collections import OrderedDict
 from typing import Any
 
 from wanprobe.daemon import logging as dlog
+from wanprobe.daemon.http_server import BoundedHttpServer, Request, Response
 from wanprobe.daemon.scheduler import run_blocking
 from wanprobe.errors import UsageError, WanprobeError, shown
 from wanprobe.pictures import assets as assets_mod
@@ -36,17 +37,16 @@ MAX_TARGET_CHARS = 1024
 HTML = "text/html; charset=utf-8"
 TEXT = "text/plain; charset=utf-8"
 # no caching of a page, no sniffing, no framing; the CSP header also covers frame-ancestors
-PAGE_HEADERS = ("Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\n"
-                "X-Frame-Options: DENY\r\nReferrer-Policy: no-referrer\r\n"
-                f"Content-Security-Policy: {CSP_SERVED}; frame-ancestors 'none'\r\n")
-STATIC_HEADERS = ("Cache-Control: public, max-age=31536000, immutable\r\n"
-                  "X-Content-Type-Options: nosniff\r\n")
-
-Response = tuple[str, str, bytes, str]   # status, content type, body, extra header lines
+PAGE_HEADERS = (("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff"),
+                ("X-Frame-Options", "DENY"), ("Referrer-Policy", "no-referrer"),
+                ("Content-Security-Policy", f"{CSP_SERVED}; frame-ancestors 'none'"))
+STATIC_HEADERS = (("Cache-Control", "public, max-age=31536000, immutable"),
+                  ("X-Content-Type-Options", "nosniff"))
 
 
-def _line(status: str, message: str) -> Response:
-    return status, TEXT, (" ".join(message.split()) + "\n").encode(), "X-Content-Type-Options: nosniff\r\n"
+def _line(status: int, message: str) -> Response:
+    return Response(status, (" ".join(message.split()) + "\n").encode(), TEXT,
+                    (("X-Content-Type-Options", "nosniff"),))
 
 
 def parse_query(query: str) -> tuple[float, str | None]:
@@ -66,7 +66,8 @@ def parse_query(query: str) -> tuple[float, str | None]:
 
 
 class DaemonPages:
-    """``respond(target)`` for MetricsServer: a Response, or None for a path it does not serve."""
+    """The page's routes on the daemon's listener (``install``); ``respond(target)`` answers a
+    raw request target with a Response, or None for a path it does not serve."""
 
     def __init__(self, daemon: Any) -> None:
         self.daemon = daemon
@@ -74,33 +75,45 @@ class DaemonPages:
         self._cache: OrderedDict[tuple, tuple[float, Response]] = OrderedDict()
         self._assets: assets_mod.Assets | None = None
 
+    def install(self, http: BoundedHttpServer) -> None:
+        """Route ``/``, ``/peer/NAME`` and ``/static/...`` of the bounded listener here."""
+        http.route("/", self._handle)
+        http.route("/peer/", self._handle, prefix=True)
+        http.route("/static/", self._handle, prefix=True)
+
+    async def _handle(self, request: Request) -> Response:
+        # the raw target: the peer name is decoded here, strictly (a non-UTF-8 name is a 400)
+        answer = await self.respond(request.target or request.path)
+        return answer if answer is not None else _line(404, "try /, /metrics or /healthz")
+
     async def respond(self, target: str) -> Response | None:
         path, _, query = target.partition("?")
         if path != "/" and not path.startswith(("/peer/", "/static/")):
             return None
         if len(target) > MAX_TARGET_CHARS:
-            return _line("414 URI Too Long", "request target too long")
+            return _line(414, "request target too long")
         try:  # the first load imports bokeh and reads 1.4 MB: not on the loop
             assets = self._assets = self._assets or await run_blocking(assets_mod.load)
         except WanprobeError as exc:
-            return _line("503 Service Unavailable", str(exc))
+            return _line(503, str(exc))
         if path.startswith("/static/"):
             if path != f"/static/{assets.script_name}":
-                return _line("404 Not Found", "no such asset")
-            return "200 OK", "text/javascript; charset=utf-8", assets.script_bytes, STATIC_HEADERS
+                return _line(404, "no such asset")
+            return Response(200, assets.script_bytes, "text/javascript; charset=utf-8",
+                            STATIC_HEADERS)
         try:
             window_s, window = parse_query(query)
         except UsageError as exc:
-            return _line("400 Bad Request", str(exc))
+            return _line(400, str(exc))
         peer = None
         if path != "/":
             try:
                 name = urllib.parse.unquote(path[len("/peer/"):], errors="strict")
             except UnicodeDecodeError:
-                return _line("400 Bad Request", "peer name is not UTF-8")
+                return _line(400, "peer name is not UTF-8")
             peer = next((p for p in self.daemon.peers if p.name == name), None)
             if peer is None:
-                return _line("404 Not Found", f"no peer named {shown(name)} (see / for the list)")
+                return _line(404, f"no peer named {shown(name)} (see / for the list)")
         return await self._render(path, window_s, window, peer.name if peer else None)
 
     async def _render(self, path: str, window_s: float, window: str | None,
@@ -115,15 +128,15 @@ class DaemonPages:
                 return hit[1]
             state = snapshot(self.daemon)
             if peer is not None and state.peer(peer) is None:   # removed by a reload meanwhile
-                return _line("404 Not Found", f"no peer named {shown(peer)} (see / for the list)")
+                return _line(404, f"no peer named {shown(peer)} (see / for the list)")
             try:
                 body = await run_blocking(_draw, state, window_s, window, peer)
             except WanprobeError as exc:   # the history cannot be read
-                return _line("503 Service Unavailable", str(exc))
+                return _line(503, str(exc))
             except Exception as exc:  # noqa: BLE001 - a page bug must not take the listener down
                 dlog.log(logging.ERROR, "page failed", path=path, error=repr(exc))
-                return _line("500 Internal Server Error", f"page failed: {type(exc).__name__}")
-            response = ("200 OK", HTML, body, PAGE_HEADERS)
+                return _line(500, f"page failed: {type(exc).__name__}")
+            response = Response(200, body, HTML, PAGE_HEADERS)
             self._cache[key] = (time.monotonic(), response)
             self._cache.move_to_end(key)
             while len(self._cache) > CACHE_PAGES:

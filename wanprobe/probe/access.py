@@ -1,11 +1,15 @@
-"""Who may use the reflector, and which DSCP a reply may be marked with.
+"""Who may use the reflector, and which DSCP wanprobe may put on packets.
 
 ``AllowList`` is the ``reflect --allow CIDR`` / ``daemon.allow`` check that the STAMP reflector
-and the throughput server make on the source address before they parse anything. The DSCP policy
-is what a Class-of-Service TLV (RFC 8972 §4.4) may ask the reflector to mark its reply with: by
-default every code point except the network-control classes CS6 and CS7 (RFC 4594 §3.1: reserved
-for routing and network control traffic), so an unauthenticated probe cannot make the reflector
-send packets in the class routers protect for their own control plane.
+and the throughput server make on the source address before they parse anything.
+
+``DscpPolicy`` is the one DSCP policy (issue 19): what a Class-of-Service TLV (RFC 8972 §4.4) may
+ask the reflector to mark its reply with, what a throughput client may ask the server's streams
+to carry, and what a DSCP plan may mark. By default every code point except the network-control
+classes CS6 and CS7 (RFC 4594 §3.1: reserved for routing and network control traffic), so
+neither a remote client nor a plan can put bulk traffic in the class routers protect for their
+own control plane; an operator allows them explicitly (``--cos-dscp``, ``daemon.cos_dscp``,
+``tune --allow-network-control-dscp``).
 """
 
 from __future__ import annotations
@@ -77,10 +81,20 @@ class AllowList:
 
 
 class DscpPolicy:
-    """The CoS TLV policy as the reflector's ``dscp_permitted`` callable."""
+    """The DSCP policy as a ``dscp_permitted`` callable (reflector, throughput server, tuner)."""
 
     def __init__(self, permitted: frozenset[int] = DEFAULT_COS_DSCP) -> None:
         self.permitted = frozenset(permitted)
 
     def __call__(self, dscp: int) -> bool:
         return dscp in self.permitted
+
+    def refusal(self, dscp: int, what: str) -> str | None:
+        """One line saying why ``dscp`` may not be used for ``what``, or None."""
+        if dscp in self.permitted:
+            return None
+        from wanprobe.units import dscp_name
+
+        why = (" (CS6/CS7 are network control, RFC 4594 §3.1)"
+               if dscp in NETWORK_CONTROL_DSCP else "")
+        return f"{what}: DSCP {dscp_name(dscp)} ({dscp}) is not permitted by this host's policy{why}"

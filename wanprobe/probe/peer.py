@@ -20,7 +20,7 @@ def numeric_family(text: str) -> int | None:
         try:
             socket.inet_pton(family, text)
             return family
-        except OSError:
+        except (OSError, ValueError):  # ValueError: an embedded NUL
             pass
     return None
 

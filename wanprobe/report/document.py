@@ -7,6 +7,7 @@ hand-edited or truncated file is refused with one line naming the first problem.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from wanprobe.atomic_file import atomic_write
+from wanprobe.atomic_file import write_error, write_output
 from wanprobe.diagnose.finding import SEVERITIES, Finding, Knob  # noqa: F401 - the one Finding type
 from wanprobe.errors import ConfigError, shown
 from wanprobe.userfiles import read_json
@@ -35,6 +36,9 @@ def schema() -> dict[str, Any]:
     return json.loads(text)
 
 
+MAX_ERRORS = 100  # validation errors looked at for the one line
+
+
 def validate(data: Any, *, strict: bool = True) -> None:
     """Raise ConfigError (one line) unless ``data`` is a valid report document.
 
@@ -43,7 +47,9 @@ def validate(data: Any, *, strict: bool = True) -> None:
     import jsonschema  # a declared dependency: every report is checked against the schema
 
     validator = jsonschema.Draft202012Validator(schema() if strict else shape_schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    # the first errors only: a hostile 60,000-finding file has 60,000 errors to collect and sort
+    errors = sorted(itertools.islice(validator.iter_errors(data), MAX_ERRORS),
+                    key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
         err = errors[0]
         where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
@@ -100,6 +106,11 @@ class Report:
     @classmethod
     def from_json(cls, d: Any) -> Report:
         validate(d)
+        return cls.from_valid(d)
+
+    @classmethod
+    def from_valid(cls, d: Any) -> Report:
+        """From a document ``validate`` has passed (not validated again)."""
         return cls(id=d["id"], created_at=d["created_at"], tool=d["tool"], host=d["host"],
                    peer=d["peer"], measurements=d["measurements"],
                    findings=tuple(Finding.from_json(f) for f in d["findings"]),
@@ -127,19 +138,34 @@ def load_json(path: str | Path, *, strict: bool = True) -> dict[str, Any]:
 
 def load(path: str | Path) -> Report:
     """Read and validate a report file into a :class:`Report`."""
+    return load_first(path, None)[0]
+
+
+def load_first(path: str | Path, max_findings: int | None) -> tuple[Report, int]:
+    """The report with its first ``max_findings`` findings (None: all) and how many it holds:
+    a 43 MB file of 60,000 findings is read, but only what is shown is validated and built
+    (validating all of them took 27 s and 500 MB; rendering them, minutes)."""
     p = Path(path)
+    doc = read_json(p, "report")
+    findings = doc.get("findings") if isinstance(doc, dict) else None
+    total = len(findings) if isinstance(findings, list) else 0
+    if max_findings is not None and total > max_findings:
+        doc = {**doc, "findings": findings[:max_findings]}
     try:
-        return Report.from_json(load_json(p))
+        validate(doc)
+        return Report.from_valid(doc), total
+    except ConfigError as exc:
+        raise ConfigError(f"report {p}: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"report {p}: not a valid wanprobe report: {exc}") from None
 
 
-def save(report: Report, path: str | Path) -> Path:
-    """Write the report atomically (temp file in the same directory, then rename)."""
-    p = Path(path)
+def save(report: Report, path: str | Path) -> Path | None:
+    """Write the report under the output policy (``atomic_file``: a file atomically, a device
+    or FIFO in place, ``-`` to stdout); a failed write is one line (exit 2 refused, 74 I/O)."""
     data = json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n"
     try:
-        return atomic_write(p, data, mode=0o600)
+        return write_output(path, data, mode=0o600)
     except OSError as exc:
-        raise ConfigError(f"cannot write report {p}: {exc.strerror or exc}") from None
+        raise write_error(exc, f"report {path}") from None
 

@@ -1,15 +1,32 @@
-"""Render a report as Markdown for pasting into a ticket (pure: Report -> str)."""
+"""Render a report as Markdown for pasting into a ticket (pure: Report -> str).
+
+Every string of the report is data (issue 19): control characters are escaped
+(``safe_text.clean``: no escape sequence reaches a terminal that cats the file), ``<``/``>``
+become entities (no HTML a renderer might run), ``|`` is escaped in table cells and a backtick
+cannot close a code span. ``max_findings`` bounds the work on a huge report: the first N
+findings and the count of the rest."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from wanprobe.report.document import Report
+from wanprobe.safe_text import clean
 from wanprobe.units import format_bytes, format_rate
 
 
+def _text(value: Any) -> str:
+    """Inline Markdown text: one line, no control characters, no HTML."""
+    return clean(value).replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _cell(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return _text(value).replace("|", "\\|")
+
+
+def _code(value: Any) -> str:
+    """The inside of a code span (a backtick would end it)."""
+    return _cell(value).replace("`", "'")
 
 
 def _fmt(key: str, value: Any) -> str:
@@ -34,14 +51,17 @@ def evidence_rows(evidence: dict[str, Any]) -> list[tuple[str, str, str]]:
             if k != "sources"]
 
 
-def render_markdown(report: Report) -> str:
-    """The whole report: summary, findings with evidence tables and knobs, measurements."""
+def render_markdown(report: Report, total_findings: int | None = None) -> str:
+    """The whole report: summary, findings with evidence tables and knobs, measurements.
+    ``total_findings``: how many the report holds when ``report`` carries only the first ones."""
     r = report
     host = r.host
-    lines = [f"# wanprobe diagnose: {host.get('hostname', '?')} → {r.peer.get('address')}", "",
-             f"- report `{r.id}` (schema {r.schema_version}), {r.created_at}, "
-             f"{r.tool.get('name')} {r.tool.get('version')}",
-             f"- kernel {host.get('kernel')}, netns inode {host.get('netns_inode')}", ""]
+    lines = [f"# wanprobe diagnose: {_text(host.get('hostname', '?'))} → "
+             f"{_text(r.peer.get('address'))}", "",
+             f"- report `{_code(r.id)}` (schema {_text(r.schema_version)}), "
+             f"{_text(r.created_at)}, {_text(r.tool.get('name'))} {_text(r.tool.get('version'))}",
+             f"- kernel {_text(host.get('kernel'))}, netns inode {_text(host.get('netns_inode'))}",
+             ""]
     path = (r.measurements or {}).get("path") or {}
     tput = (r.measurements or {}).get("throughput") or {}
     if path or tput:
@@ -55,21 +75,22 @@ def render_markdown(report: Report) -> str:
         if tput.get("bits_per_second") is not None:
             lb = tput.get("limited_by") or {}
             lines.append(f"| throughput | {format_rate(tput['bits_per_second'])} "
-                         f"(limited by {lb.get('verdict', '?')}) |")
+                         f"(limited by {_cell(lb.get('verdict', '?'))}) |")
         lines.append("")
     errors = (r.measurements or {}).get("errors") or {}
     for part, why in errors.items():
-        lines.append(f"- not measured: **{part}**: {_cell(why)}")
+        lines.append(f"- not measured: **{_text(part)}**: {_cell(why)}")
     if errors:
         lines.append("")
-    lines += [f"## Findings ({len(r.findings)})", ""]
+    total = len(r.findings) if total_findings is None else total_findings
+    lines += [f"## Findings ({total})", ""]
     if not r.findings:
         lines += ["No problems found.", ""]
     for i, f in enumerate(r.findings, 1):
-        lines += [f"### {i}. [{f.severity.upper()}] {f.title}", "", f"`{f.id}`", "",
-                  f"**Recommendation:** {f.recommendation}", ""]
+        lines += [f"### {i}. [{_text(f.severity.upper())}] {_text(f.title)}", "",
+                  f"`{_code(f.id)}`", "", f"**Recommendation:** {_text(f.recommendation)}", ""]
         if f.expected_effect:
-            lines += [f"**Expected effect:** {f.expected_effect}", ""]
+            lines += [f"**Expected effect:** {_text(f.expected_effect)}", ""]
         rows = evidence_rows(dict(f.evidence))
         if rows:
             lines += ["| evidence | value | source |", "|---|---|---|"]
@@ -77,9 +98,13 @@ def render_markdown(report: Report) -> str:
             lines.append("")
         if f.knobs:
             lines += ["| tuner | key | value | reason |", "|---|---|---|---|"]
-            lines += [f"| {k.tuner} | `{_cell(k.key)}`{' on ' + k.iface if k.iface else ''} | "
-                      f"`{_cell(k.value)}` | {_cell(k.reason)} |" for k in f.knobs]
+            lines += [f"| {_cell(k.tuner)} | `{_code(k.key)}`"
+                      f"{' on ' + _cell(k.iface) if k.iface else ''} | "
+                      f"`{_code(k.value)}` | {_cell(k.reason)} |" for k in f.knobs]
             lines.append("")
+    if total > len(r.findings):
+        lines += [f"… and {total - len(r.findings):,} more findings not shown "
+                  "(`--limit 0` shows all, `--format json` has them all).", ""]
     if r.plan:
         lines += ["## Plan", "", "```json", _cell_json(r.plan), "```", ""]
     return "\n".join(lines)

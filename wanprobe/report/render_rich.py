@@ -1,4 +1,7 @@
-"""Render a report for a terminal with rich (tables per finding, severity in colour)."""
+"""Render a report for a terminal with rich (tables per finding, severity in colour).
+
+Every string of the report is data: it goes through ``safe_text.clean`` into a ``Text`` (never
+markup), so a finding title cannot set the window title or clear the screen (issue 19)."""
 
 from __future__ import annotations
 
@@ -9,61 +12,71 @@ from rich.text import Text
 
 from wanprobe.report.document import Finding, Report
 from wanprobe.report.render_md import _fmt, evidence_rows
+from wanprobe.safe_text import clean
 from wanprobe.units import format_rate
+
+
+def _t(value: object, style: str = "") -> Text:
+    return Text(clean(value), style=style)
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def finding_panel(i: int, f: Finding) -> Panel:
-    parts: list = [Text(f.recommendation)]
+    parts: list = [_t(f.recommendation)]
     if f.expected_effect:
-        parts.append(Text(f"Expected: {f.expected_effect}", style="green"))
+        parts.append(_t(f"Expected: {f.expected_effect}", style="green"))
     rows = evidence_rows(dict(f.evidence))
     if rows:
         t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("evidence", "value", "source"):
             t.add_column(col)
         for row in rows:
-            t.add_row(*(Text(c) for c in row))
+            t.add_row(*(_t(c) for c in row))
         parts.append(t)
     if f.knobs:
         k = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col in ("host", "tuner", "key", "value", "reason"):
             k.add_column(col)
         for knob in f.knobs:
-            k.add_row(*(Text(c) for c in (knob.for_host, knob.tuner, knob.key, knob.value,
-                                          knob.reason)))
+            k.add_row(*(_t(c) for c in (knob.for_host, knob.tuner, knob.key, knob.value,
+                                        knob.reason)))
         parts.append(k)
-    title = Text.assemble((f"{i}. {f.severity.upper()} ", STYLE[f.severity]), f.title,
-                          (f"  [{f.id}]", "dim"))
+    title = Text.assemble((f"{i}. {f.severity.upper()} ", STYLE[f.severity]), clean(f.title),
+                          (f"  [{clean(f.id)}]", "dim"))
     return Panel(Group(*parts), title=title, title_align="left", border_style=STYLE[f.severity])
 
 
-def render_rich(report: Report, console: Console) -> None:
+def render_rich(report: Report, console: Console, total_findings: int | None = None) -> None:
+    """Print ``report``; ``total_findings``: how many the report holds when ``report`` carries
+    only the first ones (``document.load_first``)."""
     r = report
     head = Table.grid(padding=(0, 2))
-    head.add_row("peer", Text(str(r.peer.get("address"))), "host",
-                 Text(str(r.host.get("hostname"))))
-    head.add_row("report", Text(r.id), "created", Text(r.created_at))
+    head.add_row("peer", _t(r.peer.get("address")), "host", _t(r.host.get("hostname")))
+    head.add_row("report", _t(r.id), "created", _t(r.created_at))
     path = (r.measurements or {}).get("path") or {}
     tput = (r.measurements or {}).get("throughput") or {}
     if path.get("rtt_ms"):
-        head.add_row("rtt min/p50/p99 ms", " / ".join(_fmt("rtt_ms", path["rtt_ms"].get(k))
-                                                      for k in ("min", "p50", "p99")),
-                     "loss", str((path.get("loss") or {}).get("ratio")))
+        head.add_row("rtt min/p50/p99 ms", _t(" / ".join(_fmt("rtt_ms", path["rtt_ms"].get(k))
+                                                         for k in ("min", "p50", "p99"))),
+                     "loss", _t((path.get("loss") or {}).get("ratio")))
     rev = (r.measurements or {}).get("throughput_reverse") or {}
     for name, t in (("throughput", tput), ("reverse (peer sends)", rev)):
         if t.get("bits_per_second") is not None:
             head.add_row(name, format_rate(t["bits_per_second"]),
-                         "limited by", str((t.get("limited_by") or {}).get("verdict")))
+                         "limited by", _t((t.get("limited_by") or {}).get("verdict")))
     if path.get("capacity_source"):
         cap = path.get("capacity_bits_per_second")
         head.add_row("path capacity", format_rate(cap) if cap else "unknown",
-                     "from", str(path["capacity_source"]))
+                     "from", _t(path["capacity_source"]))
     console.print(Panel(head, title="wanprobe diagnose", title_align="left"))
     for part, why in ((r.measurements or {}).get("errors") or {}).items():
-        console.print(Text(f"not measured: {part}: {why}", style="dim"))
+        console.print(_t(f"not measured: {part}: {why}", style="dim"))
     if not r.findings:
         console.print("[green]No problems found.[/]")
     for i, f in enumerate(r.findings, 1):
         console.print(finding_panel(i, f))
+    more = (total_findings or 0) - len(r.findings)
+    if more > 0:
+        console.print(_t(f"… and {more:,} more findings not shown (--limit 0 shows all, "
+                         "--format json has them all)", style="bold"))

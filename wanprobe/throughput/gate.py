@@ -13,7 +13,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wanprobe.errors import ProbeError
+from wanprobe.errors import AuthRefused, PeerLimit, ProbeError
 from wanprobe.throughput import auth
 from wanprobe.throughput import protocol as proto
 
@@ -84,6 +84,21 @@ async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     return Session(client_nonce, server_nonce, key), msg
 
 
+AUTH_REASONS = frozenset({"unauthenticated", "bad_key", "not_allowed"})
+LIMIT_REASONS = frozenset({"over_limit", "busy", "quota", "disabled", "dscp"})
+
+
+def refusal_error(reply: dict, message: str) -> ProbeError | AuthRefused | PeerLimit:
+    """The error of a server's ``refused`` line, by its ``reason``: authentication (exit 7) and
+    limits (exit 8) are not "peer unreachable" (exit 5)."""
+    reason = reply.get("reason")
+    if reason in AUTH_REASONS:
+        return AuthRefused(message)
+    if reason in LIMIT_REASONS:
+        return PeerLimit(message)
+    return ProbeError(message)
+
+
 def client_request(sock: socket.socket, readline: Callable[[str], dict], peer: str,
                    key: bytes | None, op: str, body: dict) -> dict:
     """Run the handshake on a connected control socket, send ``op`` with ``body`` and return
@@ -96,13 +111,13 @@ def client_request(sock: socket.socket, readline: Callable[[str], dict], peer: s
         error = str(challenge.get("error"))[:200]
         hint = (" (it runs an older wanprobe, throughput protocol v1: upgrade it)"
                 if error == "unsupported protocol version" else "")
-        raise ProbeError(f"{peer} refused the connection: {error}{hint}")
+        raise refusal_error(challenge, f"{peer} refused the connection: {error}{hint}")
     server_nonce = auth.parse_nonce(challenge.get("nonce"))
     if challenge["op"] != "challenge" or server_nonce is None:
         raise ProbeError(f"{peer}: unexpected reply {str(challenge['op'])[:32]!r} to hello "
                          "(not a wanprobe reflector?)")
     if key is not None and challenge.get("auth") is not True:
-        raise ProbeError(f"{peer} does not authenticate throughput tests (no key set there) but "
+        raise AuthRefused(f"{peer} does not authenticate throughput tests (no key set there) but "
                          "--hmac-key-file was given: not testing against an unauthenticated server")
     msg = {"op": op, **body}
     if key is not None:
@@ -110,7 +125,7 @@ def client_request(sock: socket.socket, readline: Callable[[str], dict], peer: s
     sock.sendall(proto.encode(op, **{k: v for k, v in msg.items() if k != "op"}))
     reply = readline("reply")
     if reply["op"] == "refused":
-        raise ProbeError(f"{peer} refused the {op}: {str(reply.get('error'))[:200]}")
+        raise refusal_error(reply, f"{peer} refused the {op}: {str(reply.get('error'))[:200]}")
     if key is not None and not auth.verify_accept(key, server_nonce, client_nonce, reply):
-        raise ProbeError(f"{peer} did not prove it holds the shared key (its reply's MAC is wrong)")
+        raise AuthRefused(f"{peer} did not prove it holds the shared key (its reply's MAC is wrong)")
     return reply

@@ -68,8 +68,8 @@ def fetch(peer: str, port: int, *, hmac_key: bytes | None = None,
             msg = client_request(sock, readline, peer, hmac_key, OP, {})
         except OSError as exc:
             raise ProbeError(f"peer {peer} closed the control channel ({exc})") from None
-        except ProbeError as exc:  # refused: an older wanprobe, a wrong key, a limit
-            raise ProbeError(f"peer {peer} sent no host facts ({exc})") from None
+        except ProbeError as exc:  # refused: an older wanprobe, a wrong key (its exit code), a limit
+            raise type(exc)(f"peer {peer} sent no host facts ({exc})") from None
     if msg.get("op") != OP:
         raise ProbeError(f"peer {peer} sent no host facts (an older wanprobe?): "
                          f"{str(msg.get('error') or msg.get('op'))[:120]}")

@@ -23,6 +23,7 @@ WINDOW_RANGE_BYTES = (1024, 2**30)
 PACING_RANGE_BPS = (8e3, 1e12)
 UDP_RATE_RANGE_BPS = (8e3, 1e11)
 INTERVAL_RANGE_S = (0.1, 60.0)
+MIN_DURATION_S = 0.1  # one report interval: a 1e-300 s test is not a measurement
 MAX_CC_CHARS = 16  # TCP_CA_NAME_MAX (include/net/tcp.h)
 _MAX_CLIENTS = 4096
 
@@ -62,9 +63,12 @@ def _outside(name: str, value: float, lo: float, hi: float, unit: str) -> str | 
 
 def request_refusal(req: TestRequest, limits: ServerLimits) -> str | None:
     """One line naming the limit ``req`` breaks, or None when it is within every limit."""
-    if not 0 < req.duration_s <= limits.max_duration_s:
+    if not req.duration_s <= limits.max_duration_s:
         return (f"test duration {_show(req.duration_s)} s exceeds this server's limit of "
                 f"{limits.max_duration_s:g} s (max_duration)")
+    if not req.duration_s >= MIN_DURATION_S:
+        return (f"test duration {_show(req.duration_s)} s is below this server's minimum of "
+                f"{MIN_DURATION_S:g} s")
     if not 0 < req.max_bytes <= limits.max_bytes_per_test:
         return (f"test byte cap {_show(req.max_bytes)} B exceeds this server's limit of "
                 f"{limits.max_bytes_per_test} B (max_bytes_per_test)")

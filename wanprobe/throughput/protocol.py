@@ -66,28 +66,41 @@ class TestRequest:
 
     @classmethod
     def from_json(cls, obj: dict) -> TestRequest:
-        """Build from a ``hello`` body with every field coerced to its type; unknown keys are
-        ignored; a value of the wrong type raises ProbeError (the server refuses the test)."""
-        def opt(conv, key):
-            return None if obj.get(key) is None else conv(obj[key])
+        """Build from a ``test`` body. Every field must already have its JSON type: a number
+        is a JSON number (not ``"5"``, not ``true``), a flag a JSON boolean, an integer field
+        an integer; unknown keys are ignored; a wrong type raises ProbeError (the server
+        refuses the test). Ranges: limits.request_refusal."""
+        if not isinstance(obj, dict):
+            raise ProbeError("malformed test request: not an object")
+        kw = {}
+        for name, f in cls.__dataclass_fields__.items():
+            if name not in obj:
+                if name == "duration_s":
+                    raise ProbeError("malformed test request: duration_s is required")
+                continue
+            kw[name] = _typed(name, obj[name], _FIELD_TYPES[name], f.default is None)
+        return cls(**kw)
 
-        try:
-            if not isinstance(obj, dict):
-                raise TypeError("not an object")
-            d = cls.__dataclass_fields__
-            req = cls(
-                duration_s=float(obj["duration_s"]),
-                streams=int(obj.get("streams", d["streams"].default)),
-                reverse=bool(obj.get("reverse", False)), bidir=bool(obj.get("bidir", False)),
-                cc=opt(str, "cc"), window_bytes=opt(int, "window_bytes"),
-                dscp=int(obj.get("dscp", 0)), pacing_rate_bps=opt(float, "pacing_rate_bps"),
-                udp=bool(obj.get("udp", False)), udp_rate_bps=opt(float, "udp_rate_bps"),
-                udp_packet_bytes=int(obj.get("udp_packet_bytes", d["udp_packet_bytes"].default)),
-                interval_s=float(obj.get("interval_s", d["interval_s"].default)),
-                max_bytes=int(obj.get("max_bytes", d["max_bytes"].default)))
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise ProbeError(f"malformed test request: {str(exc)[:80]}") from None
-        return req  # ranges: limits.request_refusal
+
+def _typed(name: str, value: object, kind: type, nullable: bool) -> object:
+    """``value`` if it has the JSON type ``kind`` (bool is not a number here), else ProbeError."""
+    if value is None and nullable:
+        return None
+    ok = (isinstance(value, bool) if kind is bool
+          else isinstance(value, str) if kind is str
+          else isinstance(value, int) and not isinstance(value, bool) if kind is int
+          else isinstance(value, int | float) and not isinstance(value, bool))
+    if not ok:
+        want = {bool: "a boolean", str: "a string", int: "an integer", float: "a number"}[kind]
+        raise ProbeError(f"malformed test request: {name} must be {want}, got "
+                         f"{type(value).__name__} {str(value)[:20]!r}")
+    return float(value) if kind is float else value
+
+
+_FIELD_TYPES = {"duration_s": float, "streams": int, "reverse": bool, "bidir": bool, "cc": str,
+                "window_bytes": int, "dscp": int, "pacing_rate_bps": float, "udp": bool,
+                "udp_rate_bps": float, "udp_packet_bytes": int, "interval_s": float,
+                "max_bytes": int}
 
 
 def encode(op: str, **body) -> bytes:

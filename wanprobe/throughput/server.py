@@ -33,8 +33,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from wanprobe.accept_backoff import AcceptBackoff, accept, connection_cap
 from wanprobe.errors import ProbeError, WanprobeError
-from wanprobe.probe.access import AllowList
+from wanprobe.probe.access import AllowList, DscpPolicy
 from wanprobe.throughput import host_facts_op
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
@@ -43,6 +44,7 @@ from wanprobe.throughput.gate import Refused, Session, read_request
 from wanprobe.throughput.limits import Quota, ServerLimits, request_refusal
 from wanprobe.throughput.sampler import IntervalSampler
 from wanprobe.throughput.sockopts import apply_stream_options, check_cc
+from wanprobe.throughput.stall import wait_unless_stalled
 from wanprobe.throughput.udp import UdpReceiverStats, udp_interval_record
 
 DEFAULT_MAX_DURATION_S = ServerLimits.max_duration_s
@@ -80,7 +82,8 @@ class ThroughputServer:
     def __init__(self, *, limits: ServerLimits | None = None, hmac_key: bytes | None = None,
                  allow: tuple[str, ...] = (), max_duration_s: float | None = None,
                  max_bytes: int | None = None, max_streams: int | None = None,
-                 max_concurrent_tests: int | None = None) -> None:
+                 max_concurrent_tests: int | None = None,
+                 dscp_permitted: DscpPolicy | None = None) -> None:
         overrides = {k: v for k, v in (("max_duration_s", max_duration_s),
                                        ("max_bytes_per_test", max_bytes),
                                        ("max_streams", max_streams),
@@ -89,6 +92,7 @@ class ThroughputServer:
         self.limits = dataclasses.replace(limits or ServerLimits(), **overrides)
         self.hmac_key = hmac_key
         self.allow = AllowList(allow)
+        self.dscp_permitted = dscp_permitted or DscpPolicy()  # the STAMP CoS policy: no CS6/CS7
         self.quota = Quota()
         self._refused: Counter[str] = Counter()
         self._connections = 0
@@ -190,19 +194,14 @@ class ThroughputServer:
     # ---- connections -----------------------------------------------------------------------
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        backoff = AcceptBackoff(f"throughput server port {self.port}")  # EMFILE: wait, one line
         while True:
-            try:
-                sock, addr = await loop.sock_accept(self._lsock)
-            except (asyncio.CancelledError, GeneratorExit):
-                raise
-            except OSError:
-                await asyncio.sleep(0.05)
-                continue
+            sock, addr = await accept(self._lsock, backoff)
             if self.allow and not self.allow.permits(addr[0]):
                 self._refused["not_allowed"] += 1  # closed before a byte is read
                 sock.close()
                 continue
-            if self._connections >= self.limits.max_connections:
+            if self._connections >= connection_cap(self.limits.max_connections):
                 self._refused["too_many_connections"] += 1
                 sock.close()
                 continue
@@ -257,7 +256,8 @@ class ThroughputServer:
         sock.setblocking(True)
         try:
             apply_stream_options(sock, cc=req.cc, window_bytes=req.window_bytes, dscp=req.dscp,
-                                 pacing_rate_bps=req.pacing_rate_bps)
+                                 pacing_rate_bps=req.pacing_rate_bps, reset_on_close=direction
+                                 == proto.DOWN)  # unread data at the end is freed, not kept
         except WanprobeError:
             return False
         test.streams.append(Stream(stream_id, direction, sock, sending=direction == proto.DOWN))
@@ -279,7 +279,7 @@ class ThroughputServer:
                 await op(session, msg, reader, writer, _norm_ip(addr[0]))
             except Refused as exc:
                 self._refused[exc.reason] += 1
-                writer.write(proto.encode("refused", error=str(exc)))
+                writer.write(proto.encode("refused", error=str(exc), reason=exc.reason))
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(1.0):
                         await writer.drain()
@@ -290,10 +290,10 @@ class ThroughputServer:
         except Exception as exc:  # a bad client must never take the server down
             with contextlib.suppress(Exception):
                 writer.write(proto.encode("refused", error=f"server error: {type(exc).__name__}"))
-        finally:
+        finally:  # a client that does not read its control socket is reset, not waited on
+            if writer.transport.get_write_buffer_size():
+                writer.transport.abort()
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
 
     def _test_refusal(self, req: proto.TestRequest, client: str) -> Refused | None:
         lim = self.limits
@@ -306,6 +306,8 @@ class ThroughputServer:
         if req.udp and req.udp_rate_bps * req.duration_s / 8 > lim.max_bytes_per_test:
             return Refused("over_limit", "udp_rate_bps × duration_s exceeds this server's limit "
                            f"of {lim.max_bytes_per_test} B per test (max_bytes_per_test)")
+        if why := self.dscp_permitted.refusal(req.dscp, "throughput test"):
+            return Refused("dscp", why)
         try:
             check_cc(req.cc)
         except WanprobeError as exc:
@@ -425,9 +427,8 @@ class ThroughputServer:
         eof = loop.create_task(reader.read(1))  # the client never sends more; EOF = gone
         try:
             # No polling while data flows: wake when the streams finish or the client goes.
-            done, _ = await asyncio.wait({finished, eof}, timeout=req.duration_s + 30.0,
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if finished not in done:
+            done = await wait_unless_stalled({finished, eof}, test.streams, req.duration_s + 30)
+            if finished not in done:  # the client left, or stopped reading (stall.py)
                 test.abort.set()
             stop.set()
             await loop.run_in_executor(None, sampler.join, 2.0)
