@@ -159,7 +159,7 @@ def test_tuner_state_is_not_the_daemons():
     tuner = (units / "wanprobe-tune.service").read_text()
     assert re.search(r"^StateDirectory=wanprobe$", daemon, re.M)
     assert re.search(r"^StateDirectory=wanprobe-tune$", tuner, re.M)
-    assert re.search(r"^StateDirectoryMode=0700$", tuner, re.M)
+    assert re.search(r"^StateDirectoryMode=0755$", tuner, re.M)   # readable, never writable
     assert DEFAULT_STATE_DIR == Path("/var/lib/wanprobe-tune")
     assert f"--state-dir {DEFAULT_STATE_DIR}" in tuner
     assert DEFAULT_STATE_DIR != Path("/var/lib/wanprobe")

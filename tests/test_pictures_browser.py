@@ -52,20 +52,21 @@ def lab_run(tmp_path_factory):
     try:
         lab.b.run(["sysctl", "-qw", "net.ipv4.tcp_rmem=4096 65536 262144"], check=True)
         procs.append(start_reflector(lab))
-        state = tmp / "state"
+        state, tune_state = tmp / "state", tmp / "tune"   # the daemon's and the tuner's, apart
         mesh = tmp / "mesh.toml"
         mesh.write_text(f'[sites.osaka]\nhosts = [{{ name = "lab-a", address = "{lab.a.addr}" }}]\n'
                         f'[sites.tokyo]\nhosts = [{{ name = "lab-b", address = "{lab.b.addr}" }}]\n')
         cfg = tmp / "wanprobe.toml"
         cfg.write_text(daemon_toml(
-            {"state_dir": state, "metrics_listen": f"127.0.0.1:{PORT}", "hostname": "lab-a",
+            {"state_dir": state, "tune_state_dir": tune_state,
+             "metrics_listen": f"127.0.0.1:{PORT}", "hostname": "lab-a",
              "mesh_file": mesh, "reflector_listen": [f"{lab.a.addr}:862"]},
             probe=LAB_PROBE, counters={"interval": "5s"}, baseline={"min_samples": 6},
             peers=[{"name": EVIL, "address": lab.b.addr, "site": "tokyo"}]))
         daemon = lab.a.popen([sys.executable, "-m", "wanprobe", "daemon", "--config", str(cfg)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append(daemon)
-        # a tuning transaction in the daemon's state dir: a tcp_rmem change in namespace a only
+        # a tuning transaction (the tuner's state dir): a tcp_rmem change in namespace a only
         knob = {"tuner": "sysctl", "key": "net.ipv4.tcp_rmem", "value": "4096 131072 67108864",
                 "reason": "test"}
         (tmp / "knob.json").write_text(json.dumps({
@@ -74,12 +75,12 @@ def lab_run(tmp_path_factory):
                                               "knobs": [knob]}]}))
         time.sleep(4.0)
         wanprobe(lab.a, "tune", "plan", "-r", tmp / "knob.json", "-o", tmp / "plan.json")
-        wanprobe(lab.a, "tune", "apply", tmp / "plan.json", "--yes", "--state-dir", state)
+        wanprobe(lab.a, "tune", "apply", tmp / "plan.json", "--yes", "--state-dir", tune_state)
         wanprobe(lab.a, "diagnose", lab.b.addr, "--quick", "-o", tmp / "report.json")
         wanprobe(lab.a, "report", "show", tmp / "report.json", "--format", "html", "-o",
                  tmp / "report.html")
-        wanprobe(lab.a, "history", EVIL, "--state-dir", state, "--since", "5m", "--format",
-                 "html", "-o", tmp / "history.html")
+        wanprobe(lab.a, "history", EVIL, "--state-dir", state, "--tune-state-dir", tune_state,
+                 "--since", "5m", "--format", "html", "-o", tmp / "history.html")
         assert daemon.poll() is None, daemon.stdout.read()
         pages = {"daemon": f"http://127.0.0.1:{PORT}/?window=5m",
                  "report": (tmp / "report.html").as_uri(),

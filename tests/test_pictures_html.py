@@ -167,14 +167,14 @@ def test_history_page_marks_events_and_tuning_changes(tmp_path):
     store.add_finding(now - 2000, {"id": "path.rerouted", "severity": "warning",
                                    "title": f"Path to {EVIL} rerouted"}, peer=EVIL)
     store.close()
-    jstore = JournalStore(tmp_path)
-    jstore.dir.mkdir()
+    jstore = JournalStore(tmp_path / "tune")   # the tuner's own state dir, not the daemon's
+    jstore.dir.mkdir(parents=True)
     jstore.save(Journal(id=JournalStore.new_id(), state="applied", netns_inode=1,
                         netns_cookie=None, host_id="h", plan_id="p",
                         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                         entries=(), pid=1))
-    r = invoke("history", EVIL, "--state-dir", tmp_path, "--format", "html", "--since", "2h",
-               "-o", tmp_path / "h.html")
+    r = invoke("history", EVIL, "--state-dir", tmp_path, "--tune-state-dir", tmp_path / "tune",
+               "--format", "html", "--since", "2h", "-o", tmp_path / "h.html")
     assert r.returncode == 0, r.stderr
     html = (tmp_path / "h.html").read_text()
     assert_escaped(html)

@@ -7,7 +7,8 @@ verified; a journal found in ``applying`` by a later run (under the same lock) i
 rolled back. Every entry carries the netns inode it was made in.
 
 The state dir is root's alone (issue 19): it must be owned by the user running the tuner (root)
-and writable by no group or other user, or nothing is read from it — a daemon that could plant a
+and writable by no group or other user, or nothing is read from it (it is readable: the daemon's
+page shows the tuning changes) — a daemon that could plant a
 journal there would get root writes and firewall rules. Each journal is untrusted input all the
 same (``journal_check``): one that fails its checks is reported in one line and left alone. The
 default, ``/var/lib/wanprobe-tune``, is not the daemon's state dir (``/var/lib/wanprobe``, a
@@ -171,9 +172,9 @@ class JournalStore:
     def locked(self) -> Iterator[JournalStore]:
         """Serialise tune runs sharing the state dir; a crashed holder's lock dies with it."""
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
             self.check_dirs()
-            self.dir.mkdir(exist_ok=True, mode=0o700)
+            self.dir.mkdir(exist_ok=True, mode=0o755)
             self.check_dirs()
             fd = os.open(self.state_dir / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except PermissionError:
@@ -201,7 +202,7 @@ class JournalStore:
     def save(self, journal: Journal) -> Journal:
         journal = replace(journal, updated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         try:
-            atomic_write(self.path(journal.id), json.dumps(journal.to_json(), indent=1) + "\n", 0o600)
+            atomic_write(self.path(journal.id), json.dumps(journal.to_json(), indent=1) + "\n", 0o644)
         except OSError as exc:
             raise TuneError(f"cannot write journal in {self.dir}: {exc.strerror}") from None
         return journal

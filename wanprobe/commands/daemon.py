@@ -111,6 +111,9 @@ def history(
     unit: views.UnitOpt = "wanprobe-sync.service",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="With --format html: "
                                                 "write to this file instead of stdout.")] = None,
+    tune_state_dir: Annotated[str | None, typer.Option("--tune-state-dir", help="With --format "
+                              "html: the tuner's journals, for its tuning changes (default "
+                              "$WANPROBE_STATE_DIR or /var/lib/wanprobe-tune).")] = None,
 ) -> None:
     """Show a peer's probe history from the daemon's store (newest last), or with --windows
     when to move --bytes to it."""
@@ -131,12 +134,13 @@ def history(
                          "systemd go with --windows --bytes SIZE")
     since_s = units.parse_duration_s(since, default_unit="s")
     if fmt == "html":
+        from tuners.journal import state_dir_from
         from wanprobe.pictures.files import emit_history
         from wanprobe.pictures.history_data import parse_window
 
         root = check_path_text(state_dir, "--state-dir")
         emit_history(root / "history.sqlite3", peer, window_s=parse_window(since, "--since"),
-                     state_dir=root, output=output)
+                     state_dir=state_dir_from(tune_state_dir), output=output)
         return
     as_json = as_json or fmt == "json"
     store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")

@@ -153,6 +153,8 @@ class DaemonConfig:
     """The whole, validated configuration."""
 
     state_dir: Path
+    # the tuner's journals, read (never written) for the page's tuning changes (docs/runbook.md)
+    tune_state_dir: Path = Path("/var/lib/wanprobe-tune")
     metrics_listen: tuple[str, int] = ("127.0.0.1", 9862)
     reflector_listen: tuple[tuple[str, int], ...] = (("0.0.0.0", 862),)
     reflector_enabled: bool = True
@@ -202,7 +204,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
     v.known(data, "", {"daemon", "peers", "probe", "throughput", "counters", "retention",
                        "baseline", "auto_apply"})
     d = v.table(data, "daemon")
-    v.known(d, "daemon", {"state_dir", "metrics_listen", "reflector_listen", "reflector",
+    v.known(d, "daemon", {"state_dir", "tune_state_dir", "metrics_listen", "reflector_listen", "reflector",
                           "hmac_key", "hmac_key_file", "hostname", "site", "mesh_file",
                           "log_format"} | DAEMON_KEYS)
     allow, cos_dscp = reflector_access(v, d)
@@ -213,6 +215,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
         v.problem("daemon.state_dir", "is required (e.g. \"/var/lib/wanprobe\")")
     probe = _probe(v, v.table(data, "probe"))
     cfg_kwargs: dict[str, Any] = dict(
+        tune_state_dir=v.path(d, "daemon.tune_state_dir", Path("/var/lib/wanprobe-tune")),
         metrics_listen=v.listen("daemon.metrics_listen",
                                 v.string(d, "daemon.metrics_listen", "127.0.0.1:9862")),
         reflector_listen=tuple(v.listen("daemon.reflector_listen", x) for x in

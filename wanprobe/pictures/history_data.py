@@ -131,8 +131,8 @@ def _iso_ts(text: str) -> float | None:
 
 
 def tuning_changes(state_dir: Path, since: float) -> list[dict[str, Any]]:
-    """Tuning transactions journalled in ``state_dir/journal`` (``wanprobe tune apply`` and the
-    auto-apply unit) since ``since``: one mark when applied, one more when rolled back. Journal
+    """Tuning transactions journalled in the tuner's ``state_dir/journal`` (``wanprobe tune
+    apply`` and the auto-apply unit; readable, never written, by the daemon) since ``since``: one mark when applied, one more when rolled back. Journal
     names start with their UTC creation time, so older files are not even opened."""
     from tuners.journal import JournalStore
 

@@ -89,7 +89,7 @@ def overview_page(state: DaemonState, *, window_s: float, window: str | None) ->
     top = ranked(state.peers)[:MAX_BANDS]
     with HistoryReader(state.db_path) as reader:
         events = reader.events(None, since)
-        changes = tuning_changes(state.state_dir, since)
+        changes = tuning_changes(state.tune_state_dir, since)
         page.h(2, f"RTT over the last {span(window_s)}"
                + (f": the {len(top)} peers furthest above their baselines"
                   if len(state.peers) > len(top) else ""))
@@ -120,5 +120,5 @@ def peer_page(state: DaemonState, peer: PeerState, *, window_s: float) -> Page:
     page.add(Markup(f'<p><a href="/">← all peers</a></p><h1>{esc(title)}</h1>'))
     with HistoryReader(state.db_path) as reader:
         add_peer_section(page, reader, PeerView(peer.name, peer.site, peer.address, peer.method),
-                         window_s=window_s, now=state.now, state_dir=state.state_dir)
+                         window_s=window_s, now=state.now, state_dir=state.tune_state_dir)
     return page

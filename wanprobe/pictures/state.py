@@ -113,7 +113,7 @@ class DaemonState:
     version: str
     probe_interval_s: float
     db_path: Path
-    state_dir: Path
+    tune_state_dir: Path            # the tuner's journals (tuning changes), read only
     peers: tuple[PeerState, ...]
     refusals: Mapping[str, int]
     reflector: str                  # "ok", "off" or why it is down
@@ -146,5 +146,5 @@ def snapshot(daemon: Any) -> DaemonState:
     reflector = ("off" if not cfg.reflector_enabled else daemon.reflector_error or "ok")
     return DaemonState(host=daemon.metrics.host, site=cfg.site, version=__version__,
                        probe_interval_s=cfg.probe.interval_s, db_path=cfg.db_path,
-                       state_dir=cfg.state_dir, peers=tuple(peers), refusals=refusals,
+                       tune_state_dir=cfg.tune_state_dir, peers=tuple(peers), refusals=refusals,
                        reflector=reflector, fleet=cfg.mesh_file is not None)
