@@ -40,7 +40,7 @@ def _wanprobe(end, *args: str, timeout_s: float = 180) -> dict:
     r = end.run([sys.executable, "-m", "wanprobe", *args, "--json"], capture_output=True,
                 text=True, timeout=timeout_s)
     if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["failed"])[-1]
+        last = (r.stderr.strip().splitlines() or [f"failed (exit status {r.returncode})"])[-1]
         raise WanprobeError(f"demo: `wanprobe {' '.join(args[:2])}` in {end.name}: {last}")
     return json.loads(r.stdout)
 
