@@ -286,6 +286,23 @@ def warm_imports():
         typer.testing._get_command = saved
 
 
+def _owned_elsewhere(name: str) -> bool:
+    """The lab's forwarder (or a multipath lab's first) was started for another process."""
+    import os
+
+    from wanprobe.lab.lab import forwarder_pids
+
+    for pid in forwarder_pids(name) or forwarder_pids(f"{name}-p0"):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--owner-pid" in argv:
+            owner = argv[argv.index(b"--owner-pid") + 1]
+            return owner.isdigit() and int(owner) != os.getpid()
+    return False
+
+
 @pytest.fixture(scope="module", autouse=True)
 def no_stray_lab():
     """No command may bring a lab up on a hostile value: any lab (two-namespace or multipath)
@@ -295,7 +312,10 @@ def no_stray_lab():
 
     before = {lab.get("name") for lab in list_labs()}
     yield
-    new = [lab for lab in list_labs() if lab.get("name") not in before]
+    # A lab brought up by another process on this host (a concurrent test run) is not ours:
+    # its forwarder names its owner (--owner-pid) and that owner is not this process.
+    new = [lab for lab in list_labs() if lab.get("name") not in before
+           and not _owned_elsewhere(lab.get("name") or "")]
     for lab in new:
         if lab.get("kind") == "multipath":
             MultipathLab.attach(lab["name"]).down()
