@@ -52,6 +52,7 @@ def test_full_only_at_90_percent_of_the_measured_capacity():
 @pytest.mark.parametrize(("kwargs", "limit", "cause"), [
     ({"verdict": "cpu", "evidence": {"side": "receiver"},
       "cpu": {"receiver_thread_busy_ratio": 0.97}}, "host", "cpu"),
+    ({"verdict": "host_cpu", "evidence": {"side": "sender"}}, "host", "cpu"),
     ({"verdict": "receive_window", "evidence": {"rwnd_limited_share": 0.6}}, "window",
      "receive_window"),
     ({"verdict": "send_buffer", "evidence": {"sndbuf_limited_share": 0.4}}, "window",
@@ -114,3 +115,17 @@ def test_full_at_once_measures_once_and_a_given_capacity_is_not_measured():
     v = verify_loop(lambda s: result([30] + [61] * (int(s) - 1), info=clamp, duration_s=s),
                     lambda tcp: (CAP, "udp_burst"))
     assert len(v.attempts) == 2 and v.limit == "congestion_control" and not v.path_full
+
+
+def test_a_failed_re_measure_keeps_the_first_answer_and_says_why():
+    from wanprobe.errors import ProbeError
+
+    answers = iter([result([30, 65, 66, 64])])
+
+    def measure(secs):
+        if secs > 6:
+            raise ProbeError("test duration 12 s exceeds this server's limit of 10 s")
+        return next(answers)
+
+    v = verify_loop(measure, lambda tcp: (CAP, "udp_burst"))
+    assert len(v.attempts) == 1 and not v.path_full and "re-measure failed" in v.summary

@@ -15,10 +15,11 @@ from the test's own evidence: TCP_INFO chrono counters, CPU samples, retransmits
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wanprobe.diagnose.verify_limit import FULL_SHARE, classify, evidence_of, kept_intervals
+from wanprobe.errors import WanprobeError
 
 RETEST_FACTOR = 2.0  # the re-measure: twice the duration, twice the ramp-up left out
 
@@ -141,7 +142,10 @@ def verify_loop(measure: Measure, capacity: Capacity, *, duration_s: float = 6.0
     v = judge(first, omit_s, capacity_bps=capacity_bps, capacity_source=source)
     if not retest or v.limit in ("full", "unknown"):
         return v
-    again = measure(duration_s * RETEST_FACTOR)
+    try:
+        again = measure(duration_s * RETEST_FACTOR)
+    except WanprobeError as exc:  # keep the first answer; say why there is no second
+        return replace(v, summary=f"{v.summary} (the longer re-measure failed: {exc})")
     return judge(again, omit_s * RETEST_FACTOR, capacity_bps=capacity_bps,
                  capacity_source=source, earlier=v.attempts)
 
@@ -151,7 +155,6 @@ def verify_path(peer: str, *, port: int = 862, duration_s: float = 6.0, omit_s: 
                 capacity_bps: float | None = None, retest: bool = True) -> Verification:
     """Measure this host → ``peer`` again (one stream, capped), measure the path's capacity
     with UDP bursts (unless ``capacity_bps`` is known) and judge."""
-    from wanprobe.errors import WanprobeError
     from wanprobe.throughput.capacity import measure_capacity
     from wanprobe.throughput.client import run_throughput
 

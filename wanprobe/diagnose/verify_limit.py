@@ -118,6 +118,7 @@ def evidence_of(result: Mapping[str, Any], omit_s: float) -> dict[str, Any]:
         "cc": result.get("cc"), "streams": len({s.get("stream_id") for s in
                                                 result.get("streams") or []}) or 1,
         "throughput_verdict": lb.get("verdict"), "side": ev.get("side"),
+        "throughput_summary": lb.get("summary"),
         "min_rtt_ms": result.get("min_rtt_ms") or ev.get("min_rtt_ms"),
         "srtt_ms": srtt,
         "pacing_rate_bits_per_second": _median(_per_interval_sums(
@@ -138,13 +139,11 @@ def evidence_of(result: Mapping[str, Any], omit_s: float) -> dict[str, Any]:
 
 def _host_or_window(ev: Mapping[str, Any], base: dict) -> Limit | None:
     verdict = ev.get("throughput_verdict")
-    if verdict in ("cpu", "host_cpu"):
+    if verdict in ("cpu", "host_cpu"):  # the throughput verdict's own words and side
         side = ev.get("side") or "sender"
-        busy = ev.get(f"{side}_thread_busy_ratio")
-        return Limit("host", "cpu", f"the {side}'s data thread used "
-                     f"{busy:.0%} of a core" if busy is not None else
-                     f"a CPU on the {side} is saturated", {**base, "side": side,
-                                                          "thread_busy_ratio": busy})
+        return Limit("host", "cpu", ev.get("throughput_summary") or f"a CPU on the {side} is "
+                     "saturated", {**base, "side": side, "thread_busy_ratio":
+                                   ev.get(f"{side}_thread_busy_ratio")})
     if verdict in ("receive_window", "send_buffer"):
         key = "rwnd_limited_share" if verdict == "receive_window" else "sndbuf_limited_share"
         share = ev.get(key)
