@@ -311,6 +311,23 @@ def warm_imports():
         typer.testing._get_command = saved
 
 
+def _owned_elsewhere(name: str) -> bool:
+    """The lab's forwarder (or a multipath lab's first) was started for another process."""
+    import os
+
+    from wanprobe.lab.lab import forwarder_pids
+
+    for pid in forwarder_pids(name) or forwarder_pids(f"{name}-p0"):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"--owner-pid" in argv:
+            owner = argv[argv.index(b"--owner-pid") + 1]
+            return owner.isdigit() and int(owner) != os.getpid()
+    return False
+
+
 @pytest.fixture(scope="module", autouse=True)
 def no_stray_lab():
     """No command may bring a lab up on a hostile value: any lab (two-namespace or multipath)
@@ -320,9 +337,11 @@ def no_stray_lab():
 
     before = {lab.get("name") for lab in list_labs()}
     yield
-    # only labs named as this session names them: other sessions' labs are not ours to remove
+    # only labs named as this session names them, and whose forwarder this process owns: other
+    # sessions' labs (a concurrent test run on this host) are not ours to remove
     new = [lab for lab in list_labs() if lab.get("name") not in before
-           and str(lab.get("name", "")).startswith(TEST_LAB_PREFIX + "x")]
+           and str(lab.get("name", "")).startswith(TEST_LAB_PREFIX + "x")
+           and not _owned_elsewhere(lab.get("name") or "")]
     for lab in new:
         if lab.get("kind") == "multipath":
             MultipathLab.attach(lab["name"]).down()

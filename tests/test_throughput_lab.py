@@ -53,6 +53,14 @@ def test_100mbit_60ms_within_5pct_of_iperf3_and_network_verdict(lab_factory, ser
     assert wp.min_rtt_ms == pytest.approx(60, abs=3)
     assert wp.bdp_bytes == pytest.approx(100e6 * 0.060 / 8, rel=0.15)
     assert wp.single_stream_buffer_bytes >= 2 * 0.85 * 750_000
+    # issue 20: only a final interval under half the reporting interval (1 s) is partial, it
+    # has no rate, and the intervals still add up to every byte received
+    ivs = wp.to_json()["intervals"]
+    assert not any(iv["partial"] for iv in ivs[:-1])
+    tail = ivs[-1]
+    assert tail["partial"] == (tail["end_s"] - tail["start_s"] < 0.5)
+    assert (tail["bits_per_second"] is None) == tail["partial"]
+    assert sum(iv["bytes_received"] for iv in ivs) == wp.bytes_received
 
 
 def test_small_window_on_130ms_path_is_receive_window(lab_factory, servers):

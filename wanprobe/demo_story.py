@@ -40,7 +40,7 @@ def _wanprobe(end, *args: str, timeout_s: float = 180) -> dict:
     r = end.run([sys.executable, "-m", "wanprobe", *args, "--json"], capture_output=True,
                 text=True, timeout=timeout_s)
     if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["failed"])[-1]
+        last = (r.stderr.strip().splitlines() or [f"failed (exit status {r.returncode})"])[-1]
         raise WanprobeError(f"demo: `wanprobe {' '.join(args[:2])}` in {end.name}: {last}")
     return json.loads(r.stdout)
 
@@ -79,6 +79,24 @@ def _throughput(lab, duration_s: float) -> dict:
     return {"bits_per_second": doc["bits_per_second"],
             "limited_by": (doc.get("limited_by") or {}).get("verdict"),
             "retransmits": doc.get("retransmits"), "cc": doc.get("cc")}
+
+
+def after_of(checked: dict | None) -> dict:
+    """The demo's "after" row from `tune apply --verify`'s answer (diagnose/verify.py): the
+    rate with the ramp-up left out, and the loop's verdict against the measured capacity."""
+    if not checked:
+        raise WanprobeError("demo: the re-measure after tuning (`tune apply --verify`) failed")
+    after = checked["bits_per_second_after_omit"]
+    return {"bits_per_second": after if after is not None else checked["bits_per_second"],
+            "ramp_up_left_out": after is not None,
+            "bits_per_second_with_ramp_up": checked["bits_per_second"],
+            "omit_s": checked["omit_s"], "limited_by": checked["verdict"],
+            "limit": checked["limit"], "path_full": checked["path_full"],
+            "share_of_capacity": checked["share_of_capacity"],
+            "capacity_bits_per_second": checked["capacity_bits_per_second"],
+            "capacity_source": checked["capacity_source"], "summary": checked["summary"],
+            "evidence": checked["evidence"], "attempts": checked["attempts"],
+            "next_step": checked["next_step"], "cc": checked["cc"]}
 
 
 def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
@@ -129,12 +147,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                                           for n, j in journals.items()}
                 console.print(f"applied {doc['plan']['applied']} change(s); measured again by "
                               "`tune apply --verify`")
-                checked = journals[lab.a.name]["verify"]
-                doc["after"] = {"bits_per_second": checked["bits_per_second_after_omit"]
-                                or checked["bits_per_second"],
-                                "bits_per_second_with_ramp_up": checked["bits_per_second"],
-                                "omit_s": checked["omit_s"], "limited_by": checked["verdict"],
-                                "next_step": checked["next_step"], "cc": checked["cc"]}
+                doc["after"] = after_of(journals[lab.a.name]["verify"])
                 for end in (lab.a, lab.b):
                     _wanprobe(end, "tune", "rollback", *env_state)
                 restored = {end.name: _sysctls(end) for end in (lab.a, lab.b)}
@@ -158,14 +171,18 @@ def _print_table(console: Console, doc: dict) -> None:
     t = Table(title=f"{PROFILE}: before and after tuning (same lab, same run)")
     for col in ("", "throughput", "limited by", "cc"):
         t.add_column(col)
-    for name in ("before", "after"):
+    after = doc["after"]
+    for name, limit in (("before", doc["before"]["limited_by"]), ("after", after["limit"])):
         row = doc[name]
-        t.add_row(name, format_rate(row["bits_per_second"]), str(row["limited_by"]),
-                  str(row["cc"]))
+        t.add_row(name, format_rate(row["bits_per_second"]), str(limit), str(row["cc"]))
     console.print(t)
-    console.print(f"ratio after/before: [bold]{doc['ratio']}×[/] (after: the first "
-                  f"{doc['after']['omit_s']:g} s of ramp-up left out, as iperf3 --omit)")
-    console.print(escape(f"next step: {doc['after']['next_step']}"))
+    tests = " then ".join(f"{a['duration_s']:g} s" for a in after["attempts"])
+    console.print(f"ratio after/before: [bold]{doc['ratio']}×[/] (after: {tests} test, the first "
+                  f"{after['omit_s']:g} s of ramp-up left out, as iperf3 --omit)")
+    cap = after["capacity_bits_per_second"]
+    console.print(escape(f"capacity {format_rate(cap) if cap else '-'} ({after['capacity_source']}): "
+                         f"{after['summary']}"))
+    console.print(escape(f"next step: {after['next_step']}"))
     for f in doc["findings"][:3]:
         console.print(escape(f"  [{f['severity']}] {f['title']}: {f['expected_effect']}"))
     console.print("rollback restored every value" if doc["rollback"]["restored"]

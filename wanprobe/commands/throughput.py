@@ -40,7 +40,9 @@ def render(result, console: Console) -> None:
     for col in ("interval s", "goodput", "retrans"):
         table.add_column(col, justify="right")
     for iv in j["intervals"]:
-        table.add_row(f"{iv['start_s']:.1f}-{iv['end_s']:.1f}", format_rate(iv["bits_per_second"]),
+        rate = ("partial" if iv.get("partial") or iv["bits_per_second"] is None
+                else format_rate(iv["bits_per_second"]))
+        table.add_row(f"{iv['start_s']:.2f}-{iv['end_s']:.2f}", rate,
                       "-" if iv["retransmits"] is None else str(iv["retransmits"]))
     console.print(table)
     streams = Table(title="streams (sender TCP_INFO)")

@@ -187,9 +187,7 @@ def apply_cmd(
                "verify": checked.to_json() if checked else None})
         return
     if checked:
-        console.print(escape(f"  verify: {checked.bits_per_second_after_omit or checked.bits_per_second:,.0f} bit/s "
-                             f"after {checked.omit_s:g} s ramp-up, limited by {checked.verdict}; "
-                             f"{'path full' if checked.fixed else 'still limited by the host'}: next step: {checked.next_step}"))
+        _print_verify(checked)
     for s in prep.skipped:
         console.print(escape(f"  skipped {s.tuner} {s.key}: {s.reason}"))
     if journal is None:
@@ -204,6 +202,20 @@ def apply_cmd(
             console.print(f"  note: tuned profile {escape(active)} is active; with reapply_sysctl=1 it may override these")
     console.print(f"applied {len(journal.entries)} change(s); journal {journal.id} in "
                   f"{store.dir}; undo with `wanprobe tune rollback {journal.id}`")
+
+
+def _print_verify(checked) -> None:
+    """One line per test of the loop, then the verdict with its evidence and the next step."""
+    from wanprobe.units import format_rate
+
+    for a in checked.attempts:
+        after = a.bits_per_second_after_omit
+        console.print(escape(f"  verify: {a.duration_s:g} s test, {format_rate(after) if after is not None else '-'} "
+                             f"after {a.omit_s:g} s of ramp-up ({format_rate(a.bits_per_second)} with it)"))
+    cap = checked.capacity_bits_per_second
+    console.print(escape(f"  capacity: {format_rate(cap) if cap else '-'} ({checked.capacity_source})"))
+    head = "path full" if checked.path_full else f"limited by {checked.limit}"
+    console.print(escape(f"  {head}: {checked.summary}; next step: {checked.next_step}"))
 
 
 def _verify(peer: str | None, hmac_key: bytes | None = None):

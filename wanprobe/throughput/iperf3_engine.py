@@ -27,6 +27,7 @@ from wanprobe.throughput.result import (
     StreamResult,
     ThroughputResult,
     UdpResult,
+    mark_partial_tail,
 )
 from wanprobe.throughput.verdict import (
     Verdict,
@@ -190,6 +191,7 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
             bytes_received=int(sm.get("bytes", 0)), bytes_sent=int(sm.get("bytes", 0)),
             bits_per_second=float(sm.get("bits_per_second", 0.0)),
             retransmits=sm.get("retransmits"), streams=rows))
+    intervals = mark_partial_tail(intervals)
     sent = end.get("sum_sent") or end.get("sum") or {}
     received = end.get("sum_received") or end.get("sum") or {}
     udp_result = None

@@ -7,7 +7,7 @@ the receiving end supplies goodput, the sending end supplies bytes written and T
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from wanprobe import __version__
 from wanprobe.throughput.protocol import DOWN, UP
@@ -44,13 +44,38 @@ class StreamResult:
 
 @dataclass(frozen=True)
 class IntervalResult:
+    """One reporting interval. ``partial``: the test's final interval, shorter than half the
+    reporting interval; its bytes count in the totals but it has no rate (None), and rate
+    figures and plots leave it out (see mark_partial_tail)."""
+
     start_s: float
     end_s: float
     bytes_received: int
     bytes_sent: int
-    bits_per_second: float
+    bits_per_second: float | None
     retransmits: int | None
     streams: tuple[dict, ...]
+    partial: bool = False
+
+
+PARTIAL_TAIL_SHARE = 0.5  # a final interval under half the reporting interval is partial
+
+
+def mark_partial_tail(intervals: list[IntervalResult],
+                      interval_s: float | None = None) -> list[IntervalResult]:
+    """Mark the final interval partial when it spans under half the reporting interval
+    (``interval_s``, else the longest of the others). Such a tail holds what the receiver read
+    after the sender stopped: the bytes its socket still held, read in a few ms, so bytes over
+    span would show as a spike (900 Mbit/s on a 100 Mbit/s path, issue 20). iperf3 likewise
+    leaves out a final interval that is too short to report."""
+    if len(intervals) < 2:
+        return intervals
+    last = intervals[-1]
+    nominal = interval_s or max(iv.end_s - iv.start_s for iv in intervals[:-1])
+    if last.end_s - last.start_s >= PARTIAL_TAIL_SHARE * nominal:
+        return intervals
+    streams = tuple({**r, "bits_per_second": None} for r in last.streams)
+    return [*intervals[:-1], replace(last, partial=True, bits_per_second=None, streams=streams)]
 
 
 @dataclass(frozen=True)
@@ -179,7 +204,8 @@ def _worker_of(final: dict | None) -> dict | None:
     return worker if isinstance(worker, dict) else None
 
 
-def _intervals(direction: int, sender: _Side, receiver: _Side) -> list[IntervalResult]:
+def _intervals(direction: int, sender: _Side, receiver: _Side,
+               interval_s: float | None = None) -> list[IntervalResult]:
     by_k: dict[int, dict] = {}
     for rec in receiver.records:
         by_k.setdefault(rec["k"], {})["recv"] = rec
@@ -218,10 +244,9 @@ def _intervals(direction: int, sender: _Side, receiver: _Side) -> list[IntervalR
         if iv.retransmits is None:
             fixed.append(iv)
             continue
-        fixed.append(IntervalResult(**{**asdict(iv), "streams": iv.streams,
-                                       "retransmits": max(iv.retransmits - prev, 0)}))
+        fixed.append(replace(iv, retransmits=max(iv.retransmits - prev, 0)))
         prev = iv.retransmits
-    return fixed
+    return mark_partial_tail(fixed, interval_s)
 
 
 def _worker_share(side: _Side, sending: bool, key: str) -> float | None:
@@ -301,7 +326,8 @@ def _verdict_input(direction: int, streams: list[StreamResult], intervals: list[
              if r.get("tcp_info") and r["tcp_info"].get("cwnd_packets")
              and r["tcp_info"].get("snd_mss_bytes")]
     span = max((iv.end_s - iv.start_s for iv in intervals), default=0.0)
-    full = sorted(iv.bits_per_second for iv in intervals if iv.end_s - iv.start_s >= 0.99 * span)
+    full = sorted(iv.bits_per_second for iv in intervals
+                  if not iv.partial and iv.end_s - iv.start_s >= 0.99 * span)
     return VerdictInput(
         goodput_bps=goodput, streams=max(len(streams), 1),
         steady_goodput_bps=full[len(full) // 2] if len(full) >= 3 else None,
@@ -325,10 +351,10 @@ def _verdict_input(direction: int, streams: list[StreamResult], intervals: list[
 
 
 def summarize_direction(direction: int, keys, sender: _Side, receiver: _Side, *,
-                        window_bytes=None, pacing_rate_bps=None):
+                        window_bytes=None, pacing_rate_bps=None, interval_s=None):
     """Streams, intervals, totals and verdict input for one direction of a test."""
     streams = [_stream_result(k, sender, receiver) for k in sorted(keys) if k[0] == direction]
-    intervals = _intervals(direction, sender, receiver)
+    intervals = _intervals(direction, sender, receiver, interval_s)
     received = sum(s.bytes_received for s in streams)
     sent = sum(s.bytes_sent for s in streams)
     r_secs = max((s.seconds for s in streams), default=0.0)
@@ -352,12 +378,13 @@ def assemble(*, peer: str, port: int, request, client: _Side, server: _Side, key
     ends = {UP: (client, server), DOWN: (server, client)}
     streams, intervals, summ, vin, secs = summarize_direction(
         main, keys, *ends[main], window_bytes=request.window_bytes,
-        pacing_rate_bps=request.pacing_rate_bps)
+        pacing_rate_bps=request.pacing_rate_bps, interval_s=request.interval_s)
     reverse = None
     all_streams = list(streams)
     if request.bidir:
         rs, _, reverse, _, _ = summarize_direction(DOWN, keys, *ends[DOWN],
-                                                  window_bytes=request.window_bytes)
+                                                  window_bytes=request.window_bytes,
+                                                  interval_s=request.interval_s)
         all_streams += rs
     if udp is not None:
         verdict = Verdict("network", {"lost_percent": udp.lost_percent},

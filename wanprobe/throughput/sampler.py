@@ -75,20 +75,25 @@ class IntervalSampler:
                 "streams": rows, "cpu_busy_percent": busy}
 
     def _run(self) -> None:
+        # Each record spans from the previous sample to the moment the counters are read, not
+        # to the nominal boundary: a sampler that wakes late (a busy host) would otherwise put
+        # bytes moved after the boundary into an interval that claims to end at it, and the
+        # next one would look faster than the path.
         k = 0
+        start = 0.0
         while True:
             boundary = self.t_start + (k + 1) * self.interval_s
             # One wake-up per interval: the caller sets ``stop`` as soon as the streams have
             # finished (or the test is aborted), so there is no polling beside the data thread.
             self.stop.wait(max(boundary - time.monotonic(), 0.0))
             finished = all(s.done.is_set() for s in self.streams)
-            end = min(time.monotonic(), boundary) - self.t_start
             if finished or self.stop.is_set():
                 end = max((s.t_last or self.t_start) - self.t_start for s in self.streams)
-                end = max(end, k * self.interval_s)
-                rec = self._record(k, k * self.interval_s, end)
+                rec = self._record(k, start, max(end, start))
                 if any(r["bytes"] for r in rec["streams"]) or k == 0:
                     self.emit(rec)
                 return
-            self.emit(self._record(k, k * self.interval_s, end))
+            end = time.monotonic() - self.t_start
+            self.emit(self._record(k, start, end))
+            start = end
             k += 1

@@ -188,4 +188,6 @@ def tcp_info_summary(info: TcpInfo | None) -> dict | None:
         "sndbuf_limited_ms": us_to_ms(info.sndbuf_limited_us),
         "snd_wnd_bytes": info.snd_wnd,
         "ca_state": info.ca_state,
+        # the sender ran out of data to send within the last round trip (tcp_rate.c)
+        "delivery_rate_app_limited": info.delivery_rate_app_limited,
     }

@@ -1,0 +1,43 @@
+"""Issue 20 on the lab: a capped sender is not "the path is full". The route to the peer locks
+the congestion window (`ip route ... cwnd lock 60`), so every connection after the first carries
+at most 60 segments per round trip — about a third of the link at 20 ms — while no buffer and
+no loss limits it: the throughput verdict alone says "network". The closed loop compares with
+the capacity it measures, tests again for longer, and names the congestion window."""
+
+from __future__ import annotations
+
+import pytest
+
+from wanprobe.demo_story import start_reflector
+from wanprobe.diagnose.verify import verify_path
+from wanprobe.lab import netns
+from wanprobe.throughput.client import run_throughput
+
+pytestmark = pytest.mark.netns
+CWND_LOCK = 60
+
+
+def test_a_sender_held_to_a_third_of_the_capacity_is_not_full(lab_factory):
+    lab = lab_factory(rtt_ms=20, rate_bps=100e6)
+    lab.a.run(["ip", "route", "replace", f"{lab.b.addr}/32", "dev", lab.a.ifname, "src",
+               lab.a.addr, "cwnd", "lock", str(CWND_LOCK)], check=True)
+    refl = start_reflector(lab)
+    try:
+        with lab.a.entered():
+            # the kernel copies a route's locked metrics into its TCP metrics cache when the
+            # first connection to the peer closes (tcp_metrics.c, tcpm_suck_dst); this is it
+            run_throughput(lab.b.addr, duration_s=0.5)
+            v = verify_path(lab.b.addr, duration_s=2.0, omit_s=1.0)
+    finally:
+        netns.stop(refl)
+    j = v.to_json()
+    assert v.capacity_source.startswith("udp_burst") and v.capacity_bits_per_second > 50e6, j
+    assert v.share_of_capacity < 0.9 and not v.path_full, j
+    assert "path is full" not in v.next_step
+    # measured again, twice as long with twice the ramp-up left out, and still below
+    assert [(a.duration_s, a.omit_s) for a in v.attempts] == [(2.0, 1.0), (4.0, 2.0)], j
+    assert v.limit == "congestion_control" and "congestion window" in v.summary, j
+    mss = 1448
+    assert v.evidence["cwnd_max_bytes"] <= CWND_LOCK * mss, j
+    # the figure it names carries the rate: 60 x 1448 B per ~20 ms is ~35 Mbit/s
+    assert v.bits_per_second_after_omit <= 1.1 * v.evidence["cwnd_allows_bits_per_second"], j
