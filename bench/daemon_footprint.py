@@ -98,7 +98,9 @@ def peer_namespace(n_peers: int, prefix: str):
         batch = "".join(f"address add {a}/32 dev lo\n" for a in addresses(n_peers))
         subprocess.run(["ip", "-n", ns, "-batch", "-"], input=batch, text=True, check=True)
         procs.append(subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "wanprobe",
-                                       "reflect", "--bind", "0.0.0.0", "--rate-limit", "100000"],
+                                       "reflect", "--bind", "0.0.0.0", "--rate-limit", "100000",
+                                       # one reflector stands in for every peer of one prober
+                                       "--sessions-per-source", "65536"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         yield ns, tmp, procs
     finally:

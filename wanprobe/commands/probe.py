@@ -17,6 +17,7 @@ from rich.table import Table
 
 from wanprobe.errors import UsageError, WanprobeError, shown
 from wanprobe.probe.peer import NO_REPLY, numeric_family, udp_silence_reason
+from wanprobe.probe.session_table import MAX_SESSIONS, PER_SOURCE
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
 
@@ -81,6 +82,10 @@ def reflect(
     cos_dscp: Annotated[list[str] | None, typer.Option(
         "--cos-dscp", help="DSCP a Class-of-Service TLV may ask replies to carry, and a "
         "throughput test its streams (repeatable; default: any but CS6/CS7).")] = None,
+    sessions_per_source: Annotated[int, typer.Option(
+        "--sessions-per-source", min=1, max=MAX_SESSIONS, help="STAMP sessions one source "
+        f"address may hold (default {PER_SOURCE:,} of {MAX_SESSIONS:,}); raise it only for a "
+        "reflector that stands in for many peers of one prober, as the benches do.")] = PER_SOURCE,
 ) -> None:
     """Run a STAMP (RFC 8762/8972) / TWAMP-Light reflector and the throughput server."""
     from wanprobe.probe.access import DEFAULT_COS_DSCP, parse_cidrs, parse_dscp_set
@@ -90,7 +95,8 @@ def reflect(
         raise UsageError(f"--bind {shown(bind)} is not an IP address (e.g. 0.0.0.0 or ::)")
     key = read_hmac_key_file(hmac_key_file)
     policy = ReflectPolicy(allow=parse_cidrs(allow or ()),
-                           cos_dscp=parse_dscp_set(cos_dscp) if cos_dscp else DEFAULT_COS_DSCP)
+                           cos_dscp=parse_dscp_set(cos_dscp) if cos_dscp else DEFAULT_COS_DSCP,
+                           sessions_per_source=sessions_per_source)
     port_n = _opt("--port", parse_port, port)
     duration_s = _opt("--max-test-duration", parse_duration_s, max_test_duration,
                       default_unit="s", allow_zero=False, maximum_s=MAX_TEST_S)
@@ -112,6 +118,7 @@ class ReflectPolicy:
 
     allow: tuple[str, ...] = ()
     cos_dscp: frozenset[int] = frozenset()
+    sessions_per_source: int = PER_SOURCE
 
 
 async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: float,
@@ -130,7 +137,8 @@ async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: 
                               allow=policy.allow, dscp_permitted=DscpPolicy(policy.cos_dscp))
     reflector = Reflector(udp_tap=server.udp_tap, rate_pps=rate, burst=max(100, int(rate / 5)),
                           hmac_key=hmac_key, allow=policy.allow,
-                          dscp_permitted=DscpPolicy(policy.cos_dscp))
+                          dscp_permitted=DscpPolicy(policy.cos_dscp),
+                          sessions_per_source=policy.sessions_per_source)
     await reflector.start(bind, port)
     try:
         await server.start(bind, port)

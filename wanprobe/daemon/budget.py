@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
+from wanprobe.daemon import owd_metrics
 from wanprobe.daemon.config import ConfigInvalid, Peer
 from wanprobe.daemon.metrics import (
     MAX_FINGERPRINTS,
@@ -29,16 +30,21 @@ from wanprobe.daemon.metrics import (
     SERIES_PER_PEER_METHOD,
 )
 
-MAX_SERIES = 30_000  # 1,071 peers probed with STAMP alone (28 series each at most)
+# 1,080 peers probed with STAMP alone (37 series each at most): the 1,000 peers the daemon is
+# measured at (docs/fleet.md §6) fit, one-way delay included
+MAX_SERIES = 40_000
 # beyond series_per_host: path floor and spread, two path event counters, up to four regression
-# counters, and per traced path (flows > 1) flows + 2 RTT quantiles + 3 loss directions
+# counters, and per traced path (flows > 1) flows + 2 RTT quantiles + 3 loss directions; per
+# method the one-way delay gauges, exported while the session's clock bound is known
+# (owd_metrics.py: two namespaces of one host, or synchronised clocks)
 PATH_SERIES, EVENT_SERIES, REGRESSION_SERIES, FINGERPRINT_SERIES = 2, 2, 4, 6
 
 
 def peer_series(peer: Peer) -> int:
     """The most series ``peer`` can add to this daemon's exposition."""
     fingerprints = min(peer.flows, MAX_FINGERPRINTS) if peer.flows > 1 else 0
-    return (SERIES_PER_PEER + len(peer.methods) * SERIES_PER_PEER_METHOD + PATH_SERIES
+    per_method = SERIES_PER_PEER_METHOD + owd_metrics.SERIES_PER_PEER_METHOD
+    return (SERIES_PER_PEER + len(peer.methods) * per_method + PATH_SERIES
             + EVENT_SERIES + REGRESSION_SERIES + FINGERPRINT_SERIES * fingerprints)
 
 
