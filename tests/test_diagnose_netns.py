@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
 
@@ -13,6 +15,11 @@ from wanprobe.demo_story import start_reflector
 from wanprobe.lab import netns
 
 pytestmark = pytest.mark.netns
+
+
+def poisson_cdf(k: int, lam: float) -> float:
+    """P(X <= k) for X ~ Poisson(lam)."""
+    return sum(math.exp(-lam) * lam ** i / math.factorial(i) for i in range(k + 1))
 
 
 def diagnose_in_a(lab, *extra) -> dict:
@@ -107,7 +114,15 @@ def test_lossy_path_with_reno_lab(reflected):
     top = doc["findings"][0]
     assert top["id"] == "path.lossy_loss_based_cc", [f["id"] for f in doc["findings"]]
     ev = top["evidence"]
-    assert ev["cc"] == "reno" and 0.005 < ev["loss_ratio"] < 0.06
+    assert ev["cc"] == "reno" and 0 < ev["loss_ratio"] < 0.06
+    # The loss comes from the larger sample: 200 probes (round trip, 1.99 % set) or the reno
+    # transfer's ~400 segments (forward, 1 % set): a few losses either way, so the figure is
+    # checked against the set loss with the sample it names (Poisson, 1 in 2,000 low tail),
+    # not a fixed band (a 2 s reno transfer read 0.37 % with its ~4 expected losses).
+    src = ev["sources"]["loss_ratio"]
+    n = int(re.search(r"over ≈?(\d+) (probes|segments)", src).group(1))
+    truth = 1 - 0.99 ** 2 if "probes" in src else 0.01
+    assert poisson_cdf(round(ev["loss_ratio"] * n), truth * n) > 0.0005, (src, ev["loss_ratio"])
     from wanprobe.models.tcp_rate import mathis_rate_bps
 
     assert ev["mathis_rate_bps"] == pytest.approx(

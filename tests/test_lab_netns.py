@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TEST_LAB_PREFIX, new_lab_name, require_tool
+from conftest import RATE_RERUNS, TEST_LAB_PREFIX, new_lab_name, require_tool
 
 from wanprobe.lab import Lab
 from wanprobe.lab.lab import forwarder_pids
@@ -213,6 +213,7 @@ def test_update_changes_loss_live(lab_factory):
 
 
 # -- rate ------------------------------------------------------------------------------------
+@RATE_RERUNS
 @pytest.mark.parametrize("rate_mbit", [50, 200])
 def test_iperf3_reads_the_configured_rate(lab_factory, rate_mbit):
     lab = lab_factory(rtt_ms=20, rate_bps=rate_mbit * 1e6)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import RATE_RERUNS
 
 from wanprobe.throughput.capacity import Burst, ladder_capacity, measure_capacity
 
@@ -47,6 +48,7 @@ def test_ladder_reports_a_held_back_sender():
 @pytest.mark.netns
 @pytest.mark.parametrize("rate_bps", [
     100e6, pytest.param(20e6, marks=pytest.mark.slow), pytest.param(50e6, marks=pytest.mark.slow)])
+@RATE_RERUNS
 def test_capacity_within_15pct_of_the_lab_rate(lab_factory, rate_bps):
     lab = lab_factory(rtt_ms=20, rate_bps=rate_bps)
     wp = lab.b.popen([sys.executable, "-m", "wanprobe.throughput.server", "--bind", lab.b.addr,

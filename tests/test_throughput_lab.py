@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import require_tool
+from conftest import RATE_RERUNS, require_tool
 
 from wanprobe.throughput.client import run_throughput
 
@@ -40,6 +40,7 @@ def servers():
         proc.wait(5)
 
 
+@RATE_RERUNS
 def test_100mbit_60ms_within_5pct_of_iperf3_and_network_verdict(lab_factory, servers):
     lab = lab_factory(rtt_ms=60, rate_bps=100e6)
     servers(lab, iperf3=True)

@@ -5,13 +5,14 @@ tcp_rmem max it applied stays ≤ 16 × the BDP it measured."""
 from __future__ import annotations
 
 import pytest
-from conftest import new_lab_name, require_tool
+from conftest import RATE_RERUNS, new_lab_name, require_tool
 
 from wanprobe.lab.tune_check import run_point
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
 
+@RATE_RERUNS
 @pytest.mark.parametrize(("rtt_ms", "loss"), [(130, 0.001), (60, 0.005)])
 def test_tuned_reaches_the_oracle(rtt_ms, loss):
     require_tool("iperf3")
