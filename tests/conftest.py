@@ -2,8 +2,10 @@
 
 Tiers: unit tests need nothing; ``@pytest.mark.netns`` tests need root, iproute2 and network
 namespaces. On a laptop those skip with a reason; under ``CI=true`` a missing capability is a
-failure, because CI must run them. The session also checks that the suite leaves no lab
-namespace behind and does not change the root namespace's TCP sysctls.
+failure, because CI must run them. ``@pytest.mark.lab`` (also given to every netns and slow
+test) marks what the fast tier, ``pytest -m "not lab"``, leaves to CI. The session also checks
+that the suite leaves no lab namespace behind and does not change the root namespace's TCP
+sysctls.
 """
 
 from __future__ import annotations
@@ -61,6 +63,15 @@ def require_tool(name: str) -> str:
     path = shutil.which(name)
     require(None if path else f"needs `{name}` installed")
     return path  # type: ignore[return-value]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The fast tier (``pytest -m "not lab"``) runs what needs only this Python process:
+    every ``netns`` (a namespace lab) and ``slow`` (a long sweep or acceptance run) test is
+    also ``lab``, beside the tests marked ``lab`` because they start a real server process."""
+    for item in items:
+        if item.get_closest_marker("netns") or item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.lab)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

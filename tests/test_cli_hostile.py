@@ -359,6 +359,7 @@ def closed_port() -> int:
     return port
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("path", [p for p, _ in COMMANDS], ids=" ".join)
 def test_every_option_refuses_hostile_values(path, files, tmp_path, closed_port):
@@ -395,6 +396,7 @@ def test_every_option_refuses_hostile_values(path, files, tmp_path, closed_port)
     [b"history", b"x", b"--limit", str(2**63).encode()],
     [b"\xff"],
 ], ids=lambda a: b" ".join(a)[:30].decode("utf-8", "replace"))
+@pytest.mark.slow
 def test_real_entry_point_refuses_in_one_line(argv, tmp_path):
     import subprocess
 
@@ -524,6 +526,7 @@ OPTION_PARAMS = _option_params()
 RUN_LENGTH = ("count", "duration", "interval", "timeout", "tries", "since", "limit", "streams")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_generated_values_never_crash(tmp_path, closed_port):
     """Hypothesis draws arbitrary text (surrogates and controls included) and numbers written as
@@ -575,6 +578,7 @@ def _six_commands(path: str, tmp: Path) -> list[list[str]]:
             ["daemon", "--check", "--config", path], ["impact", "--params", "1e9", "--report", path]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo with a silent writer", "terminal with nothing typed"])
 def test_inputs_that_never_deliver_are_refused_not_waited_on(kind, tmp_path, monkeypatch):
     from wanprobe import userfiles
@@ -650,6 +654,7 @@ def test_escape_sequences_in_files_never_reach_the_terminal(tmp_path, monkeypatc
     assert not failures, "\n".join(failures)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_huge_report_renders_its_first_findings_and_a_count(tmp_path):
     """43 MB, 60,000 findings: rich ran past 60 s, Markdown took 14 s and 375 MB. Now both

@@ -9,6 +9,7 @@ import asyncio
 import random
 import time
 
+import pytest
 from reflector_helpers import KEY, Served
 
 from wanprobe.daemon.config import Peer, ProbeSettings
@@ -46,6 +47,7 @@ async def _probe_for(peers, seconds: float, *, hmac_key=None, settings=FAST, aft
     return res, open_sessions
 
 
+@pytest.mark.slow
 def test_sessions_match_probe_stamp_and_keep_the_schedule():
     with Served(Reflector) as r:
         port = r.address[1]
@@ -77,6 +79,7 @@ def test_sessions_match_probe_stamp_and_keep_the_schedule():
             assert d["tx_timestamp"] == "user" and single["tx_timestamp"] == "kernel"
 
 
+@pytest.mark.slow
 def test_hmac_key_authenticates_and_a_wrong_key_counts_as_loss():
     with Served(Reflector, hmac_key=KEY) as r:
         port = r.address[1]

@@ -20,6 +20,9 @@ import pytest
 from conftest import free_port
 from daemon_toml import daemon_toml
 
+# real daemon processes (the fast tier, `pytest -m 'not lab'`, leaves them to CI)
+pytestmark = pytest.mark.lab
+
 
 def write_config(path: Path, state_dir: Path, *, metrics_port: int, reflector_port: int,
                  peers: int = 1, interval: str = "200ms", **tables: dict) -> None:

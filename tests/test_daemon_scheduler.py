@@ -10,6 +10,8 @@ import threading
 import time
 import urllib.request
 
+import pytest
+
 from wanprobe.daemon.config import Peer, ProbeSettings, ThroughputSettings, parse_window
 from wanprobe.daemon.scheduler import Scheduler, in_windows
 
@@ -39,6 +41,7 @@ def _doc(rtt_ms=30.0, sent=10, received=10):
 PEERS = (Peer("up-1", "198.18.0.2"), Peer("up-2", "198.18.0.3"), Peer("down", "198.18.0.4"))
 
 
+@pytest.mark.slow
 def test_down_peer_costs_one_timeout_and_never_stalls_the_others():
     async def prober(peer, method, s):
         if peer.name == "down":
@@ -66,6 +69,7 @@ def test_down_peer_costs_one_timeout_and_never_stalls_the_others():
     assert all(g >= 1.2 for g in gaps), "each failed session costs one timeout, not less"
 
 
+@pytest.mark.slow
 def test_throughput_tests_never_overlap_and_stay_in_budget():
     running, max_running, lock = [0], [0], threading.Lock()
 
@@ -115,6 +119,7 @@ def test_throughput_windows():
     assert sch.throughput_due(time.time()) is None
 
 
+@pytest.mark.slow
 def test_daemon_wires_store_metrics_and_regression_report(tmp_path):
     """The composition root with a fake prober: probe rows land in SQLite, /metrics and /healthz
     answer, and a loss step produces one report file naming the peer and the loss figures."""
@@ -202,6 +207,7 @@ def test_a_failing_result_handler_never_ends_a_peer_loop():
     assert len(sink.done) >= 5 and sch.delivery_errors == len(sink.done)
 
 
+@pytest.mark.slow
 def test_sessions_of_many_peers_start_on_a_shared_grid():
     """200 peers at a 1 s interval: sessions start on the 50 ms grid, so they share loop
     wake-ups (at most 20 distinct start slots per second instead of ~200)."""

@@ -33,6 +33,7 @@ def test_bad_input_is_one_line_error(args, needle):
     assert needle.lower() in lines[0].lower()
 
 
+@pytest.mark.slow
 def test_peer_without_reflector_is_not_measured_not_a_crash(tmp_path):
     """Nothing listens on this port: path, mtu and throughput are marked not measured, the host
     rules still run, and the document is valid."""

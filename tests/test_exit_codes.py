@@ -100,6 +100,7 @@ def test_internal_error_is_70_and_one_line(monkeypatch):
     assert r.returncode == 70 and "internal error" in one_line_error(r)
 
 
+@pytest.mark.lab
 def test_interrupt_is_130(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "wanprobe", "probe", "127.0.0.1", "--port",
                           str(closed_port()), "--count", "1000", "--interval", "100ms"],

@@ -117,6 +117,7 @@ def test_routes_methods_and_a_broken_page():
         assert got == b"" and server.stats()["bad_request"] == 1
 
 
+@pytest.mark.lab
 def test_accept_failures_back_off_with_one_line_not_a_traceback_each():
     """At the fd limit asyncio's own server logged a traceback per failed accept (2,800 in 20 s
     under a 1,100-connection flood); this listener waits and logs one line a minute."""

@@ -210,6 +210,7 @@ class Trickler:
         self.sock.close()
 
 
+@pytest.mark.slow
 def test_time_bound_holds_whatever_the_host_does(tmp_path):
     """A host whose control channel trickles a byte every 0.2 s (the facts request would never
     end) and whose STAMP port is closed, with a 3 s bound and 5,000 probes asked for."""

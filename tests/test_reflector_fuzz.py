@@ -16,6 +16,9 @@ from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.limits import ServerLimits
 
+# a real server process under fuzz (the fast tier, `pytest -m 'not lab'`, leaves it to CI)
+pytestmark = pytest.mark.lab
+
 CASES = 6000
 SEED = 14
 

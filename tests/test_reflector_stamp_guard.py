@@ -63,6 +63,7 @@ def _settled(r: Reflector):
     return stats
 
 
+@pytest.mark.slow
 def test_a_session_flood_from_one_source_does_not_lock_out_a_new_probe():
     """The issue's reproducer (distinct SSIDs from one source, under the rate limit), scaled
     down: the flooder only recycles its own share, and a new probe, from the same source or

@@ -456,6 +456,7 @@ def test_cli_bad_key_file_is_one_line(tmp_path, cmd, content, words):
     assert "Traceback" not in r.stderr and words in lines[0] and "--hmac-key-file" in lines[0]
 
 
+@pytest.mark.lab
 def test_cli_reflect_and_probe_with_key_file(tmp_path):
     import json
     keyfile = tmp_path / "stamp.key"
@@ -554,6 +555,7 @@ def _flip(raw: bytes, bits: list[int]) -> bytes:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
+@pytest.mark.slow
 @given(batch=st.lists(garbage, min_size=1, max_size=5))
 def test_fuzz_garbage_at_authenticated_reflector(fuzz_target, batch):
     r, port, c = fuzz_target

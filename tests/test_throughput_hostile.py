@@ -26,6 +26,7 @@ def server_sockets(port: int) -> list[str]:
     return [ln for ln in out if ln.split()[0] not in ("LISTEN", "FIN-WAIT-2", "TIME-WAIT")]
 
 
+@pytest.mark.lab
 def test_reverse_test_whose_client_stops_reading_ends_and_frees_its_sockets(monkeypatch):
     from wanprobe.throughput import stall
 
@@ -107,6 +108,7 @@ def test_an_authentication_refusal_is_not_peer_unreachable():
     assert r.returncode == 5, r.stderr  # nothing listens: unreachable
 
 
+@pytest.mark.lab
 def test_accept_loop_backs_off_with_one_line_when_out_of_descriptors():
     from fd_starved import flooded_stderr
 

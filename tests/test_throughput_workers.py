@@ -37,6 +37,7 @@ def test_worker_count_follows_cores_and_cpus():
     assert worker_count(3, cpus=1000) == min(3, available_cores())
 
 
+@pytest.mark.lab
 def test_a_worker_killed_mid_test_gives_a_partial_result_naming_it():
     """Adds ~3 s (a 2 s loopback test)."""
     port = free_port()

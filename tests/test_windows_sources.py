@@ -112,6 +112,7 @@ def check_best_window(doc: dict) -> None:
     assert not slow, "every listed window starts in a fast hour"
 
 
+@pytest.mark.lab
 def test_prometheus_profile_recovers_each_hour_and_the_best_window(capsys, prometheus):
     code, out, err = fleet(capsys, prometheus, "--bytes", str(int(FITS)), "--series", "raw",
                            "--json", "--top", "10")
