@@ -258,3 +258,35 @@ def _no_stray_processes(request):
     if strays:
         listed = "; ".join(f"{pid}: {cmd[:160]}" for (pid, _s), cmd in sorted(strays.items()))
         pytest.fail(f"the test left processes running (killed now): {listed}", pytrace=False)
+
+
+# --- the host's CPU steal during each test -----------------------------------------------------
+# On a virtual machine the hypervisor can take CPU from this guest (/proc/stat steal, proc(5));
+# the lab's delay line and the rate tests then measure the host, not the link. Every failed
+# test's report says how much was stolen while it ran, so a CI failure shows whether the
+# machine was quiet.
+def _steal_and_total() -> tuple[int, int]:
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    before = _steal_and_total()
+    yield
+    after = _steal_and_total()
+    total = after[1] - before[1]
+    item._wanprobe_steal = 100.0 * (after[0] - before[0]) / total if total > 0 else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    steal = getattr(item, "_wanprobe_steal", None)
+    if report.when == "call" and report.failed and steal is not None:
+        report.sections.append(("host CPU steal", f"{steal:.1f} % of this host's CPU time was "
+                                "stolen by the hypervisor while the test ran (/proc/stat)"))

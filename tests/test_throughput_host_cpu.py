@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 import pytest
@@ -105,5 +106,22 @@ def test_streams_map_to_workers_up_to_cores_and_cpus(shaped):
             assert e["data_cpu_seconds"] > 0 and e["elapsed_s"] > 0.5
         assert result["cpu"]["engine_cpu_seconds_per_gigabit"] > 0
         assert all(s["bytes_received"] > 0 and s["error"] is None for s in result["streams"])
-    assert [c for c in me.children(recursive=True) if "datapath_worker" in " ".join(
-        c.cmdline())] == []
+    # none left running: a worker may still be exiting as the result arrives (a zombie whose
+    # cmdline psutil cannot read; zombies of this process are not workers that run), so
+    # wait up to 5 s
+    deadline = time.monotonic() + 5.0
+    while (left := _running_workers(me)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == [], left
+
+
+def _running_workers(me: psutil.Process) -> list[int]:
+    """Pids of this process's data-worker children that still run."""
+    out = []
+    for c in me.children(recursive=True):
+        try:
+            if c.status() != psutil.STATUS_ZOMBIE and "datapath_worker" in " ".join(c.cmdline()):
+                out.append(c.pid)
+        except psutil.Error:  # gone, or turned zombie between the two reads
+            continue
+    return out

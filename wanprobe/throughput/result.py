@@ -281,6 +281,15 @@ def _cores_busy(side: _Side) -> float | None:
     return round(sum(means) / len(means), 1) if means else None
 
 
+def steal_percent(side: _Side) -> float | None:
+    """Mean over the side's intervals of its host's CPU steal (sampler.CpuBusy): time the
+    hypervisor gave to other guests. On a virtual machine a burst of it starves the sender, the
+    receiver or, in the lab, the delay line: a figure of the host, not of the path."""
+    vals = [r["cpu_steal_percent"] for r in side.records
+            if isinstance(r.get("cpu_steal_percent"), int | float)]
+    return round(sum(vals) / len(vals), 2) if vals else None
+
+
 def engine_cpu(client: _Side, server: _Side, bits: float) -> dict:
     """The engine's own CPU per end (its data workers and its process) and per Gbit moved."""
     out: dict = {}
@@ -391,6 +400,10 @@ def assemble(*, peer: str, port: int, request, client: _Side, server: _Side, key
                           "UDP at a set rate: see udp.* for loss and jitter")
     else:
         verdict = decide(vin)
+    sender_end, receiver_end = ends[main]
+    verdict = replace(verdict, evidence={**verdict.evidence,
+                                         "sender_steal_percent": steal_percent(sender_end),
+                                         "receiver_steal_percent": steal_percent(receiver_end)})
     rtt_s = (vin.min_rtt_ms or 0) / 1000.0
     rate = max(summ.bits_per_second, vin.delivery_rate_max_bps or 0.0)
     bdp = bdp_bytes(rate, rtt_s)

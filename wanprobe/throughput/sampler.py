@@ -14,18 +14,28 @@ from wanprobe.throughput.tcp_info import tcp_info_summary
 
 
 class CpuBusy:
-    """Per-core busy percentage between successive calls (psutil.cpu_times, no global state)."""
+    """Per-core busy percentage between successive calls (psutil.cpu_times, no global state),
+    and the host's steal: the share of CPU time a hypervisor gave to other guests while this
+    virtual machine had work (the 8th field of /proc/stat's cpu lines, proc(5)), mean over the
+    cores, in ``steal_percent`` after each sample (None where the kernel does not report it)."""
 
     def __init__(self) -> None:
         self._last = psutil.cpu_times(percpu=True)
+        self.steal_percent: float | None = None
 
     def sample(self) -> list[float]:
         now = psutil.cpu_times(percpu=True)
         out = []
+        steal = total_all = 0.0
         for a, b in zip(self._last, now, strict=False):
             total = sum(b) - sum(a)
             idle = (b.idle + getattr(b, "iowait", 0.0)) - (a.idle + getattr(a, "iowait", 0.0))
             out.append(round(100.0 * (1 - idle / total), 1) if total > 0 else 0.0)
+            steal += getattr(b, "steal", 0.0) - getattr(a, "steal", 0.0)
+            total_all += max(total, 0.0)
+        has_steal = bool(now) and hasattr(now[0], "steal")
+        self.steal_percent = (round(100.0 * steal / total_all, 2)
+                              if has_steal and total_all > 0 else None)
         self._last = now
         return out
 
@@ -34,7 +44,8 @@ class IntervalSampler:
     """Every ``interval_s`` from ``t_start``, emit one record of the streams' progress.
 
     Record: ``{"k", "start_s", "end_s", "streams": [{"id", "direction", "sending", "bytes",
-    "tcp_info"}], "cpu_busy_percent": [...]}``; ``bytes`` is the interval's delta (written by
+    "tcp_info"}], "cpu_busy_percent": [...], "cpu_steal_percent"}`` (steal: the host's, see
+    CpuBusy); ``bytes`` is the interval's delta (written by
     the sender, read by the receiver); ``tcp_info`` is sampled on sending sockets only.
     """
 
@@ -72,7 +83,8 @@ class IntervalSampler:
         else:
             self.cpu_max_percent = [max(a, b) for a, b in zip(self.cpu_max_percent, busy, strict=False)]
         return {"k": k, "start_s": round(start_s, 6), "end_s": round(end_s, 6),
-                "streams": rows, "cpu_busy_percent": busy}
+                "streams": rows, "cpu_busy_percent": busy,
+                "cpu_steal_percent": self.cpu.steal_percent}
 
     def _run(self) -> None:
         # Each record spans from the previous sample to the moment the counters are read, not
