@@ -13,6 +13,7 @@ from test_throughput_cli import loopback_server  # noqa: F401  (a fixture)
 
 from wanprobe.throughput import sampler
 from wanprobe.throughput.client import run_throughput
+from wanprobe.throughput.result import steal_note
 
 Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
 
@@ -55,3 +56,12 @@ def test_a_real_test_carries_steal_in_its_intervals_and_verdict(loopback_server)
     ev = r["limited_by"]["evidence"]
     for side in ("sender_steal_percent", "receiver_steal_percent"):
         assert isinstance(ev[side], int | float) and 0.0 <= ev[side] <= 100.0, ev
+
+
+def test_the_result_says_steal_in_one_note_from_two_percent():
+    assert steal_note({"sender_steal_percent": 1.9, "receiver_steal_percent": None}) is None
+    assert steal_note({}) is None
+    one = steal_note({"sender_steal_percent": 11.8, "receiver_steal_percent": 0.3})
+    assert one.startswith("CPU steal:") and "sender's 11.8 %" in one and "receiver" not in one
+    both = steal_note({"sender_steal_percent": 2.0, "receiver_steal_percent": 29.2})
+    assert "sender's 2.0 % and the receiver's 29.2 %" in both and "\n" not in both

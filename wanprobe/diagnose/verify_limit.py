@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from wanprobe.throughput.result import STEAL_PERCENT  # the threshold, in one place
 from wanprobe.units import format_rate
 
 FULL_SHARE = 0.9            # issue 20: "the path is full" only at >= 90 % of the capacity
@@ -36,11 +37,6 @@ QUEUE_SHARE = 0.5           # srtt >= 1.5 x min RTT: a standing queue (as verdic
 QUEUE_MIN_MS = 1.0          # and at least 1 ms of it: host scheduling noise on short paths
 RETRANS_EXPLAINS = 0.05     # retransmissions would eat the missing share themselves
 CC_BOUND_SHARE = 0.8        # the rate reaches 80 % of what cwnd or pacing allowed
-# Mean CPU steal over the test at which the host, not the path, is named. On the 2-core lab VM
-# the demo's tuned 100 Mbit/s path held 90.9-96.6 Mbit/s in 7 runs with 0.1-1.0 % steal and
-# fell to 52-63 Mbit/s per second (73.7 over the run) in one with 11.8 %: the userspace delay
-# line and the sender lose their CPU. 2 % is twice the highest steal of a run that held.
-STEAL_PERCENT = 2.0
 
 NEXT_STEP = {
     "full": "none: the path is full; what remains is the network's own capacity and loss",
