@@ -142,7 +142,8 @@ def test_window_capped_by_rmem_max_is_reported(loopback_server):
     assert any("rmem_max" in note for note in r.notes)
     small = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=0.5,
                            max_bytes=10**6, window_bytes=64 * 1024)
-    assert small.notes == ()
+    # no window note (a CPU-steal note may come from the host: not about the window)
+    assert not [n for n in small.notes if not n.startswith("CPU steal:")], small.notes
 
 
 def test_bare_window_is_bytes_as_in_iperf3(capsys, loopback_server):

@@ -75,6 +75,10 @@ def test_full_only_at_90_percent_of_the_measured_capacity():
       "info": {"rtt_ms": 131.0, "pacing_rate_bits_per_second": 66e6}}, "host", "cpu_steal"),
     ({"evidence": {"sender_steal_percent": None, "receiver_steal_percent": 2.5},
       "info": {"rtt_ms": 131.0}}, "host", "cpu_steal"),
+    # a cwnd clamp that carries the rate explains it exactly: named above the steal beside it
+    ({"evidence": {"sender_steal_percent": 30.0},
+      "info": {"rtt_ms": 131.0, "cwnd_packets": 600, "snd_mss_bytes": 1448}},
+     "congestion_control", "cwnd"),
     # 1 % steal (runs that held the path had up to 1.0 %) is not the explanation
     ({"evidence": {"sender_steal_percent": 1.0, "receiver_steal_percent": 0.2},
       "info": {"rtt_ms": 131.0}}, "unexplained", "unexplained"),

@@ -148,11 +148,6 @@ def evidence_of(result: Mapping[str, Any], omit_s: float) -> dict[str, Any]:
 
 def _host_or_window(ev: Mapping[str, Any], base: dict) -> Limit | None:
     verdict = ev.get("throughput_verdict")
-    steal = ev.get("steal_percent")
-    if steal is not None and steal >= STEAL_PERCENT:
-        return Limit("host", "cpu_steal", f"the hypervisor took {steal:.1f} % of this host's CPU "
-                     "time during the test (/proc/stat steal): the host, not the path, fell "
-                     "short", {**base, "steal_percent": steal})
     if verdict in ("cpu", "host_cpu"):  # the throughput verdict's own words and side
         side = ev.get("side") or "sender"
         return Limit("host", "cpu", ev.get("throughput_summary") or f"a CPU on the {side} is "
@@ -166,6 +161,15 @@ def _host_or_window(ev: Mapping[str, Any], base: dict) -> Limit | None:
                      f"{share or 0:.0%} of its busy time", {**base, key: share})
     if verdict == "pacing":
         return Limit("host", "pacing", "the requested pacing rate capped each stream", base)
+    return None
+
+
+def _steal(ev: Mapping[str, Any], base: dict) -> Limit | None:
+    steal = ev.get("steal_percent")
+    if steal is not None and steal >= STEAL_PERCENT:
+        return Limit("host", "cpu_steal", f"the hypervisor took {steal:.1f} % of this host's CPU "
+                     "time during the test (/proc/stat steal): the host, not the path, fell "
+                     "short", {**base, "steal_percent": steal})
     return None
 
 
@@ -198,6 +202,13 @@ def _sender_or_cc(ev: Mapping[str, Any], base: dict, capacity_bps: float,
         return Limit("host", "sender_process", f"the sender had run out of data in {app:.0%} "
                      "of the TCP_INFO samples (delivery_rate_app_limited)",
                      {**base, "app_limited_share": round(app, 3)})
+    return _cwnd(ev, base, capacity_bps, rate_bps) or _pacing(ev, base, capacity_bps)
+
+
+def _cwnd(ev: Mapping[str, Any], base: dict, capacity_bps: float,
+          rate_bps: float) -> Limit | None:
+    """A congestion window that carries the rate it got (≥ 80 %): it explains the rate exactly,
+    so it ranks above CPU steal."""
     cwnd, srtt = ev.get("cwnd_max_bytes"), ev.get("srtt_ms")
     cwnd_bps = cwnd * 8 / (srtt / 1e3) if cwnd and srtt else None
     if cwnd_bps and cwnd_bps < FULL_SHARE * capacity_bps and rate_bps >= CC_BOUND_SHARE * cwnd_bps:
@@ -206,6 +217,10 @@ def _sender_or_cc(ev: Mapping[str, Any], base: dict, capacity_bps: float,
                      f"{format_rate(cwnd_bps)} at {srtt:.1f} ms", {
                          **base, "cwnd_max_bytes": cwnd,
                          "cwnd_allows_bits_per_second": round(cwnd_bps)})
+    return None
+
+
+def _pacing(ev: Mapping[str, Any], base: dict, capacity_bps: float) -> Limit | None:
     pacing = ev.get("pacing_rate_bits_per_second")
     if pacing and pacing < FULL_SHARE * capacity_bps:
         return Limit("congestion_control", "cc_rate",
@@ -231,7 +246,11 @@ def classify(ev: Mapping[str, Any], *, rate_bps: float | None,
     if share >= FULL_SHARE:
         return Limit("full", "full", f"{format_rate(rate_bps)} is {share:.0%} of the measured "
                      f"capacity {format_rate(capacity_bps)}", base)
-    found = (_host_or_window(ev, base) or _queue_or_loss(ev, base)
+    # a CPU verdict, a window or a cwnd clamp explain the rate by themselves; then the host's
+    # CPU steal (it inflates RTT, starves the sender and slows the cc's estimate, so it ranks
+    # above a queue, the sender and the pacing rate it causes)
+    found = (_host_or_window(ev, base) or _cwnd(ev, base, capacity_bps, rate_bps)
+             or _steal(ev, base) or _queue_or_loss(ev, base)
              or _sender_or_cc(ev, base, capacity_bps, rate_bps))
     if found:
         return found
