@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 from test_throughput_netns import ADDR_B, WP_PORT, VethPair
+from test_throughput_workers import _workers
 
 from wanprobe.lab.netns import entered
 from wanprobe.throughput.client import run_throughput
@@ -110,18 +111,7 @@ def test_streams_map_to_workers_up_to_cores_and_cpus(shaped):
     # cmdline psutil cannot read; zombies of this process are not workers that run), so
     # wait up to 5 s
     deadline = time.monotonic() + 5.0
-    while (left := _running_workers(me)) and time.monotonic() < deadline:
+    while (left := _workers(me, recursive=True)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert left == [], left
 
-
-def _running_workers(me: psutil.Process) -> list[int]:
-    """Pids of this process's data-worker children that still run."""
-    out = []
-    for c in me.children(recursive=True):
-        try:
-            if c.status() != psutil.STATUS_ZOMBIE and "datapath_worker" in " ".join(c.cmdline()):
-                out.append(c.pid)
-        except psutil.Error:  # gone, or turned zombie between the two reads
-            continue
-    return out

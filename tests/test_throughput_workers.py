@@ -19,9 +19,10 @@ from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.datapath_pool import available_cores, worker_count
 
 
-def _workers(proc: psutil.Process) -> list[psutil.Process]:
+def _workers(proc: psutil.Process, recursive: bool = False) -> list[psutil.Process]:
+    """``proc``'s data-worker children that run (a zombie's cmdline raises: left out)."""
     out = []
-    for c in proc.children():
+    for c in proc.children(recursive=recursive):
         try:
             if "datapath_worker" in " ".join(c.cmdline()):
                 out.append(c)

@@ -4,8 +4,7 @@ result (its JSON) against the capacity measured in the same run (issue 20).
 "The path is full" only at ≥ FULL_SHARE of the capacity. Below it, the limit is named from the
 evidence the test carries, in this order, each with the figures it rests on:
 
-- ``host``: the hypervisor took ≥ STEAL_PERCENT of this virtual machine's CPU time during the
-  test (/proc/stat steal, at either end), or a data thread used ≥ 90 % of a core (the throughput verdict ``cpu``, with its side),
+- ``host``: a data thread used ≥ 90 % of a core (the throughput verdict ``cpu``, with its side),
   the sender process left the socket without data (TCP_INFO ``delivery_rate_app_limited``, set
   by tcp_rate.c when the sender ran out of data within the last round trip, in at least half of
   the samples), or a pacing cap;
@@ -18,6 +17,10 @@ evidence the test carries, in this order, each with the figures it rests on:
   the throughput verdict ``congestion``), or the congestion window or the pacing rate the control
   chose stayed below what the capacity needs (a clamped cwnd, a bandwidth estimate that never
   reached the path, e.g. BBR leaving STARTUP early);
+- ``host`` / ``cpu_steal``: the hypervisor took ≥ STEAL_PERCENT of this virtual machine's CPU
+  time during the test (/proc/stat steal, at either end). Checked after a CPU verdict, a window
+  and a cwnd clamp (each explains the rate by itself) and before the queue, loss, sender and
+  pacing evidence that steal itself causes;
 - ``unexplained``: none of the above; said as such, with the figures.
 """
 
@@ -202,7 +205,7 @@ def _sender_or_cc(ev: Mapping[str, Any], base: dict, capacity_bps: float,
         return Limit("host", "sender_process", f"the sender had run out of data in {app:.0%} "
                      "of the TCP_INFO samples (delivery_rate_app_limited)",
                      {**base, "app_limited_share": round(app, 3)})
-    return _cwnd(ev, base, capacity_bps, rate_bps) or _pacing(ev, base, capacity_bps)
+    return _pacing(ev, base, capacity_bps)  # a cwnd clamp was ruled out before the steal
 
 
 def _cwnd(ev: Mapping[str, Any], base: dict, capacity_bps: float,
