@@ -265,10 +265,18 @@ def _no_stray_processes(request):
 # the lab's delay line and the rate tests then measure the host, not the link. Every failed
 # test's report says how much was stolen while it ran, so a CI failure shows whether the
 # machine was quiet.
-def _steal_and_total() -> tuple[float, float]:
-    import psutil  # the product's own reader of /proc/stat (throughput/sampler.py)
+# Bound at import: tests monkeypatch psutil.cpu_times (test_throughput_steal.py) and the patch is
+# only undone after the call phase this hook measures.
+import psutil as _psutil  # noqa: E402  the product's own reader of /proc/stat (throughput/sampler.py)
 
-    t = psutil.cpu_times()
+_CPU_TIMES = _psutil.cpu_times
+
+
+def _steal_and_total() -> tuple[float, float] | None:
+    try:
+        t = _CPU_TIMES(percpu=False)
+    except (OSError, RuntimeError):
+        return None
     return getattr(t, "steal", 0.0), sum(t[:8])  # user..steal; guest time is already in user
 
 
@@ -277,6 +285,8 @@ def pytest_runtest_call(item):
     before = _steal_and_total()
     yield
     after = _steal_and_total()
+    if before is None or after is None:
+        return
     total = after[1] - before[1]
     item._wanprobe_steal = 100.0 * (after[0] - before[0]) / total if total > 0 else None
 
