@@ -272,7 +272,7 @@ import psutil as _psutil  # noqa: E402  the product's own reader of /proc/stat (
 _CPU_TIMES = _psutil.cpu_times
 
 
-def _steal_and_total() -> tuple[float, float] | None:
+def steal_and_total() -> tuple[float, float] | None:
     try:
         t = _CPU_TIMES(percpu=False)
     except (OSError, RuntimeError):
@@ -282,9 +282,9 @@ def _steal_and_total() -> tuple[float, float] | None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    before = _steal_and_total()
+    before = steal_and_total()
     yield
-    after = _steal_and_total()
+    after = steal_and_total()
     if before is None or after is None:
         return
     total = after[1] - before[1]

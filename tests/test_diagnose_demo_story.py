@@ -8,7 +8,7 @@ ramp-up, and "full" is said only at >= 90 % of the capacity the re-measure measu
 from __future__ import annotations
 
 import pytest
-from conftest import new_lab_name
+from conftest import new_lab_name, steal_and_total
 
 from wanprobe.demo_story import run_demo_story
 from wanprobe.diagnose.verify_limit import STEAL_PERCENT
@@ -41,12 +41,19 @@ def _stolen(after: dict) -> float | None:
 
 def test_demo_three_times_in_a_row_each_after_at_least_85_mbit():
     """Issue 20 asks >= 85 Mbit/s every time on a quiet machine. This VM is not always quiet:
-    a run in which the hypervisor took >= 2 % of its CPU (/proc/stat steal, measured by the
-    test itself and named as the limit) is not a quiet run and does not count; it must then be
-    named so, never "full" nor a path cause. Three quiet runs are needed, within five."""
-    afters, stolen = [], []
+    a run in which the hypervisor took >= 2 % of its CPU (/proc/stat steal) is not a quiet run
+    and does not count: either the loop measured it in the re-measure and named it the limit (it
+    must then be named so, never "full" nor a path cause), or the test measured it over the
+    whole run. Three quiet runs are needed, within five."""
+    afters, stolen, quiet = [], [], []
     for _ in range(5):
+        t0 = steal_and_total()
         doc = run_demo_story(True, lab_name=new_lab_name(), duration_s=2.0)
+        t1 = steal_and_total()
+        # the test's own figure over the whole run: steal in the untuned test or the capacity
+        # burst moves the plan and the verdict's reference even when the re-measure was quiet
+        run_steal = (100.0 * (t1[0] - t0[0]) / (t1[1] - t0[1])
+                     if t0 and t1 and t1[1] > t0[1] else 0.0)
         _check(doc)
         after = doc["after"]
         # the verdict follows the comparison with the capacity measured in the same run
@@ -59,12 +66,17 @@ def test_demo_three_times_in_a_row_each_after_at_least_85_mbit():
             assert not after["path_full"] and "hypervisor" in after["summary"], after
             stolen.append(_stolen(after))
             continue
+        if run_steal >= STEAL_PERCENT:   # not a quiet run, though the re-measure's mean was low
+            stolen.append(round(run_steal, 1))
+            continue
         afters.append(after)
+        quiet.append(round(run_steal, 2))
         # tuned at both ends from measurement (after = `tune apply --verify`, ramp-up left out)
         assert after["ramp_up_left_out"] and after["bits_per_second"] >= 85e6, after
         if len(afters) == 3:
             break
     print("\ndemo after-rates (Mbit/s, ramp-up left out):",
           [round(a["bits_per_second"] / 1e6, 1) for a in afters],
-          "tests:", [len(a["attempts"]) for a in afters], "runs with steal (%):", stolen)
+          "tests:", [len(a["attempts"]) for a in afters], "their steal (%):", quiet,
+          "runs with steal (%):", stolen)
     assert len(afters) == 3, f"the host was not quiet: steal {stolen} % in {len(stolen)} of 5 runs"
