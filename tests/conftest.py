@@ -230,13 +230,31 @@ def _processes() -> dict[tuple[int, str], str]:
     return table
 
 
-def _ours(pid: int, cmd: str) -> bool:
+# Every process this session starts inherits its mark; a process marked by another session
+# (a second checkout's suite, a CI run on this machine) is never ours to kill.
+_SESSION_MARK = "WANPROBE_TEST_SESSION"
+os.environ[_SESSION_MARK] = f"{os.getpid()}-{time.monotonic_ns()}"
+
+
+def _other_session(pid: int) -> bool:
     try:
-        if _ROOT_NETNS and os.readlink(f"/proc/{pid}/ns/net") != _ROOT_NETNS:
-            return True
+        env = Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return False
-    return any(tool in cmd for tool in _OUR_TOOLS)
+    for entry in env.split(b"\0"):
+        if entry.startswith(_SESSION_MARK.encode() + b"="):
+            return entry.split(b"=", 1)[1].decode(errors="replace") != os.environ[_SESSION_MARK]
+    return False
+
+
+def _ours(pid: int, cmd: str) -> bool:
+    try:
+        in_lab = bool(_ROOT_NETNS) and os.readlink(f"/proc/{pid}/ns/net") != _ROOT_NETNS
+    except OSError:
+        return False
+    if not in_lab and not any(tool in cmd for tool in _OUR_TOOLS):
+        return False
+    return not _other_session(pid)
 
 
 @pytest.fixture(autouse=True)

@@ -282,7 +282,7 @@ COMMANDS = sorted(walk(PREBUILT), key=lambda pc: pc[0])
 # case does not pay for it again. A module another branch renamed is simply skipped.
 WARM_MODULES = (
     "wanprobe.probe.api", "wanprobe.probe.mtu", "wanprobe.probe.reflector",
-    "wanprobe.throughput.client", "wanprobe.throughput.server", "wanprobe.diagnose.run",
+    "wanprobe.throughput.client", "wanprobe.throughput.server", "wanprobe.services.diagnose",
     "wanprobe.report.render_rich", "wanprobe.report.render_md", "wanprobe.report.store",
     "wanprobe.daemon.main", "wanprobe.daemon.store", "wanprobe.lab", "tuners.registry",
     "tuners.transaction", "tuners.from_report", "tuners.nccl_env", "tuners.plan",

@@ -255,11 +255,11 @@ def test_host_counters_are_exported_raw_as_read():
     lo's rx_packets lies between two direct sysfs reads around the daemon's sample."""
     from pathlib import Path
 
-    from wanprobe.daemon.adapters import Counters
     from wanprobe.daemon.metrics import DaemonMetrics
+    from wanprobe.services.counters import CounterSampler
 
     sysfs = Path("/sys/class/net/lo/statistics/rx_packets")
-    counters = Counters(Path("/sys"), Path("/proc"))
+    counters = CounterSampler(Path("/sys"), Path("/proc"))
     m = DaemonMetrics()
     m.watch_host_counters(lambda: counters.raw)
     assert "wanprobe_host_counter_total{" not in m.exposition().decode()  # nothing read yet

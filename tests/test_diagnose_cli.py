@@ -8,8 +8,8 @@ import json
 import pytest
 from clirun import invoke
 
-from wanprobe.diagnose.run import DiagnoseOptions, diagnose, parse_route_get
 from wanprobe.report.document import Report
+from wanprobe.services.diagnose import DiagnoseOptions, diagnose, parse_route_get
 
 
 def run(*args):

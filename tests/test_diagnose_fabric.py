@@ -318,7 +318,7 @@ def counters(tmp: Path, *, pfc_off=False, ecn_off=(), hw=None, ethtool=None) -> 
     findings) from a copy of the synthetic mlx5 tree sampled twice 10 s apart. ``ecn_off`` roles
     get 0 in ``ecn/<role>/enable/3``; ``hw`` / ``ethtool`` deltas land in the later sample."""
     from collectors.snapshot import collect
-    from wanprobe.diagnose.run import counters_json
+    from wanprobe.services.diagnose import counters_json
 
     sys_copy = tmp / "sys"
     shutil.copytree(SYN / "sys", sys_copy, symlinks=True)

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from wanprobe.demo_story import start_reflector
 from wanprobe.lab import netns
+from wanprobe.lab.scenario import start_reflector
 
 pytestmark = pytest.mark.netns
 

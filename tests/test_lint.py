@@ -1,7 +1,7 @@
 """Lint: ruff clean, and the size and dependency rules of docs/conventions.md §12, enforced so they stay true:
 no package module over 500 lines, no function over 60 lines unless its docstring says why
-("Long because: ..."), no import cycle between package modules, and scapy imported by the tests
-only (it is a test extra)."""
+("Long because: ..."), no import cycle between package modules, no import running back up the
+layers of docs/architecture.md, and scapy imported by the tests only (it is a test extra)."""
 
 import ast
 import shutil
@@ -104,6 +104,50 @@ def test_no_import_cycles():
     paths = {module_name(p): p for p in modules()}
     known = set(paths)
     assert find_cycles({m: _imports(p, known) - {m} for m, p in paths.items()}) == []
+
+
+# The layers of docs/architecture.md, lowest first: a module imports its own layer and those
+# below, never one above. Everything not listed (services, daemon, commands, the CLI, fleet,
+# pictures, preflight, windows, the lab and the demo) composes these and sits on top.
+LAYERS = (
+    ("foundation", ("wanprobe", "wanprobe.errors", "wanprobe.safe_text", "wanprobe.units",
+                    "wanprobe.atomic_file", "wanprobe.userfiles", "wanprobe.accept_backoff",
+                    "wanprobe.netns")),
+    ("measure", ("collectors", "wanprobe.probe", "wanprobe.throughput", "wanprobe.models")),
+    ("judge", ("wanprobe.diagnose",)),
+    ("report", ("wanprobe.report",)),
+    ("act", ("tuners",)),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index of ``module``'s layer in LAYERS; len(LAYERS) for the composing top."""
+    best, rank = "", len(LAYERS)
+    for i, (_name, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            inside = module.startswith(p + ".") and p != "wanprobe"   # the root: itself only
+            if (module == p or inside) and len(p) > len(best):
+                best, rank = p, i
+    return rank
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} ({LAYERS[layer_of(m)][0]}) -> {d}" for m, deps in graph.items()
+                  for d in deps if layer_of(d) > layer_of(m))
+
+
+def test_upward_imports_are_seen():
+    assert upward_imports({"wanprobe.diagnose.x": {"wanprobe.report.document"},
+                           "wanprobe.report.y": {"wanprobe.diagnose.finding"},
+                           "tuners.z": {"wanprobe.services.counters"}}) == [
+        "tuners.z (act) -> wanprobe.services.counters",
+        "wanprobe.diagnose.x (judge) -> wanprobe.report.document"]
+
+
+def test_no_import_runs_back_up_the_layers():
+    paths = {module_name(p): p for p in modules()}
+    known = set(paths)
+    assert upward_imports({m: _imports(p, known) - {m} for m, p in paths.items()}) == []
 
 
 def test_scapy_is_a_test_dependency_only():

@@ -215,8 +215,8 @@ def owd_sessions(rng, n, *, fwd_queue=0.0, rev_queue=0.0, count=20):
 @pytest.mark.parametrize("fwd_q,rev_q,want", [(0, 15, "reverse"), (15, 0, "forward"),
                                               (15, 15, "both")])
 def test_path_watch_names_the_direction_of_the_queue(seed, fwd_q, rev_q, want):
-    from wanprobe.daemon.path_findings import path_finding
-    from wanprobe.daemon.path_watch import PathWatch
+    from wanprobe.diagnose.path_findings import path_finding
+    from wanprobe.diagnose.path_watch import PathWatch
 
     rng = random.Random(seed)
     watch = PathWatch()
@@ -227,13 +227,13 @@ def test_path_watch_names_the_direction_of_the_queue(seed, fwd_q, rev_q, want):
     ev = events[0]
     assert ev.direction == want
     finding = path_finding("p", "198.18.0.2", ev)
-    assert finding["evidence"]["direction"] == want
+    assert finding.evidence["direction"] == want
     assert {"forward": "way to p", "reverse": "way back from p", "both": "both"}[want] \
-        in finding["title"]
+        in finding.title
 
 
 def test_path_watch_without_one_way_delays_says_no_direction():
-    from wanprobe.daemon.path_watch import PathWatch, one_way_spreads
+    from wanprobe.diagnose.path_watch import PathWatch, one_way_spreads
 
     rng = random.Random(9)
     watch = PathWatch()

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from wanprobe.daemon.metrics import DaemonMetrics
-from wanprobe.daemon.path_findings import path_finding, step_impact
-from wanprobe.daemon.path_watch import PathEvent, PathWatch
+from wanprobe.diagnose.path_findings import path_finding, step_impact
+from wanprobe.diagnose.path_watch import PathEvent, PathWatch
 
 
 def sessions(rng, floor_ms, n, *, queue_ms=0.0, jitter_ms=0.05, count=20):
@@ -71,15 +71,15 @@ def test_step_down_is_a_reroute_too():
 def test_finding_and_impact():
     ev = PathEvent("tokyo", "rerouted", 40.0, 95.0, 0.2, 0.3, 4.0, 2.0, 5)
     f = path_finding("tokyo", "198.18.2.1", ev, hops_before=["a", "b"], hops_after=["a", "c"])
-    assert f["id"] == "path.rerouted" and "40.00 → 95.00 ms" in f["title"]
-    step = f["evidence"]["training_step"]
+    assert f.id == "path.rerouted" and "40.00 → 95.00 ms" in f.title
+    step = f.evidence["training_step"]
     # a flat ring pays the RTT per latency-bound phase: a longer RTT costs time, never saves it
     assert step["allreduce_s_after"] > step["allreduce_s_before"] > 0 and step["link_assumed"]
-    assert f["evidence"]["hops_after"] == ["a", "c"]
+    assert f.evidence["hops_after"] == ["a", "c"]
     same = step_impact(40.0, 40.0, 1e9)
     assert same["increase_ratio"] == 0 and not same["link_assumed"]
     q = path_finding("tokyo", "x", PathEvent("tokyo", "queueing", 40, 40.3, 0.2, 30, 4, 2, 5))
-    assert q["id"] == "path.queueing"
+    assert q.id == "path.queueing"
 
 
 def test_metrics_names_and_labels():

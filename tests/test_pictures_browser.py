@@ -26,8 +26,8 @@ from browser_check import available
 from conftest import new_lab_name, require
 from daemon_toml import LAB_PROBE, daemon_toml
 
-from wanprobe.demo_story import start_reflector
 from wanprobe.lab import Lab, netns
+from wanprobe.lab.scenario import start_reflector
 
 pytestmark = pytest.mark.netns
 EVIL = "<script>alert(1)</script> $$x^2$$"

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 from reflector_helpers import KEY, LoopThread
 
-from wanprobe.daemon import adapters
 from wanprobe.daemon.config import ConfigInvalid, Peer, ThroughputSettings, parse_config
 from wanprobe.daemon.metrics import DaemonMetrics
 from wanprobe.errors import ProbeError
+from wanprobe.services import measure
+from wanprobe.services.reflect import ReflectService
 from wanprobe.throughput.client import run_throughput
 
 
@@ -21,20 +22,20 @@ def config(tmp_path, daemon=None, throughput=None):
 
 
 class DaemonReflector:
-    """``adapters.Reflector.from_config(cfg)`` on 127.0.0.1 (ephemeral port), in a loop thread."""
+    """``ReflectService.from_config(cfg)`` on 127.0.0.1 (ephemeral port), in a loop thread."""
 
     def __init__(self, cfg) -> None:
         self.cfg = cfg
 
     def __enter__(self):
         self.lt = LoopThread()
-        self.reflector = adapters.Reflector.from_config(self.cfg)
+        self.reflector = ReflectService.from_config(self.cfg)
 
         async def start() -> None:
             await self.reflector.start((("127.0.0.1", 0),))
 
         self.lt.run(start())
-        self.port = self.reflector._parts[0].port  # the throughput server's TCP port
+        self.port = self.reflector.throughput_ports[0]
         return self
 
     def __exit__(self, *exc) -> None:
@@ -69,7 +70,7 @@ def test_one_key_for_both_services_and_refusals_exported(tmp_path):
         metrics.watch_refusals(d.reflector.refusals)
         with pytest.raises(ProbeError, match="requires authentication"):
             run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6)
-        keyed = adapters.throughput_for(cfg.hmac_key)
+        keyed = measure.throughput_for(cfg.hmac_key)
         doc = keyed(Peer("b", "127.0.0.1", port=d.port),
                     ThroughputSettings(duration_s=0.5, streams=1, max_bytes_per_test=10**6))
         assert doc["bytes_received"] == 10**6

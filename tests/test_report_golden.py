@@ -60,8 +60,8 @@ def record(runs: int = 2) -> None:
     """Diagnose ``runs`` times on a fresh lab and store the merged shape."""
     import os
 
-    from wanprobe.demo_story import start_reflector
     from wanprobe.lab import Lab, netns
+    from wanprobe.lab.scenario import start_reflector
 
     extra = _every_finding_key()
     merged = None

@@ -490,8 +490,9 @@ def test_cli_reflect_and_probe_with_key_file(tmp_path):
 # -- daemon ------------------------------------------------------------------------------------
 
 def test_daemon_config_key_builds_a_reflector_that_starts_and_probes():
-    from wanprobe.daemon import adapters
+    from wanprobe.daemon import flow_probe
     from wanprobe.daemon.config import Peer, ProbeSettings, parse_config
+    from wanprobe.services.reflect import ReflectService
 
     port = free_port()
     cfg = parse_config({"daemon": {"state_dir": "/tmp/unused", "hmac_key": KEY.decode(),
@@ -500,20 +501,20 @@ def test_daemon_config_key_builds_a_reflector_that_starts_and_probes():
     assert cfg.hmac_key == KEY
 
     async def go():
-        refl = adapters.Reflector(cfg.hmac_key)
+        refl = ReflectService(cfg.hmac_key)
         await refl.start(cfg.reflector_listen)
         try:
             peer = cfg.peers[0]
             assert peer == Peer("self", "127.0.0.1", port=port)
             s = ProbeSettings(count=5, packet_interval_s=0.005, timeout_s=0.5)
-            keyed = await adapters.prober_for(cfg.hmac_key)(peer, "stamp", s)
-            plain = await adapters.probe(peer, "stamp", s)
+            keyed = await flow_probe.prober_for(cfg.hmac_key)(peer, "stamp", s)
+            plain = await flow_probe.probe_peer(peer, "stamp", s)
             return keyed, plain
         finally:
             await refl.close()
     keyed, plain = asyncio.run(go())
     assert keyed["loss"]["ratio"] == 0.0 and plain["loss"]["ratio"] == 1.0
-    assert adapters.prober_for(None) is adapters.probe
+    assert flow_probe.prober_for(None) is flow_probe.probe_peer
 
 
 # -- fuzz --------------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from wanprobe.demo_story import start_reflector
 from wanprobe.diagnose.verify import verify_path
 from wanprobe.lab import netns
+from wanprobe.lab.scenario import start_reflector
 
 pytestmark = pytest.mark.netns
 SMALL = "4096 131072 262144"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from wanprobe.demo_story import start_reflector
 from wanprobe.diagnose.verify import verify_path
 from wanprobe.lab import netns
+from wanprobe.lab.scenario import start_reflector
 from wanprobe.throughput.client import run_throughput
 
 pytestmark = pytest.mark.netns

@@ -110,7 +110,7 @@ def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list]:
 def _link_bps(report: dict[str, Any], path: dict, speed_mbps: float | None) -> float | None:
     """The rate to size for: the measured (or operator's) path capacity, else the rate a rule
     sized for (unless it only assumed one), else the egress NIC speed."""
-    cap = _num(path.get("capacity_bits_per_second"))  # diagnose/run.py _capacity
+    cap = _num(path.get("capacity_bits_per_second"))  # services/diagnose.py _capacity
     if cap and str(path.get("capacity_source", "")).startswith(("udp_burst", "operator")):
         return cap
     for f in report.get("findings") or []:  # rules' evidence: link_rate_bps / link_rate_assumed
@@ -120,10 +120,21 @@ def _link_bps(report: dict[str, Any], path: dict, speed_mbps: float | None) -> f
     return speed_mbps * 1e6 if speed_mbps and speed_mbps > 0 else None
 
 
+def parse_nccl_version(text: str) -> tuple[int, int]:
+    """``"2.21"`` (or ``"2.21.5"``) as (major, minor); a bad one is a one-line UsageError."""
+    from wanprobe.errors import UsageError
+
+    try:
+        major, minor = (int(x) for x in text.split(".")[:2])
+    except ValueError:
+        raise UsageError(f"bad NCCL version {text!r} (want e.g. 2.21)") from None
+    return major, minor
+
+
 def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
     """A diagnose report's figures, each under the one key its producer writes: the probe's
     ``rtt_ms.p99`` and ``loss.ratio`` (probe/result.py), the MTU search's ``iface``
-    (diagnose/run.py), the host dict (diagnose/host_config.py, typed by ``Host.from_report``),
+    (services/diagnose.py), the host dict (diagnose/host_config.py, typed by ``Host.from_report``),
     the peer's host facts (``HostFacts``), the 1/2/4/8-stream scan (run.measure_streams_scan).
     Every part is optional."""
     from wanprobe.diagnose.host_inputs import Host, facts_or_none

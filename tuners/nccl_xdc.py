@@ -133,21 +133,13 @@ def qps_for_paths(flows: Sequence[Flow]) -> tuple[int, str] | None:
     return qps, f"{len(flows)} measured flows hashed onto {n} distinct ECMP paths"
 
 
-def job_from_mesh(mesh: Any, local_site: str | None, peers: Sequence[str], *,
-                  hostname: str, addresses: Sequence[str]) -> tuple[JobSites | None, list[str]]:
+def job_from_mesh(mesh: Any, local_site: str, peers: Sequence[str]) -> tuple[JobSites | None,
+                                                                             list[str]]:
     """The sites of a job whose far ends are ``peers`` (names or addresses in the mesh) seen
-    from this host (``local_site``, else found in the mesh by name or address, as the daemon
-    finds itself). None with a note when a site cannot be known."""
-    from wanprobe.daemon.mesh import find_self
-    from wanprobe.errors import ConfigError, UsageError
+    from this host, at ``local_site``. None with a note when a site cannot be known."""
+    from wanprobe.errors import UsageError
 
-    if local_site is None:
-        try:
-            local_site = find_self(mesh, hostname=hostname, local_addresses=addresses).site
-        except ConfigError:
-            raise UsageError(f"this host ({hostname}) is not in the mesh by name or address: "
-                             "pass --site") from None
-    elif local_site not in mesh.sites:
+    if local_site not in mesh.sites:
         raise UsageError(f"--site: {local_site!r} is not a site of the mesh "
                          f"({', '.join(mesh.sites)})")
     by_key = {k: h.site for h in mesh.hosts for k in (h.name, h.address)}

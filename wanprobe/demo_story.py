@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +21,12 @@ from rich.table import Table
 
 from wanprobe.errors import WanprobeError
 from wanprobe.lab import netns
+from wanprobe.lab.scenario import UNTUNED, run_wanprobe_json, set_untuned, start_reflector
 from wanprobe.units import format_rate
 
 PROFILE = "taipei-uswest"
-# "Untuned": the loss-based default and buffers far below the path's BDP (1.6 MB at 100 Mbit/s).
-UNTUNED = {"net.ipv4.tcp_congestion_control": "reno",
-           "net.ipv4.tcp_rmem": "4096 65536 262144",
-           "net.ipv4.tcp_wmem": "4096 16384 262144"}
 WATCHED = (*UNTUNED, "net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_no_metrics_save",
            "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_mtu_probing")
-
-
-def _wanprobe(end, *args: str, timeout_s: float = 180) -> dict:
-    """Run ``wanprobe ARGS --json`` inside one lab namespace and parse its one JSON document."""
-    r = end.run([sys.executable, "-m", "wanprobe", *args, "--json"], capture_output=True,
-                text=True, timeout=timeout_s)
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or [f"failed (exit status {r.returncode})"])[-1]
-        raise WanprobeError(f"demo: `wanprobe {' '.join(args[:2])}` in {end.name}: {last}")
-    return json.loads(r.stdout)
 
 
 def _sysctls(end) -> dict[str, str]:
@@ -50,32 +34,8 @@ def _sysctls(end) -> dict[str, str]:
     return dict(zip(WATCHED, (" ".join(v.split()) for v in r.stdout.splitlines()), strict=False))
 
 
-def _set_untuned(end) -> None:
-    for key, value in UNTUNED.items():
-        r = end.run(["sysctl", "-q", "-w", f"{key}={value}"], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise WanprobeError(f"demo: cannot set {key} in {end.name}: {r.stderr.strip()}")
-
-
-def start_reflector(lab) -> subprocess.Popen:
-    """`wanprobe reflect` in lab namespace b, returned once it listens on TCP 862."""
-    proc = lab.b.popen([sys.executable, "-m", "wanprobe", "reflect", "--bind", lab.b.addr],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        ss = lab.b.run(["ss", "-Hltn", "sport = :862"], capture_output=True, text=True)
-        if ss.stdout.strip():
-            return proc
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    proc.kill()
-    proc.wait()
-    raise WanprobeError("demo: the reflector in the lab did not start")
-
-
 def _throughput(lab, duration_s: float) -> dict:
-    doc = _wanprobe(lab.a, "throughput", lab.b.addr, "--duration", f"{duration_s:g}s")
+    doc = run_wanprobe_json(lab.a, "throughput", lab.b.addr, "--duration", f"{duration_s:g}s")
     return {"bits_per_second": doc["bits_per_second"],
             "limited_by": (doc.get("limited_by") or {}).get("verdict"),
             "retransmits": doc.get("retransmits"), "cc": doc.get("cc")}
@@ -116,13 +76,13 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
             console.print(f"lab [bold]{lab_name}[/] up ({PROFILE}); untuning both ends: "
                           + ", ".join(f"{k.split('.')[-1]}={v}" for k, v in UNTUNED.items()))
             for end in (lab.a, lab.b):
-                _set_untuned(end)
+                set_untuned(end)
             reflector = start_reflector(lab)
             try:
                 console.print("measuring before …")
                 doc["before"] = _throughput(lab, duration_s)
                 console.print("diagnosing …")
-                report = _wanprobe(lab.a, "diagnose", lab.b.addr, "--quick")
+                report = run_wanprobe_json(lab.a, "diagnose", lab.b.addr, "--quick")
                 report_path = state / "report.json"
                 report_path.write_text(json.dumps(report))
                 doc["findings"] = [{k: f[k] for k in ("id", "severity", "title",
@@ -134,11 +94,11 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                 # The peer's goes first so that the local apply's --verify sees both ends tuned.
                 for end, which in ((lab.b, "peer"), (lab.a, "local")):
                     plan_path = state / f"plan-{which}.json"
-                    plans[end.name] = _wanprobe(lab.a, "tune", "plan", "--report",
+                    plans[end.name] = run_wanprobe_json(lab.a, "tune", "plan", "--report",
                                                 str(report_path), "--host", which,
                                                 "-o", str(plan_path))
                     verify = ("--verify", lab.b.addr) if which == "local" else ()
-                    journals[end.name] = _wanprobe(end, "tune", "apply", str(plan_path), "--yes",
+                    journals[end.name] = run_wanprobe_json(end, "tune", "apply", str(plan_path), "--yes",
                                                    *env_state, *verify)
                 doc["plan"] = {k: [{**x, "host": p["for_host"]} for p in plans.values()
                                    for x in p[k]] for k in ("changes", "skipped", "manual")}
@@ -149,7 +109,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                               "`tune apply --verify`")
                 doc["after"] = after_of(journals[lab.a.name]["verify"])
                 for end in (lab.a, lab.b):
-                    _wanprobe(end, "tune", "rollback", *env_state)
+                    run_wanprobe_json(end, "tune", "rollback", *env_state)
                 restored = {end.name: _sysctls(end) for end in (lab.a, lab.b)}
                 doc["rollback"] = {"restored": restored == originals,
                                    "differences": {n: {k: (originals[n].get(k), v)

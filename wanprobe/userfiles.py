@@ -26,6 +26,8 @@ from wanprobe.errors import ConfigError, UsageError, shown
 MAX_DEPTH = 64                 # reports nest about 8 deep; the schema validator recurses per level
 MAX_FILE_BYTES = 64 * 2**20    # a report is tens of kB
 U64_MAX = 2**64 - 1            # NIC counters are u64; a larger integer is not a measurement
+MIN_KEY_CHARS = 16             # a shared STAMP/throughput key (also the daemon's hmac_key rule)
+MAX_KEY_BYTES = 4096           # a key file is a line of text; /dev/zero is not one
 
 
 class _Refused(ValueError):
@@ -221,3 +223,22 @@ def existing_dir(path: str | Path, what: str) -> Path:
     if not p.is_dir():
         raise UsageError(f"{what} {shown(str(p))} is not a directory")
     return p
+
+
+def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> bytes | None:
+    """The STAMP HMAC key (RFC 8762 §4.4) from a file: its content stripped of surrounding
+    whitespace, at least 16 characters (the same rule as the daemon's ``hmac_key_file``). The key
+    is never taken from the command line, where other users could read it."""
+    if path is None:
+        return None
+    try:  # bounded in size and time: a FIFO or /dev/zero never hangs or fills memory
+        raw = read_bytes(path, option, MAX_KEY_BYTES)
+        key = raw.decode("utf-8").strip()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{option} {shown(path)}: cannot read it: not UTF-8 text") from None
+    if len(key) < MIN_KEY_CHARS:
+        raise UsageError(f"{option} {path}: the key must be at least {MIN_KEY_CHARS} characters "
+                         f"(got {len(key)})")
+    return key.encode()

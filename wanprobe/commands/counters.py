@@ -164,18 +164,16 @@ def render(snapshot, rates=None, findings=()) -> Group:
 
 def run(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: float | None):
     """Take one sample (or two, ``interval_s`` apart) → ``(snapshot, rates, findings)``."""
-    from collectors.rates import rates as make_rates
     from collectors.snapshot import Collector
-    from wanprobe.diagnose.rules_fabric import evaluate
+    from wanprobe.services.counters import judge
 
     with Collector(sys_root, proc_root, ethtool_root) as c:
         first = c.sample()
         if not interval_s:
-            return first, None, evaluate(first)
+            return judge(first)
         time.sleep(interval_s)
         second = c.sample()
-    r = make_rates(first, second)
-    return second, r, evaluate(second, r, r.interval_s)
+    return judge(first, second)
 
 
 app = typer.Typer()
@@ -213,20 +211,18 @@ def counters(
 def _watch(sys_root: Path, proc_root: Path, ethtool_root: Path | None, interval_s: float) -> None:
     from rich.live import Live
 
-    from collectors.rates import rates as make_rates
     from collectors.snapshot import Collector
-    from wanprobe.diagnose.rules_fabric import evaluate
+    from wanprobe.services.counters import judge
 
     with Collector(sys_root, proc_root, ethtool_root) as c:
         prev = c.sample()
-        with Live(render(prev, None, evaluate(prev)), auto_refresh=False,
+        with Live(render(*judge(prev)), auto_refresh=False,
                   screen=False, transient=False) as live:
             try:
                 while True:
                     time.sleep(interval_s)
                     cur = c.sample()
-                    r = make_rates(prev, cur)
-                    live.update(render(cur, r, evaluate(cur, r, r.interval_s)), refresh=True)
+                    live.update(render(*judge(prev, cur)), refresh=True)
                     prev = cur
             except KeyboardInterrupt:
                 pass

@@ -62,11 +62,11 @@ def diagnose(
 ) -> None:
     """Probe the path, run a capped throughput test, read counters and host config, and say
     what limits the link, with evidence, recommendations and tuner knobs."""
-    from wanprobe.commands.probe import read_hmac_key_file
-    from wanprobe.diagnose.run import DiagnoseOptions
-    from wanprobe.diagnose.run import diagnose as run_diagnose
     from wanprobe.report.document import Report, save
     from wanprobe.report.render_rich import render_rich
+    from wanprobe.services.diagnose import DiagnoseOptions
+    from wanprobe.services.diagnose import diagnose as run_diagnose
+    from wanprobe.userfiles import read_hmac_key_file
 
     if quick and full:
         raise UsageError("--quick and --full exclude each other")

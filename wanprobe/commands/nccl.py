@@ -7,18 +7,10 @@ from typing import Annotated
 
 import typer
 
-from wanprobe.errors import UsageError
+from wanprobe.errors import ConfigError, UsageError
 from wanprobe.safe_text import clean_lines
 
 app = typer.Typer()
-
-
-def _version(text: str) -> tuple[int, int]:
-    try:
-        major, minor = (int(x) for x in text.split(".")[:2])
-    except ValueError:
-        raise UsageError(f"bad NCCL version {text!r} (want e.g. 2.21)") from None
-    return major, minor
 
 
 @app.command("nccl-env")
@@ -42,7 +34,14 @@ def nccl_env(
     from dataclasses import replace
 
     from tuners.from_report import load_report
-    from tuners.nccl_env import FORMATS, compute, facts_from_report, render, with_live_sysctls
+    from tuners.nccl_env import (
+        FORMATS,
+        compute,
+        facts_from_report,
+        parse_nccl_version,
+        render,
+        with_live_sysctls,
+    )
     from wanprobe.units import MAX_RTT_S, parse_duration_ms, parse_ifname, parse_rate_bps
     from wanprobe.userfiles import existing_dir
 
@@ -69,7 +68,7 @@ def nccl_env(
         facts = replace(facts, ecmp=True)
     notes: list[str] = []
     facts = _with_sites_and_flows(facts, doc, mesh, site, paths, notes)
-    variables = compute(facts, sys_path, nccl_version=_version(nccl_version), transport=transport,
+    variables = compute(facts, sys_path, nccl_version=parse_nccl_version(nccl_version), transport=transport,
                         notes=notes)
     if as_json:
         typer.echo(json.dumps({"format": fmt, "variables": [v.to_json() for v in variables],
@@ -86,7 +85,7 @@ def _with_sites_and_flows(facts, report: dict | None, mesh: str | None, site: st
     from socket import gethostname
 
     from tuners.nccl_xdc import flows_from_paths, job_from_mesh
-    from wanprobe.daemon.mesh import load_mesh, local_addresses
+    from wanprobe.daemon.mesh import find_self, load_mesh, local_addresses
     from wanprobe.userfiles import read_json
 
     if paths is not None:
@@ -101,8 +100,14 @@ def _with_sites_and_flows(facts, report: dict | None, mesh: str | None, site: st
     peer = ((report or {}).get("peer") or {}).get("address")
     if not isinstance(peer, str) or not peer:
         raise UsageError("--mesh needs --report (its peer is the far end of the job)")
-    job, more = job_from_mesh(load_mesh(mesh), site, [peer], hostname=gethostname(),
-                              addresses=local_addresses())
+    loaded = load_mesh(mesh)
+    if site is None:   # found in the mesh by name or address, as the daemon finds itself
+        try:
+            site = find_self(loaded, hostname=gethostname(), local_addresses=local_addresses()).site
+        except ConfigError:
+            raise UsageError(f"this host ({gethostname()}) is not in the mesh by name or "
+                             "address: pass --site") from None
+    job, more = job_from_mesh(loaded, site, [peer])
     notes += more
     return replace(facts, job=job)
 

@@ -60,8 +60,7 @@ def preflight(
     """Probe every host of a job in parallel and say go / no-go per host with the reasons;
     exit 0 only when all are go."""
     started = time.monotonic()
-    from wanprobe.commands.nccl import _version
-    from wanprobe.commands.probe import read_hmac_key_file
+    from tuners.nccl_env import parse_nccl_version
     from wanprobe.fleet.rules import RuleSettings
     from wanprobe.preflight.judge import Thresholds
     from wanprobe.preflight.measure import ProbePlan
@@ -69,7 +68,7 @@ def preflight(
     from wanprobe.preflight.run import preflight as run
     from wanprobe.probe import limits
     from wanprobe.units import parse_duration_ms, parse_duration_s, parse_rate_bps, parse_ratio
-    from wanprobe.userfiles import check_path_text, read_text
+    from wanprobe.userfiles import check_path_text, read_hmac_key_file, read_text
 
     bound_s = _parsed("--timeout", parse_duration_s, timeout, default_unit="s",
                       allow_zero=False, maximum_s=MAX_BOUND_S)
@@ -94,7 +93,7 @@ def preflight(
                        hmac_key=read_hmac_key_file(hmac_key_file)),
         thresholds=th, bound_s=bound_s, max_hosts=max_hosts,
         history=check_path_text(history, "--history"), history_window_s=rules.floor_baseline_s,
-        mesh=Path(mesh) if mesh else None, nccl_version=_version(nccl_version))
+        mesh=Path(mesh) if mesh else None, nccl_version=parse_nccl_version(nccl_version))
     text = sys.stdin.read(16 * 2**20) if hosts == "-" else read_text(hosts, "host list", 16 * 2**20)
     doc = run(text, opts, started)
     if as_json:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import signal
 import sys
-from dataclasses import dataclass
-from typing import Annotated
+from dataclasses import replace
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -20,6 +19,10 @@ from wanprobe.probe.peer import NO_REPLY, numeric_family, udp_silence_reason
 from wanprobe.probe.session_table import MAX_SESSIONS, PER_SOURCE
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
+from wanprobe.userfiles import read_hmac_key_file
+
+if TYPE_CHECKING:
+    from wanprobe.services.reflect import ReflectService
 
 DEFAULT_PORT = "862"
 PROGRESS_MIN_S = 3.0
@@ -35,31 +38,7 @@ def _opt(option: str, parse, *args, **kw):
         raise UsageError(f"{option}: {exc}") from None
 
 
-MIN_KEY_CHARS = 16
 MAX_REFLECT_PPS = 10_000_000  # per source; one core reflects a few hundred thousand
-MAX_KEY_BYTES = 4096  # a key file is a line of text; /dev/zero is not one
-
-
-def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> bytes | None:
-    """The STAMP HMAC key (RFC 8762 §4.4) from a file: its content stripped of surrounding
-    whitespace, at least 16 characters (the same rule as the daemon's ``hmac_key_file``). The key
-    is never taken from the command line, where other users could read it."""
-    if path is None:
-        return None
-    from wanprobe.errors import ConfigError
-    from wanprobe.userfiles import read_bytes
-
-    try:  # bounded in size and time: a FIFO or /dev/zero never hangs or fills memory
-        raw = read_bytes(path, option, MAX_KEY_BYTES)
-        key = raw.decode("utf-8").strip()
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{option} {shown(path)}: cannot read it: not UTF-8 text") from None
-    if len(key) < MIN_KEY_CHARS:
-        raise UsageError(f"{option} {path}: the key must be at least {MIN_KEY_CHARS} characters "
-                         f"(got {len(key)})")
-    return key.encode()
 
 
 @app.command("reflect")
@@ -89,14 +68,15 @@ def reflect(
 ) -> None:
     """Run a STAMP (RFC 8762/8972) / TWAMP-Light reflector and the throughput server."""
     from wanprobe.probe.access import DEFAULT_COS_DSCP, parse_cidrs, parse_dscp_set
+    from wanprobe.services.reflect import ReflectPolicy, ReflectService
     from wanprobe.throughput.client import MAX_TEST_S
+    from wanprobe.throughput.limits import ServerLimits
 
     if numeric_family(bind) is None:
         raise UsageError(f"--bind {shown(bind)} is not an IP address (e.g. 0.0.0.0 or ::)")
     key = read_hmac_key_file(hmac_key_file)
-    policy = ReflectPolicy(allow=parse_cidrs(allow or ()),
-                           cos_dscp=parse_dscp_set(cos_dscp) if cos_dscp else DEFAULT_COS_DSCP,
-                           sessions_per_source=sessions_per_source)
+    allow_cidrs = parse_cidrs(allow or ())
+    permitted = parse_dscp_set(cos_dscp) if cos_dscp else DEFAULT_COS_DSCP
     port_n = _opt("--port", parse_port, port)
     duration_s = _opt("--max-test-duration", parse_duration_s, max_test_duration,
                       default_unit="s", allow_zero=False, maximum_s=MAX_TEST_S)
@@ -108,59 +88,42 @@ def reflect(
     if not 0 < rate <= MAX_REFLECT_PPS:
         raise UsageError(f"--rate-limit {shown(rate_pps)} must be a number > 0 and at most the "
                          f"limit of {MAX_REFLECT_PPS:,} replies per second")
-    asyncio.run(_serve(bind, port_n, duration_s, max_bytes, rate, key, policy))
+    policy = ReflectPolicy(allow=allow_cidrs, cos_dscp=permitted,
+                           sessions_per_source=sessions_per_source, rate_pps=rate)
+    limits = replace(ServerLimits(), max_duration_s=duration_s, max_bytes_per_test=max_bytes)
+    asyncio.run(_serve(bind, port_n, ReflectService(key, policy, limits)))
 
 
-
-@dataclass(frozen=True)
-class ReflectPolicy:
-    """Who may use ``reflect`` (CIDRs, empty = everyone) and which DSCP replies may carry."""
-
-    allow: tuple[str, ...] = ()
-    cos_dscp: frozenset[int] = frozenset()
-    sessions_per_source: int = PER_SOURCE
-
-
-async def _serve(bind: str, port: int, duration_s: float, max_bytes: int, rate: float,
-                 hmac_key: bytes | None = None, policy: ReflectPolicy | None = None) -> None:
-    from wanprobe.probe.access import DEFAULT_COS_DSCP, DscpPolicy
-    from wanprobe.probe.reflector import Reflector
-    from wanprobe.throughput.server import ThroughputServer
-
-    policy = policy or ReflectPolicy(cos_dscp=DEFAULT_COS_DSCP)
-
+async def _serve(bind: str, port: int, service: ReflectService) -> None:
+    """Run ``service`` on (bind, port) until SIGTERM/SIGINT; then one line of what it refused."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    server = ThroughputServer(max_duration_s=duration_s, max_bytes=max_bytes, hmac_key=hmac_key,
-                              allow=policy.allow, dscp_permitted=DscpPolicy(policy.cos_dscp))
-    reflector = Reflector(udp_tap=server.udp_tap, rate_pps=rate, burst=max(100, int(rate / 5)),
-                          hmac_key=hmac_key, allow=policy.allow,
-                          dscp_permitted=DscpPolicy(policy.cos_dscp),
-                          sessions_per_source=policy.sessions_per_source)
-    await reflector.start(bind, port)
+    authenticated = service.hmac_key is not None
+    allowed = service.policy.allow
     try:
-        await server.start(bind, port)
+        await service.start(((bind, port),))
         err = Console(stderr=True, highlight=False)
-        mode = (" (authenticated mode)" if hmac_key is not None else "") + (
-            f", allowing {', '.join(policy.allow)}" if policy.allow else "")
+        mode = (" (authenticated mode)" if authenticated else "") + (
+            f", allowing {', '.join(allowed)}" if allowed else "")
         err.print(f"wanprobe reflect: STAMP on udp {bind}:{port}{mode}, "
                   f"throughput on tcp {bind}:{port}")
         await stop.wait()
     finally:
-        await reflector.close()
-        with contextlib.suppress(Exception):
-            await server.close()
-    s = reflector.stats()
+        stats, refusals = service.stats(), service.throughput_refusals()
+        await service.close()
+    if not stats:
+        return
+    s = stats[0]
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"wanprobe reflect: stopped; {s.reflected} reflected, {s.short + s.oversize} short/oversize,"
         f" {s.malformed} malformed, {s.rate_limited} rate-limited, {s.session_refused} new "
         "sessions refused (their source's share was all in use)"
         + (f", {s.auth_failed} failed authentication, {s.replayed} replays refused"
-           if hmac_key is not None else "")
+           if authenticated else "")
         + f", {s.not_allowed} from outside --allow; throughput refusals: "
-        + (", ".join(f"{k} {v}" for k, v in sorted(server.refusals().items())) or "none"))
+        + (", ".join(f"{k} {v}" for k, v in sorted(refusals.items())) or "none"))
 
 
 @app.command("probe")

@@ -134,8 +134,8 @@ def throughput(
         "authenticated STAMP and throughput tests.")] = None,
 ) -> None:
     """Multi-stream TCP/UDP throughput test that says what limits the transfer."""
-    from wanprobe.commands.probe import read_hmac_key_file
     from wanprobe.throughput.client import MAX_TEST_S, run_throughput
+    from wanprobe.userfiles import read_hmac_key_file
 
     if engine not in ("wanprobe", "iperf3"):
         raise UsageError(f"unknown engine {engine!r} (use wanprobe or iperf3)")

@@ -149,7 +149,7 @@ def apply_cmd(
     from tuners import plan as plan_mod
     from tuners import transaction
     from tuners.netns import is_init_netns
-    from wanprobe.commands.probe import read_hmac_key_file
+    from wanprobe.userfiles import read_hmac_key_file
 
     key = read_hmac_key_file(hmac_key_file)  # a bad key file is refused before anything changes
     tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)

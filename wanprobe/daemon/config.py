@@ -32,7 +32,7 @@ from wanprobe.errors import ConfigError
 from wanprobe.probe.access import DEFAULT_COS_DSCP
 from wanprobe.throughput.limits import ServerLimits
 from wanprobe.units import format_bytes
-from wanprobe.userfiles import read_text
+from wanprobe.userfiles import MAX_KEY_BYTES, MIN_KEY_CHARS, read_text
 
 __all__ = ["METHODS", "DaemonConfig", "ConfigInvalid", "Peer", "ProbeSettings", "ThroughputSettings",
            "TimeWindow", "load_config", "parse_config", "parse_listen", "parse_window"]
@@ -43,7 +43,6 @@ MAX_FLOWS = 64
 
 
 MAX_CONFIG_BYTES = 2**20  # a config is a few kB; a mesh file tens of kB
-MAX_KEY_BYTES = 4096
 
 
 class ConfigInvalid(ConfigError):
@@ -408,7 +407,7 @@ def _hmac_key(v: FieldReader, d: dict) -> bytes | None:
             return None
     if key is None:
         return None
-    if len(key) < 16:
+    if len(key) < MIN_KEY_CHARS:
         v.problem("daemon.hmac_key" if key_file is None else "daemon.hmac_key_file",
                   "key must be at least 16 characters")
         return None

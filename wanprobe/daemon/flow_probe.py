@@ -20,6 +20,7 @@ from wanprobe.daemon.scheduler import session_deadline_s
 from wanprobe.errors import ProbeError
 from wanprobe.probe.flowtrace import FlowTrace
 from wanprobe.probe.path_groups import agrees
+from wanprobe.services import measure
 
 TRACE_EVERY = 6
 TRACE_TRIES = 3
@@ -35,6 +36,26 @@ class _FlowState:
 
 
 _STATE: dict[str, _FlowState] = {}
+
+
+async def probe_peer(peer: Peer, method: str, s: ProbeSettings, *,
+                     hmac_key: bytes | None = None) -> dict[str, Any]:
+    """The daemon's probe session of ``peer``: over its ``flows`` (> 1, STAMP) here, else one
+    session through the measure service."""
+    if method == "stamp" and peer.flows > 1:
+        return await probe(peer, s, hmac_key=hmac_key)
+    return await measure.probe(peer, method, s, hmac_key=hmac_key)
+
+
+def prober_for(hmac_key: bytes | None):
+    """:func:`probe_peer` bound to the daemon's key (``probe_peer`` itself when there is none)."""
+    if hmac_key is None:
+        return probe_peer
+
+    async def keyed_probe(peer: Peer, method: str, s: ProbeSettings) -> dict[str, Any]:
+        return await probe_peer(peer, method, s, hmac_key=hmac_key)
+
+    return keyed_probe
 
 
 def request_trace(peer: str) -> None:

@@ -20,14 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe.atomic_file import atomic_write
-from wanprobe.daemon import adapters, flow_probe
+from wanprobe.daemon import flow_probe
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
 from wanprobe.daemon.config import DaemonConfig, Peer
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
-from wanprobe.daemon.path_findings import path_finding
-from wanprobe.daemon.path_watch import PathEvent, PathWatch, one_way_spreads
 from wanprobe.daemon.prober import MeshProber
 from wanprobe.daemon.reflector_limit import ReflectorPacing
 from wanprobe.daemon.runtime import load_runtime
@@ -35,8 +33,15 @@ from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, r
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.state_dir import check_state_dir
 from wanprobe.daemon.store import Flusher, ProbeRow, Store, StoreError
+from wanprobe.diagnose.path_findings import path_finding
+from wanprobe.diagnose.path_watch import PathEvent, PathWatch, one_way_spreads
+from wanprobe.diagnose.regressions import regression_finding
 from wanprobe.errors import ConfigError, WanprobeError
 from wanprobe.pictures.routes import DaemonPages
+from wanprobe.report.regression import regression_report
+from wanprobe.services import measure
+from wanprobe.services.counters import CounterSampler
+from wanprobe.services.reflect import ReflectService
 
 FLUSH_INTERVAL_S = 1.0
 STOP_BUDGET_S = 1.5
@@ -46,19 +51,21 @@ class Daemon:
     """The running daemon. Collaborators are injectable for tests."""
 
     def __init__(self, cfg: DaemonConfig, peers: tuple[Peer, ...], *, config_path: Path | None = None,
-                 prober: ProbeFn = adapters.probe, throughput_fn: ThroughputFn = adapters.throughput,
+                 prober: ProbeFn = flow_probe.probe_peer,
+                 throughput_fn: ThroughputFn = measure.throughput,
                  reflector: Any = None, counters: Any = None, notifier: Notifier | None = None) -> None:
         self.cfg, self.peers, self.config_path = cfg, peers, config_path
         # peers share the key: their reflectors drop unauthenticated probes (RFC 8762 §4.4)
-        self.prober = adapters.prober_for(cfg.hmac_key) if prober is adapters.probe else prober
+        real = prober is flow_probe.probe_peer
+        self.prober = flow_probe.prober_for(cfg.hmac_key) if real else prober
         # the real STAMP prober: every peer on one timer (prober.py); injected fakes run per task
         self.stamp_prober = MeshProber(self.probe_done, self.probe_failed,
-                                       hmac_key=cfg.hmac_key) if prober is adapters.probe else None
-        self.throughput_fn = (adapters.throughput_for(cfg.hmac_key)
-                              if throughput_fn is adapters.throughput else throughput_fn)
+                                       hmac_key=cfg.hmac_key) if real else None
+        self.throughput_fn = (measure.throughput_for(cfg.hmac_key)
+                              if throughput_fn is measure.throughput else throughput_fn)
         self.reflector = (reflector if reflector is not None
-                          else adapters.Reflector.from_config(cfg))
-        self.counters = counters if counters is not None else adapters.Counters(
+                          else ReflectService.from_config(cfg))
+        self.counters = counters if counters is not None else CounterSampler(
             cfg.counters.sys_root, cfg.counters.proc_root)
         self.notifier = notifier or Notifier()
         self.metrics = DaemonMetrics(site=cfg.site,
@@ -294,16 +301,17 @@ class Daemon:
         before, after = flow_probe.hop_lists(peer.name) if peer.flows > 1 else (None, None)
         finding = path_finding(peer.name, peer.address, ev, hops_before=before, hops_after=after,
                                link_bps=self.baseline.baseline(peer.name).get("bits_per_second"))
-        doc = adapters.regression_report(
+        doc = regression_report(
             peer, [], self._last_probe.get(peer.name), self.baseline.baseline(peer.name),
             started=now - self.cfg.probe.interval_s * ev.sessions, finished=now, findings=[finding])
-        path = self._write_report(doc, peer.name, finding["id"], now)
-        self.store.add_finding(now, finding, peer=peer.name, report_path=str(path) if path else None)
+        path = self._write_report(doc, peer.name, finding.id, now)
+        self.store.add_finding(now, finding.to_json(), peer=peer.name,
+                               report_path=str(path) if path else None)
         self.metrics.path_event(peer, ev.event)
         if ev.event == "queueing":
-            self.active_findings[key] = finding["severity"]
+            self.active_findings[key] = finding.severity
             self._update_findings_gauge()
-        dlog.log(logging.WARNING, finding["title"], peer=peer.name, event=ev.event, report=path)
+        dlog.log(logging.WARNING, finding.title, peer=peer.name, event=ev.event, report=path)
 
     def probe_failed(self, peer: Peer, method: str, ts: float, error: str) -> None:
         self.store.add_probe(ProbeRow(ts=ts, peer=peer.name, method=method, error=error))
@@ -333,17 +341,19 @@ class Daemon:
                      baseline=round(t.baseline, 6), current=round(t.current, 6))
             return
         now = time.time()
-        doc = adapters.regression_report(peer, [t.to_json()], self._last_probe.get(peer.name),
-                                         self.baseline.baseline(peer.name),
-                                         started=now - self.cfg.probe.interval_s * self.cfg.baseline.recent,
-                                         finished=now)
+        transition = t.to_json()
+        finding = regression_finding(peer.name, peer.address, transition)
+        doc = regression_report(peer, [transition], self._last_probe.get(peer.name),
+                                self.baseline.baseline(peer.name),
+                                started=now - self.cfg.probe.interval_s * self.cfg.baseline.recent,
+                                finished=now, findings=[finding])
         path = self._write_report(doc, peer.name, t.metric, now)
-        finding = doc["findings"][0]
-        self.store.add_finding(now, finding, peer=peer.name, report_path=str(path) if path else None)
-        self.active_findings[key] = finding["severity"]
+        self.store.add_finding(now, finding.to_json(), peer=peer.name,
+                               report_path=str(path) if path else None)
+        self.active_findings[key] = finding.severity
         self._update_findings_gauge()
         self.metrics.observe_regression(peer, t.metric)
-        dlog.log(logging.WARNING, finding["title"], peer=peer.name, metric=t.metric,
+        dlog.log(logging.WARNING, finding.title, peer=peer.name, metric=t.metric,
                  baseline=round(t.baseline, 6), current=round(t.current, 6), report=path)
         self._request_apply(peer, t.metric, path, now)
 

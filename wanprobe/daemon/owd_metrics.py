@@ -1,7 +1,7 @@
 """The daemon's one-way delay gauges (issue 20): exported only for a session whose one-way delays
 have a known clock error bound (probe/owd.py did not withhold them); a later session without
 one removes them, so Prometheus never scrapes a value the clocks cannot back. The variation,
-which needs no clock, drives the path watch instead (path_watch.py)."""
+which needs no clock, drives the path watch instead (diagnose/path_watch.py)."""
 
 from __future__ import annotations
 

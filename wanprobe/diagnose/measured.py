@@ -1,6 +1,6 @@
 """What diagnose measured, typed: built once by :meth:`Measured.from_report` from the report's
 ``measurements`` dict (probe, mtu, throughput, counters and paths JSON). The parser reads each
-figure under the one key its producer writes (``probe/result.py``, ``diagnose/run.py``,
+figure under the one key its producer writes (``probe/result.py``, ``services/diagnose.py``,
 ``throughput/result.py``, ``verdict.py`` and ``tcp_info.tcp_info_summary``,
 ``throughput/capacity.py``). Units are in the field names; absent is None, never 0 (docs/conventions.md §3):
 a rule skips what was not measured.

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from wanprobe.diagnose.finding import Finding
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.measured import Measured
 from wanprobe.diagnose.rule import rule
-from wanprobe.report.document import Finding
 
 NCCL_SOCKETS = 8        # e.g. NCCL_SOCKET_NTHREADS=2 × NCCL_NSOCKS_PERTHREAD=4 (product ≤ 64)
 

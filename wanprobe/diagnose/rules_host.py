@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from wanprobe.diagnose import inputs as I
+from wanprobe.diagnose.finding import Finding, Knob
 from wanprobe.diagnose.host_inputs import Host, triple_text
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.measured import Measured
@@ -19,7 +20,6 @@ from wanprobe.models.bdp import (
     window_from_buffer_bytes,
     window_limited_rate_bps,
 )
-from wanprobe.report.document import Finding, Knob
 
 NOTSENT_LOWAT_BYTES = 131072      # R-8 (tuned network-throughput, Cloudflare)
 NOTSENT_UNLIMITED = 4294967295    # kernel default: no limit (ip-sysctl.rst)

@@ -9,6 +9,7 @@ tcp-tuning.md §6 (R-n), §3 (models), probe-anchors.md (STAMP CoS TLV, RFC 8972
 from __future__ import annotations
 
 from wanprobe.diagnose import inputs as I
+from wanprobe.diagnose.finding import Finding, Knob
 from wanprobe.diagnose.host_inputs import Host, buffer_field
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.measured import Measured
@@ -20,7 +21,6 @@ from wanprobe.diagnose.rules_transfer import (
     window_limited,
 )
 from wanprobe.models.tcp_rate import bbr_rate_bps, cc_limited_rate_bps, mathis_rate_bps
-from wanprobe.report.document import Finding, Knob
 from wanprobe.units import dscp_name
 
 LOSS_FOR_BBR = 1e-5
@@ -168,7 +168,7 @@ def mtu_black_hole(m: Measured, host: Host | None, config: DiagnoseConfig) -> Fi
     if path_mtu is None:
         return None
     iface = mtu.iface
-    if_mtu = mtu.iface_mtu_bytes   # diagnose/run.py: the MTU of the interface toward the peer
+    if_mtu = mtu.iface_mtu_bytes   # services/diagnose.py: the MTU of the interface toward the peer
     link = host.iface(iface) if host else None
     if if_mtu is None and link and link.mtu_bytes is not None:
         if_mtu = float(link.mtu_bytes)

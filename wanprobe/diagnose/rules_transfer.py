@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from wanprobe.diagnose import inputs as I
+from wanprobe.diagnose.finding import Finding, Knob
 from wanprobe.diagnose.host_inputs import Host, buffer_field, triple_text
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.measured import Measured
@@ -29,7 +30,6 @@ from wanprobe.models.bdp import (
     tuned_buffer_bytes,
     window_limited_rate_bps,
 )
-from wanprobe.report.document import Finding, Knob
 
 LIMITED_SHARE = 0.1          # rwnd_limited / busy_time > 0.1
 MAX_BUFFER_BYTES = 2**30     # clamp tcp_rmem[2] <= 1 GiB

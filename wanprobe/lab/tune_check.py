@@ -66,23 +66,23 @@ def _sysctl(node, key: str, value: str) -> None:
 
 def _tune_both(lab, state: Path) -> dict:
     """diagnose in a, plans for both hosts, applied at each end; returns the report."""
-    from wanprobe.demo_story import _wanprobe
+    from wanprobe.lab.scenario import run_wanprobe_json
 
-    report = _wanprobe(lab.a, "diagnose", lab.b.addr, "--quick")
+    report = run_wanprobe_json(lab.a, "diagnose", lab.b.addr, "--quick")
     path = state / "report.json"
     path.write_text(json.dumps(report))
     for end, which in ((lab.b, "peer"), (lab.a, "local")):
         plan = state / f"{which}.json"
-        _wanprobe(lab.a, "tune", "plan", "-r", str(path), "--host", which, "-o", str(plan))
-        _wanprobe(end, "tune", "apply", str(plan), "--yes", "--state-dir", str(state))
+        run_wanprobe_json(lab.a, "tune", "plan", "-r", str(path), "--host", which, "-o", str(plan))
+        run_wanprobe_json(end, "tune", "apply", str(plan), "--yes", "--state-dir", str(state))
     return report
 
 
 def run_point(lab_name: str, *, rtt_ms: float, loss: float, rate_bps: float = 100e6,
               seconds: float = 4.0, omit_s: float = 2.0) -> TunePoint:
     """Oracle, then tuned, on one lab link (see module doc)."""
-    from wanprobe.demo_story import _set_untuned, _wanprobe, start_reflector
     from wanprobe.lab import Lab
+    from wanprobe.lab.scenario import run_wanprobe_json, set_untuned, start_reflector
 
     state = Path(tempfile.mkdtemp(prefix="wanprobe-tunecheck-"))
     try:
@@ -92,7 +92,7 @@ def run_point(lab_name: str, *, rtt_ms: float, loss: float, rate_bps: float = 10
                 _sysctl(end, "net.ipv4.tcp_wmem", ORACLE_BUFFER)
             oracle = _iperf(lab, seconds, omit_s, "-C", "bbr")
             for end in (lab.a, lab.b):
-                _set_untuned(end)
+                set_untuned(end)
             before = _iperf(lab, seconds, omit_s, reps=1)
             reflector = start_reflector(lab)
             try:
@@ -105,7 +105,7 @@ def run_point(lab_name: str, *, rtt_ms: float, loss: float, rate_bps: float = 10
             rmem = lab.b.run(["sysctl", "-n", "net.ipv4.tcp_rmem"], capture_output=True,
                              text=True).stdout.split()
             for end in (lab.b, lab.a):
-                _wanprobe(end, "tune", "rollback", "--state-dir", str(state))
+                run_wanprobe_json(end, "tune", "rollback", "--state-dir", str(state))
     finally:
         shutil.rmtree(state, ignore_errors=True)
     path = report["measurements"].get("path") or {}

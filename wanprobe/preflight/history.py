@@ -1,5 +1,5 @@
 """What the local daemon's history says about a job's paths over the last hour: reroutes it
-reported (``path.rerouted`` findings, daemon/path_findings.py) and each peer's RTT floor (the
+reported (``path.rerouted`` findings, diagnose/path_findings.py) and each peer's RTT floor (the
 minimum of its probe sessions' ``rtt_min_ms``, as the fleet rule ``WanprobeRttFloorStep``
 compares). Read-only: the file is opened with SQLite's ``mode=ro`` URI, so a preflight never
 writes the daemon's store nor waits long on its lock (https://sqlite.org/uri.html).

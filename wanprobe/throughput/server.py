@@ -122,12 +122,20 @@ class ThroughputServer:
     async def start(self, host: str, port: int, *, udp: bool = False) -> None:
         """Listen on TCP ``host:port`` (and UDP when ``udp``); port 0 picks a free one."""
         loop = asyncio.get_running_loop()
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        except OSError as exc:
+            raise ProbeError(f"cannot listen on TCP {host}:{port}: {exc.strerror or exc}") from None
         family, _, _, _, addr = infos[0]
         lsock = socket.socket(family, socket.SOCK_STREAM)
-        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        lsock.bind(addr)
-        lsock.listen(256)
+        try:
+            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            lsock.bind(addr)
+            lsock.listen(256)
+        except OSError as exc:
+            lsock.close()
+            raise ProbeError(f"cannot listen on TCP {host}:{port}: {exc.strerror or exc}") from None
         lsock.setblocking(False)
         self._lsock = lsock
         self.port = lsock.getsockname()[1]

@@ -215,16 +215,10 @@ def snapshot(sys_root: Path, proc_root: Path) -> Any:
 
 
 def counters_json(first: Any, second: Any) -> dict:
-    """The counters document (issue 5 shape): the later snapshot, per-second ``rates`` between
-    the two, and ``findings`` from the fabric rules (wanprobe.diagnose.rules_fabric)."""
-    from collectors.rates import rates as compute_rates
-    from wanprobe.diagnose.rules_fabric import evaluate
+    """The counters document between two snapshots (services/counters.py)."""
+    from wanprobe.services.counters import document
 
-    doc = second.to_json()
-    r = compute_rates(first, second)
-    doc["rates"] = r.to_json()
-    doc["findings"] = [f.to_json() for f in evaluate(second, r, r.interval_s)]
-    return doc
+    return document(first, second)
 
 
 def _transfers(opts: DiagnoseOptions, errors: dict[str, str], path: dict | None,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from wanprobe.daemon.path_watch import PathEvent
 from wanprobe.diagnose.finding import Finding
+from wanprobe.diagnose.path_watch import PathEvent
 from wanprobe.models.impact import Job, Path, collective_time_s, gradient_bytes
 
 # The daemon knows no job: a reference one (1 B parameters, bf16, 2 sites × 8 GPUs, flat ring)
@@ -45,7 +45,7 @@ _ADVICE = {
 
 
 def path_finding(peer_name: str, address: str, ev: PathEvent, *, hops_before=None, hops_after=None,
-                 link_bps: float | None = None) -> dict[str, Any]:
+                 link_bps: float | None = None) -> Finding:
     """The finding (report schema) for a ``rerouted`` or ``queueing`` event. A reroute moves the
     floor, so the step is costed at the floor; a queue at floor + spread."""
     evidence = {"peer": peer_name, "address": address, **ev.to_json(),
@@ -65,4 +65,4 @@ def path_finding(peer_name: str, address: str, ev: PathEvent, *, hops_before=Non
     evidence["training_step"] = step_impact(old_ms, new_ms, link_bps)
     recommendation, effect = _ADVICE[kind]
     return Finding(id=f"path.{kind}", severity="warning", title=title, evidence=evidence,
-                   recommendation=recommendation, expected_effect=effect).to_json()
+                   recommendation=recommendation, expected_effect=effect)

@@ -1,0 +1,53 @@
+"""Findings for the daemon's regressions (daemon/baseline.py: a metric of a peer entering the
+degraded state against its rolling baseline): loss, median RTT, tail RTT, throughput."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from wanprobe.diagnose.finding import Finding
+
+# metric -> (finding id, title, recommendation, expected effect)
+_TITLES = {
+    "loss": ("path.loss_regression", "Loss to {peer} rose from {base} to {cur}",
+             "Check the path for congestion or a failing link/optic; compare forward and reverse "
+             "loss to find the direction; open a ticket with the carrier if it persists.",
+             "Loss-based congestion control (cubic/reno) slows down sharply with loss; restoring "
+             "the baseline loss restores the baseline throughput."),
+    "rtt_p50": ("path.rtt_regression", "Median RTT to {peer} rose from {base} to {cur}",
+                "Look for a route change (traceroute), queueing on the path or a failover.",
+                "Collective time grows with RTT per step; the BDP and needed buffers grow too."),
+    "rtt_p99": ("path.rtt_tail_regression", "p99 RTT to {peer} rose from {base} to {cur}",
+                "Look for queueing (bufferbloat), microbursts or congestion on the path.",
+                "Tail latency stalls synchronous collectives at their slowest step."),
+    "throughput": ("path.throughput_regression", "Throughput to {peer} fell from {base} to {cur}",
+                   "Run `wanprobe diagnose` against the peer to see what limits the transfer.",
+                   "Gradient exchange time grows in proportion to the lost throughput."),
+}
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "ratio":
+        return f"{value * 100:.2f} %"
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    from wanprobe.units import format_rate
+
+    return format_rate(value)
+
+
+def regression_finding(peer_name: str, address: str, t: Mapping[str, Any]) -> Finding:
+    """The finding for one regression ``t`` (a ``Transition.to_json()``: metric, baseline,
+    current, threshold, unit and its evidence). Loss and throughput are critical: they cut the
+    rate a synchronous step runs at; RTT is a warning."""
+    fid, title, rec, effect = _TITLES[t["metric"]]
+    severity = "critical" if t["metric"] in ("loss", "throughput") else "warning"
+    return Finding(
+        id=fid, severity=severity,
+        title=title.format(peer=peer_name, base=_fmt(t["baseline"], t["unit"]),
+                           cur=_fmt(t["current"], t["unit"])),
+        evidence={"peer": peer_name, "address": address, "metric": t["metric"],
+                  "baseline": t["baseline"], "current": t["current"],
+                  "threshold": t["threshold"], "unit": t["unit"], **t["evidence"]},
+        recommendation=rec, expected_effect=effect)

@@ -1,0 +1,79 @@
+"""The measure service: one probe session or one capped throughput test against a configured
+peer (its address and port, as in ``daemon.config.Peer``) with the configured settings,
+returned as its report JSON (``to_json()``). With a key, STAMP runs in authenticated mode
+(RFC 8762 §4.4) and the throughput control channel proves it holds the key
+(throughput/gate.py), as the peers' reflectors ask when they share it. The daemon's scheduler
+takes these as injectable functions (fakes in its tests); a peer probed over several ECMP flows
+goes through daemon/flow_probe.py, which keeps per-peer state between sessions."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from wanprobe.errors import ProbeError
+
+
+class Peer(Protocol):
+    """Where the far end listens (``daemon.config.Peer`` is one)."""
+
+    address: str
+    port: int
+
+
+class ProbeSettings(Protocol):
+    """One probe session (``daemon.config.ProbeSettings`` is one)."""
+
+    count: int
+    packet_interval_s: float
+    timeout_s: float
+    dscp: int
+
+
+class ThroughputSettings(Protocol):
+    """One capped throughput test (``daemon.config.ThroughputSettings`` is one)."""
+
+    duration_s: float
+    streams: int
+    max_bytes_per_test: int
+
+
+async def probe(peer: Peer, method: str, s: ProbeSettings, *,
+                hmac_key: bytes | None = None) -> dict[str, Any]:
+    """Run one probe session of ``method`` against ``peer`` (one flow)."""
+    from wanprobe.probe.api import METHODS
+
+    fn = METHODS.get(method)
+    if fn is None:
+        raise ProbeError(f"unknown probe method {method!r} (use {', '.join(METHODS)})")
+    kwargs: dict[str, Any] = {"count": s.count, "interval_s": s.packet_interval_s,
+                              "timeout_s": s.timeout_s}
+    if method == "stamp":
+        kwargs.update(port=peer.port, dscp=s.dscp)
+        if hmac_key is not None:
+            kwargs["hmac_key"] = hmac_key
+    elif method == "tcp":
+        kwargs.update(port=peer.port)
+    result = await fn(peer.address, **kwargs)
+    return result.to_json() if hasattr(result, "to_json") else dict(result)
+
+
+def throughput(peer: Peer, s: ThroughputSettings, *,
+               hmac_key: bytes | None = None) -> dict[str, Any]:
+    """Run one capped throughput test against the server beside ``peer``'s reflector (same
+    port); blocking, the scheduler runs it in a worker thread."""
+    from wanprobe.throughput.client import run_throughput
+
+    result = run_throughput(peer.address, port=peer.port, duration_s=s.duration_s,
+                            streams=s.streams, max_bytes=s.max_bytes_per_test, hmac_key=hmac_key)
+    return result.to_json() if hasattr(result, "to_json") else dict(result)
+
+
+def throughput_for(hmac_key: bytes | None):
+    """:func:`throughput` bound to the daemon's key (``throughput`` itself when there is none)."""
+    if hmac_key is None:
+        return throughput
+
+    def keyed_throughput(peer: Peer, s: ThroughputSettings) -> dict[str, Any]:
+        return throughput(peer, s, hmac_key=hmac_key)
+
+    return keyed_throughput
