@@ -153,7 +153,9 @@ def start_prometheus_stack(hub: Endpoint, tmp: Path, webhook: Webhook, *, promet
                            alertmanager: str, procs: list[subprocess.Popen]) -> int:
     """Alertmanager (to ``webhook``) and Prometheus (rules.yml, targets.json in ``tmp``) in
     ``hub``'s namespace, each with its own config and data directory; returns Prometheus's port."""
-    am_port, prom_port = free_port_in(hub), free_port_in(hub)
+    # two different ports: one probe socket closed before the next bind may be handed the same
+    # port again (a CI run had Prometheus answer its own alerts with 404 on Alertmanager's port)
+    am_port, prom_port = free_ports_in(hub, 2)
     (tmp / "am.yml").write_text(alertmanager_yml(f"http://127.0.0.1:{webhook.port}/"))
     start(hub, [alertmanager, f"--config.file={tmp / 'am.yml'}", f"--storage.path={tmp / 'am'}",
                 f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address="],
@@ -179,6 +181,13 @@ def stop_all(procs: list[subprocess.Popen]) -> None:
 
 
 def free_port_in(ns: Endpoint) -> int:
-    with ns.entered(), socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports_in(ns, 1)[0]
+
+
+def free_ports_in(ns: Endpoint, n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 in ``ns`` (all held open while picked)."""
+    with ns.entered(), contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]

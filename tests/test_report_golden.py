@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import report_readers
 import report_shape
 from test_diagnose_netns import diagnose_in_a, reflected  # noqa: F401 - the fixture
 
@@ -45,6 +46,9 @@ def test_lab_diagnose_report_keeps_its_shape(reflected):  # noqa: F811 - the imp
     diff = report_shape.differences(want, report_shape.shape(doc))
     assert not diff, "the report's keys or types moved (bump schema_version, say it in " \
                      f"docs/changelog.md, record again): {diff}"
+    # and no reader asks this fresh report for a key no writer produces (test_report_readers.py)
+    unknown, _ = report_readers.unknown_keys(report_readers.ask_every_reader(doc), want)
+    assert unknown == [], unknown
 
 
 def _every_finding_key() -> list[dict]:

@@ -41,3 +41,45 @@ def test_a_sender_held_to_a_third_of_the_capacity_is_not_full(lab_factory):
     assert v.evidence["cwnd_max_bytes"] <= CWND_LOCK * mss, j
     # the figure it names carries the rate: 60 x 1448 B per ~20 ms is ~35 Mbit/s
     assert v.bits_per_second_after_omit <= 1.1 * v.evidence["cwnd_allows_bits_per_second"], j
+
+
+def test_apply_verify_writes_the_report_with_its_before_and_after(lab_factory, tmp_path):
+    """`tune apply --verify PEER --report-out R`: the plan's report again, with the verify under
+    measurements.verify (the writer the report page's before/after chart reads, issue 21)."""
+    import json
+    import sys
+
+    lab = lab_factory(rtt_ms=20, rate_bps=100e6)
+    lab.a.run(["sysctl", "-q", "-w", "net.ipv4.tcp_rmem=4096 65536 262144"], check=True)
+
+    def wanprobe(*args, check=True):
+        r = lab.a.run([sys.executable, "-m", "wanprobe", *args], capture_output=True, text=True,
+                      timeout=180)
+        assert not check or r.returncode == 0, r.stderr
+        return r
+
+    report, plan, out = tmp_path / "r.json", tmp_path / "plan.json", tmp_path / "after.json"
+    state = ["--state-dir", str(tmp_path / "state")]
+    refl = start_reflector(lab)
+    try:
+        wanprobe("diagnose", lab.b.addr, "--quick", "-o", str(report))
+        wanprobe("tune", "plan", "-r", str(report), "--host", "local", "-o", str(plan))
+        # without --verify: one line, nothing applied
+        r = wanprobe("tune", "apply", str(plan), "--yes", *state, "--report-out", str(out),
+                     check=False)
+        assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "--verify" in r.stderr and not out.exists()
+        wanprobe("tune", "apply", str(plan), "--yes", *state, "--verify", lab.b.addr,
+                 "--report-out", str(out))
+        page = tmp_path / "after.html"
+        wanprobe("report", "show", str(out), "--format", "html", "-o", str(page))
+        wanprobe("tune", "rollback", *state)
+    finally:
+        netns.stop(refl)
+    doc, before = json.loads(out.read_text()), json.loads(report.read_text())
+    assert doc["id"] == before["id"] and doc["findings"] == before["findings"]
+    v = doc["measurements"]["verify"]
+    assert v["bits_per_second_after_omit"] > 0 and v["capacity_source"].startswith("udp_burst")
+    assert {k: x for k, x in doc["measurements"].items() if k != "verify"} == \
+        before["measurements"]
+    assert "Throughput before and after tuning" in page.read_text()

@@ -142,6 +142,7 @@ def apply_cmd(
     sysctl_d: SysctlD = None,
     verify: Annotated[str | None, typer.Option("--verify", help="After applying, measure the path to this peer again (ramp-up omitted) and say what limits it now.")] = None,
     hmac_key_file: Annotated[str | None, typer.Option("--hmac-key-file", help="The reflector's shared key for --verify (file, >= 16 characters).")] = None,
+    report_out: Annotated[str | None, typer.Option("--report-out", help="With --verify: write the plan's report again with the verify under measurements.verify (its before/after picture: `report show --format html`).")] = None,
     netns: Netns = None, state_dir: StateDir = None, allow_nc_dscp: AllowNcDscp = False,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
@@ -154,6 +155,7 @@ def apply_cmd(
     key = read_hmac_key_file(hmac_key_file)  # a bad key file is refused before anything changes
     tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
     plan = plan_mod.load(plan_file)
+    source = _source_report(plan, report_out, verify) if report_out else None
     store = _store(state_dir, tuners, sysctl_d)
     if not yes:
         for jid in _interrupted(store):
@@ -182,6 +184,8 @@ def apply_cmd(
     journal, prep = transaction.apply_plan(plan, tuners, store, host_id=plan_mod.host_id(),
                                            persist_dir=persist_dir)
     checked = _verify(verify, key)
+    if source is not None:
+        _write_verified_report(source, checked, report_out)
     if as_json:
         _emit({"journal": journal.to_json() if journal else None, "skipped": [s.to_json() for s in prep.skipped],
                "verify": checked.to_json() if checked else None})
@@ -202,6 +206,42 @@ def apply_cmd(
             console.print(f"  note: tuned profile {escape(active)} is active; with reapply_sysctl=1 it may override these")
     console.print(f"applied {len(journal.entries)} change(s); journal {journal.id} in "
                   f"{store.dir}; undo with `wanprobe tune rollback {journal.id}`")
+
+
+def _source_report(plan, out: str, verify: str | None) -> dict:
+    """The report ``plan`` was made from, read and checked before anything changes: it must be
+    the same file (its digest) the plan recorded."""
+    import hashlib
+
+    from wanprobe.errors import UsageError
+    from wanprobe.report.document import load_json
+
+    if not verify:
+        raise UsageError("--report-out needs --verify PEER: it writes the report with the verify")
+    check_output_path(out, "--report-out")
+    ref = plan.source_report or {}
+    if not ref.get("path"):
+        raise ConfigError("--report-out: the plan names no source report (made by hand?)")
+    doc = load_json(ref["path"])
+    digest = hashlib.sha256(Path(ref["path"]).read_bytes()).hexdigest()[:16]
+    if ref.get("sha256_16") and digest != ref["sha256_16"]:
+        raise ConfigError(f"--report-out: the report {clean(str(ref['path']))} changed since the "
+                          "plan was made from it")
+    return doc
+
+
+def _write_verified_report(doc: dict, checked, out: str) -> None:
+    """The source report with ``measurements.verify`` (diagnose/verify.Verification), validated
+    and written; nothing when the re-measure failed (said on stderr)."""
+    from wanprobe.atomic_file import write_output
+    from wanprobe.report.document import validate
+
+    if checked is None:
+        typer.echo(f"wanprobe: --report-out {clean(out)} not written: no verify result", err=True)
+        return
+    doc = {**doc, "measurements": {**doc["measurements"], "verify": checked.to_json()}}
+    validate(doc)
+    write_output(out, json.dumps(doc, indent=2) + "\n")
 
 
 def _print_verify(checked) -> None:
