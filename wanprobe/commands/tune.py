@@ -233,15 +233,17 @@ def _source_report(plan, out: str, verify: str | None) -> dict:
 def _write_verified_report(doc: dict, checked, out: str) -> None:
     """The source report with ``measurements.verify`` (diagnose/verify.Verification), validated
     and written; nothing when the re-measure failed (said on stderr)."""
-    from wanprobe.atomic_file import write_output
-    from wanprobe.report.document import validate
+    from wanprobe.errors import WanprobeError
+    from wanprobe.report.document import Report, save
 
     if checked is None:
         typer.echo(f"wanprobe: --report-out {clean(out)} not written: no verify result", err=True)
         return
     doc = {**doc, "measurements": {**doc["measurements"], "verify": checked.to_json()}}
-    validate(doc)
-    write_output(out, json.dumps(doc, indent=2) + "\n")
+    try:   # as diagnose -o writes reports; a failed write is one line
+        save(Report.from_json(doc), out)
+    except WanprobeError as exc:
+        raise type(exc)(f"applied and verified (see `tune status`), but {exc}") from None
 
 
 def _print_verify(checked) -> None:
