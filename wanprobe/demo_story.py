@@ -63,8 +63,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                    duration_s: float = 5.0) -> dict[str, Any]:
     """Run the whole story and return its JSON document (``before``, ``after``, ``ratio``,
     ``findings``, ``plan``, ``rollback``). Prints progress and a before/after table unless
-    ``json_output``. Long because: it is the demo's script, one step after another inside the
-    lab's context (measure, diagnose, plan, apply, measure, roll back), read top to bottom."""
+    ``json_output``."""
     from wanprobe.lab import Lab
 
     console = Console(stderr=json_output, highlight=False, quiet=json_output)
@@ -89,22 +88,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                                                       "expected_effect")} | {"knobs": f["knobs"]}
                                    for f in report["findings"]]
                 originals = {end.name: _sysctls(end) for end in (lab.a, lab.b)}
-                plans, journals = {}, {}
-                # Both plans are made here, from the one report; each names its host's address.
-                # The peer's goes first so that the local apply's --verify sees both ends tuned.
-                for end, which in ((lab.b, "peer"), (lab.a, "local")):
-                    plan_path = state / f"plan-{which}.json"
-                    plans[end.name] = run_wanprobe_json(lab.a, "tune", "plan", "--report",
-                                                str(report_path), "--host", which,
-                                                "-o", str(plan_path))
-                    verify = ("--verify", lab.b.addr) if which == "local" else ()
-                    journals[end.name] = run_wanprobe_json(end, "tune", "apply", str(plan_path), "--yes",
-                                                   *env_state, *verify)
-                doc["plan"] = {k: [{**x, "host": p["for_host"]} for p in plans.values()
-                                   for x in p[k]] for k in ("changes", "skipped", "manual")}
-                doc["plan"]["unknown"] = [u for p in plans.values() for u in p["unknown"]]
-                doc["plan"]["applied"] = {n: len((j["journal"] or {}).get("entries") or [])
-                                          for n, j in journals.items()}
+                doc["plan"], journals = _tune_both_ends(lab, state, report_path, env_state)
                 console.print(f"applied {doc['plan']['applied']} change(s); measured again by "
                               "`tune apply --verify`")
                 doc["after"] = after_of(journals[lab.a.name]["verify"])
@@ -125,6 +109,27 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
     if not json_output:
         _print_table(console, doc)
     return doc
+
+
+def _tune_both_ends(lab, state: Path, report_path: Path,
+                    env_state: list[str]) -> tuple[dict[str, Any], dict[str, dict]]:
+    """Both plans, made at a from the one report (each names its host's address), applied at
+    their ends; the peer's first, so that the local apply's --verify sees both ends tuned.
+    Returns (the demo's plan section, each end's apply JSON)."""
+    plans, journals = {}, {}
+    for end, which in ((lab.b, "peer"), (lab.a, "local")):
+        plan_path = state / f"plan-{which}.json"
+        plans[end.name] = run_wanprobe_json(lab.a, "tune", "plan", "--report", str(report_path),
+                                            "--host", which, "-o", str(plan_path))
+        verify = ("--verify", lab.b.addr) if which == "local" else ()
+        journals[end.name] = run_wanprobe_json(end, "tune", "apply", str(plan_path), "--yes",
+                                               *env_state, *verify)
+    plan: dict[str, Any] = {k: [{**x, "host": p["for_host"]} for p in plans.values()
+                                for x in p[k]] for k in ("changes", "skipped", "manual")}
+    plan["unknown"] = [u for p in plans.values() for u in p["unknown"]]
+    plan["applied"] = {n: len((j["journal"] or {}).get("entries") or [])
+                       for n, j in journals.items()}
+    return plan, journals
 
 
 def _print_table(console: Console, doc: dict) -> None:

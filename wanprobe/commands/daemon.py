@@ -117,8 +117,6 @@ def history(
 ) -> None:
     """Show a peer's probe history from the daemon's store (newest last), or with --windows
     when to move --bytes to it."""
-    from wanprobe.daemon.store import open_readonly
-
     if windows or size is not None:
         if output is not None:
             raise UsageError("-o goes with --format html (the rows), not with --windows")
@@ -142,7 +140,15 @@ def history(
         emit_history(root / "history.sqlite3", peer, window_s=parse_window(since, "--since"),
                      state_dir=state_dir_from(tune_state_dir), output=output)
         return
-    as_json = as_json or fmt == "json"
+    _history_rows(peer, state_dir, since, since_s, limit, as_json or fmt == "json")
+
+
+def _history_rows(peer: str, state_dir: Path, since: str, since_s: float, limit: int,
+                  as_json: bool) -> None:
+    """The peer's probe sessions, throughput tests and findings since ``since``: one JSON
+    document or tables."""
+    from wanprobe.daemon.store import open_readonly
+
     store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
     try:
         start = time.time() - since_s

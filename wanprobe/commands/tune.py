@@ -158,20 +158,7 @@ def apply_cmd(
     source = _source_report(plan, report_out, verify) if report_out else None
     store = _store(state_dir, tuners, sysctl_d)
     if not yes:
-        for jid in _interrupted(store):
-            typer.echo(f"wanprobe: note: apply {jid} was interrupted here; the next `tune apply --yes`, "
-                       "`rollback` or `status` rolls it back first", err=True)
-        prep = transaction.prepare(plan, tuners, host_id=plan_mod.host_id())
-        rows = [{"tuner": c.tuner, "key": c.key, "live": c.old, "new": c.new, "reason": c.reason}
-                for c in prep.changes]
-        if as_json:
-            _emit({"dry_run": True, "plan_id": plan.id, "changes": rows,
-                   "skipped": [s.to_json() for s in prep.skipped]})
-            return
-        console.print(_diff_table(rows, f"dry run of plan {plan.id}: {len(rows)} change(s), nothing changed"))
-        for s in prep.skipped:
-            console.print(escape(f"  skipped {s.tuner} {s.key}: {s.reason}"))
-        console.print("re-run with --yes to apply")
+        _dry_run(plan, tuners, store, as_json)
         return
     persist_dir = None
     if persist:
@@ -190,6 +177,32 @@ def apply_cmd(
         _emit({"journal": journal.to_json() if journal else None, "skipped": [s.to_json() for s in prep.skipped],
                "verify": checked.to_json() if checked else None})
         return
+    _print_applied(journal, prep, checked, store)
+
+
+def _dry_run(plan, tuners, store, as_json: bool) -> None:
+    """The diff of ``plan`` against the live values; nothing changes."""
+    from tuners import plan as plan_mod
+    from tuners import transaction
+
+    for jid in _interrupted(store):
+        typer.echo(f"wanprobe: note: apply {jid} was interrupted here; the next `tune apply --yes`, "
+                   "`rollback` or `status` rolls it back first", err=True)
+    prep = transaction.prepare(plan, tuners, host_id=plan_mod.host_id())
+    rows = [{"tuner": c.tuner, "key": c.key, "live": c.old, "new": c.new, "reason": c.reason}
+            for c in prep.changes]
+    if as_json:
+        _emit({"dry_run": True, "plan_id": plan.id, "changes": rows,
+               "skipped": [s.to_json() for s in prep.skipped]})
+        return
+    console.print(_diff_table(rows, f"dry run of plan {plan.id}: {len(rows)} change(s), nothing changed"))
+    for s in prep.skipped:
+        console.print(escape(f"  skipped {s.tuner} {s.key}: {s.reason}"))
+    console.print("re-run with --yes to apply")
+
+
+def _print_applied(journal, prep, checked, store) -> None:
+    """What was set (each value verified), persisted, skipped, and the verify's verdict."""
     if checked:
         _print_verify(checked)
     for s in prep.skipped:

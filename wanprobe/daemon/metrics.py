@@ -67,13 +67,32 @@ class DaemonMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None, *, site: str = "",
                  host: str = "") -> None:
-        """Declare every exported metric. Long because: it is the metric table, one declaration
-        (name, help, labels) per series family."""
+        """Declare every exported metric (one declaration per series family: name, help,
+        labels), by what it describes: probe sessions, the daemon itself, path events."""
         # no ``_created`` twin per counter: it doubles the series and Prometheus does not need it
         disable_created_metrics()
         r = self.registry = registry or CollectorRegistry(auto_describe=True)
         self.site, self.host = site, host
-        path = list(PATH_LABELS)
+        self._declare_probe_metrics(r, list(PATH_LABELS))
+        self._declare_daemon_metrics(r, list(PATH_LABELS))
+        self._declare_path_metrics(r)
+        self._fingerprints: dict[str, set[str]] = {}
+        self.owd = owd_metrics.OwdGauges(r, list(PATH_LABELS))
+        for sev in SEVERITIES:
+            self.findings.labels(severity=sev).set(0)
+        for result in ("applied", "refused"):
+            self.config_reloads.labels(result=result)
+        from wanprobe import __version__
+
+        self.info.labels(site=site, host=host, version=__version__).set(1)
+        self._cache: dict[tuple[str, str], dict[str, Any]] = {}
+        self._paths: dict[str, tuple[str, ...]] = {}
+        self._path_children: dict[str, tuple[Any, Any]] = {}   # peer -> (floor, spread) children
+        self._rates: dict[tuple[str, str], Any] = {}
+        self._exposition = Exposition()
+
+    def _declare_probe_metrics(self, r: CollectorRegistry, path: list[str]) -> None:
+        """What each probe session and throughput test measured, per path."""
         self.rtt = Gauge("wanprobe_rtt_seconds", "Round-trip time of the last probe session, "
                          "by quantile (0 = min, 1 = max).", path + ["quantile", "method"],
                          registry=r)
@@ -105,6 +124,9 @@ class DaemonMetrics:
             "wanprobe_probe_reflector_session_resets_total", "Times the peer's reflector restarted "
             "a probe session (evicted or reset); its unanswered probes around it are not loss.",
             path + ["method"], registry=r)
+
+    def _declare_daemon_metrics(self, r: CollectorRegistry, path: list[str]) -> None:
+        """The daemon's own state: failed sessions, peers, findings, regressions, reloads."""
         self.errors = Counter("wanprobe_probe_errors_total", "Probe sessions that failed "
                               "(timeout, unreachable, refused).", path, registry=r)
         self.last_probe = Gauge("wanprobe_last_probe_timestamp_seconds", "Unix time of the last "
@@ -125,6 +147,9 @@ class DaemonMetrics:
         self.peers = Gauge("wanprobe_peers", "Peers currently probed.", registry=r)
         self.config_reloads = Counter("wanprobe_config_reloads_total", "SIGHUP reloads by result.",
                                       ["result"], registry=r)
+
+    def _declare_path_metrics(self, r: CollectorRegistry) -> None:
+        """Path events (diagnose/path_watch.py) and the per-path fingerprints of ECMP flows."""
         self.path_floor = Gauge("wanprobe_path_rtt_floor_seconds", "RTT floor: the minimum RTT "
                                 "over the last sessions (moves with a route change).",
                                 PATH_LABELS, registry=r)
@@ -142,20 +167,6 @@ class DaemonMetrics:
                              ["peer", "fingerprint", "direction"], registry=r)
         self.fp_flows = Gauge("wanprobe_path_fingerprint_flows", "Probe flows (source ports) "
                               "hashed onto one path.", ["peer", "fingerprint"], registry=r)
-        self._fingerprints: dict[str, set[str]] = {}
-        self.owd = owd_metrics.OwdGauges(r, path)
-        for sev in SEVERITIES:
-            self.findings.labels(severity=sev).set(0)
-        for result in ("applied", "refused"):
-            self.config_reloads.labels(result=result)
-        from wanprobe import __version__
-
-        self.info.labels(site=site, host=host, version=__version__).set(1)
-        self._cache: dict[tuple[str, str], dict[str, Any]] = {}
-        self._paths: dict[str, tuple[str, ...]] = {}
-        self._path_children: dict[str, tuple[Any, Any]] = {}   # peer -> (floor, spread) children
-        self._rates: dict[tuple[str, str], Any] = {}
-        self._exposition = Exposition()
 
     def path_labels(self, peer: Peer) -> tuple[str, ...]:
         """Values of PATH_LABELS for ``peer``, in order."""

@@ -43,26 +43,20 @@ def iso_utc(unix_ns: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + f".{rem_ns // 1_000_000:03d}Z"
 
 
-def summarize(*, method: str, peer: str, port: int | None, started_ns: int, duration_s: float,
-              interval_s: float, size_bytes: int | None, dscp: int, sent: int,
-              tx_user_ns: dict[int, int], tx_kernel_ns: dict[int, int], replies: list[Reply],
-              timeout_ns: int, follow_up_ns: dict[int, int] | None = None,
-              clock: OwdClock | None = None, reports=None) -> ProbeResult:
-    """Compute the result of one session from its raw records. ``follow_up_ns`` maps a reflector
-    sequence number to the kernel transmit time the reflector reported later (RFC 8972 §4.7); it
-    replaces T3 read before sendmsg. ``clock`` (both ends' clocks) gives the one-way delays and
-    their bound (owd.py). ``reports``: what the replies' Reflector Report TLVs said
-    (reflector_report.ReportLog; STAMP only)."""
-    follow_up_ns = follow_up_ns or {}
-    arrival = [r[0] for r in replies]
-    first: dict[int, Reply] = {r[0]: r for r in reversed(replies)}  # the first copy of each
+def _samples(first: dict[int, Reply], tx_user_ns: dict[int, int], tx_kernel_ns: dict[int, int],
+             follow_up_ns: dict[int, int], timeout_ns: int) -> tuple[list[int], list[Reply],
+                                                                    list[float], list[float],
+                                                                    list[float], int, int]:
+    """Per reply in sequence order: the RTT less the reflector's residence (T3 − T2, the
+    follow-up's T3 where one came), and each direction's one-way delay when T2/T3 are known.
+    Returns (sequences, replies kept, RTTs, forward, reverse one-way delays in ms, replies
+    timed by the kernel's TX stamp, replies later than the timeout)."""
     seqs: list[int] = []
     kept: list[Reply] = []
     rtts_ms: list[float] = []
     fwd_ms: list[float] = []
     rev_ms: list[float] = []
-    kernel_tx = 0
-    late = 0
+    kernel_tx = late = 0
     for seq in sorted(first):
         r = first[seq]
         _s, rx_ns, rseq, t2, t3, _tos, _cos, _rxc = r  # unpacked: thousands per second
@@ -88,6 +82,23 @@ def summarize(*, method: str, peer: str, port: int | None, started_ns: int, dura
         if t2 is not None and t3 is not None:
             fwd_ms.append((t2 - t1) / 1e6)
             rev_ms.append((rx_ns - t3) / 1e6)
+    return seqs, kept, rtts_ms, fwd_ms, rev_ms, kernel_tx, late
+
+
+def summarize(*, method: str, peer: str, port: int | None, started_ns: int, duration_s: float,
+              interval_s: float, size_bytes: int | None, dscp: int, sent: int,
+              tx_user_ns: dict[int, int], tx_kernel_ns: dict[int, int], replies: list[Reply],
+              timeout_ns: int, follow_up_ns: dict[int, int] | None = None,
+              clock: OwdClock | None = None, reports=None) -> ProbeResult:
+    """Compute the result of one session from its raw records. ``follow_up_ns`` maps a reflector
+    sequence number to the kernel transmit time the reflector reported later (RFC 8972 §4.7); it
+    replaces T3 read before sendmsg. ``clock`` (both ends' clocks) gives the one-way delays and
+    their bound (owd.py). ``reports``: what the replies' Reflector Report TLVs said
+    (reflector_report.ReportLog; STAMP only)."""
+    arrival = [r[0] for r in replies]
+    first: dict[int, Reply] = {r[0]: r for r in reversed(replies)}  # the first copy of each
+    seqs, kept, rtts_ms, fwd_ms, rev_ms, kernel_tx, late = _samples(
+        first, tx_user_ns, tx_kernel_ns, follow_up_ns or {}, timeout_ns)
     received = len(seqs)
     loss = split_loss(sent, received, late, kept, reports)
     summary = stats.rtt_summary_ms(rtts_ms)

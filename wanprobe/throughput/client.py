@@ -219,23 +219,10 @@ class _Client:
             rfile = ctrl.makefile("rb")
             reply = client_request(ctrl, lambda what: self._readline(rfile, what), self.peer,
                                    self.hmac_key, "test", {"test": req.to_json()})
-            if reply["op"] != "accepted":
-                raise ProbeError(f"{self.peer}: unexpected reply {str(reply['op'])[:32]!r}")
-            try:
-                cookie = bytes.fromhex(reply["cookie"])
-                server_cap = int((reply.get("limits") or {}).get("max_bytes", req.max_bytes))
-            except (KeyError, TypeError, ValueError):
-                raise ProbeError(f"{self.peer}: malformed accepted reply") from None
-            if 0 < server_cap < req.max_bytes:  # the server holds the test to its cap
-                req = self.req = dataclasses.replace(req, max_bytes=server_cap)
+            cookie = self._accepted(reply)
+            req = self.req
             if req.udp:
-                udp_sock = socket.socket(self.family, socket.SOCK_DGRAM)
-                if req.dscp:
-                    if self.family == socket.AF_INET6:
-                        udp_sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, req.dscp << 2)
-                    else:
-                        udp_sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, req.dscp << 2)
-                udp_sock.connect(self.addr)
+                udp_sock = self._udp_socket()
             else:
                 self._open_streams(cookie, data)
             ready = self._readline(rfile, "ready")
@@ -260,6 +247,35 @@ class _Client:
             if udp_sock is not None:
                 udp_sock.close()
             ctrl.close()
+
+    def _accepted(self, reply: dict) -> bytes:
+        """The test's cookie from the server's ``accepted``; a lower byte cap of the server's
+        becomes the request's (the server holds the test to it)."""
+        if reply["op"] != "accepted":
+            raise ProbeError(f"{self.peer}: unexpected reply {str(reply['op'])[:32]!r}")
+        try:
+            cookie = bytes.fromhex(reply["cookie"])
+            server_cap = int((reply.get("limits") or {}).get("max_bytes", self.req.max_bytes))
+        except (KeyError, TypeError, ValueError):
+            raise ProbeError(f"{self.peer}: malformed accepted reply") from None
+        if 0 < server_cap < self.req.max_bytes:
+            self.req = dataclasses.replace(self.req, max_bytes=server_cap)
+        return cookie
+
+    def _udp_socket(self) -> socket.socket:
+        """The UDP test's socket, connected to the peer, marked with the request's DSCP."""
+        sock = socket.socket(self.family, socket.SOCK_DGRAM)
+        try:
+            if self.req.dscp:
+                if self.family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, self.req.dscp << 2)
+                else:
+                    sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.req.dscp << 2)
+            sock.connect(self.addr)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     def _open_streams(self, cookie: bytes, data: list[Stream]) -> None:
         """Connect the data connections (options set before connect: the window scale is

@@ -142,23 +142,9 @@ def _tcp_info_from_iperf3(sender: dict, last_interval: dict | None, mss: int) ->
     }
 
 
-def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: float,
-                      streams_requested: int, window_bytes: int | None, dscp: int,
-                      pacing_rate_bps: float | None, udp_rate_bps: float | None,
-                      version: tuple[int, ...] | None = None,
-                      local_cores: int = 1) -> ThroughputResult:
-    """Map an `iperf3 -J` document to a ThroughputResult (pure). ``version``: the client's
-    (from 3.16 its CPU figures add up one thread per stream). Long because: a table-driven
-    field-by-field mapping of iperf3's keys (start, intervals, end sums and streams)."""
-    start, end = doc.get("start") or {}, doc.get("end") or {}
-    test = start.get("test_start") or {}
-    udp = test.get("protocol") == "UDP"
-    reverse = bool(test.get("reverse"))
-    # 3.12 does not echo "bidir" in test_start; the reverse sums give it away.
-    bidir = bool(test.get("bidir")) or "sum_sent_bidir_reverse" in end
-    mss = start.get("tcp_mss_default") or start.get("tcp_mss") or DEFAULT_MSS_BYTES
-    error = doc.get("error")
-    intervals_raw = doc.get("intervals") or []
+def _streams(end: dict, intervals_raw: list, mss: int, *, udp: bool,
+             server_sends: bool) -> list[StreamResult]:
+    """The per-stream totals of ``end.streams``, each with the TCP_INFO iperf3 sampled last."""
     streams: list[StreamResult] = []
     for i, s in enumerate(end.get("streams") or []):
         snd, rcv = s.get("sender") or s.get("udp") or {}, s.get("receiver") or s.get("udp") or {}
@@ -169,8 +155,8 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
                     last = row
         info = None if udp else _tcp_info_from_iperf3(snd, last, mss)
         streams.append(StreamResult(
-            stream_id=i, direction="server_to_client" if snd.get("sender") is False or (
-                reverse and not bidir) else "client_to_server",
+            stream_id=i, direction="server_to_client" if snd.get("sender") is False or
+            server_sends else "client_to_server",
             bytes_sent=int(snd.get("bytes", 0)), bytes_received=int(rcv.get("bytes", 0)),
             seconds=float(rcv.get("seconds", 0.0)),
             bits_per_second=float(rcv.get("bits_per_second", 0.0)),
@@ -178,6 +164,11 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
             retransmits=snd.get("retransmits"),
             rtt_mean_ms=info["rtt_ms"] if info else None,
             rtt_max_ms=info["rtt_max_ms"] if info else None, tcp_info=info))
+    return streams
+
+
+def _intervals(intervals_raw: list) -> list[IntervalResult]:
+    """Each interval's sum and its per-stream rows; a short last one marked partial."""
     intervals = []
     for iv in intervals_raw:
         sm = iv.get("sum") or {}
@@ -191,23 +182,73 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
             bytes_received=int(sm.get("bytes", 0)), bytes_sent=int(sm.get("bytes", 0)),
             bits_per_second=float(sm.get("bits_per_second", 0.0)),
             retransmits=sm.get("retransmits"), streams=rows))
-    intervals = mark_partial_tail(intervals)
+    return mark_partial_tail(intervals)
+
+
+def _udp(end: dict, test: dict, udp_rate_bps: float | None, sent: dict,
+         received: dict) -> UdpResult:
+    usum = end.get("sum") or {}
+    return UdpResult(
+        target_bits_per_second=float(udp_rate_bps or test.get("target_bitrate") or 0),
+        bits_per_second=float(received.get("bits_per_second", 0.0)),
+        sender_bits_per_second=float(sent.get("bits_per_second", 0.0)),
+        packet_bytes=int(test.get("blksize") or 0),
+        packets_sent=int(usum.get("packets", 0)),
+        packets_received=int(usum.get("packets", 0)) - int(usum.get("lost_packets", 0)),
+        lost_packets=int(usum.get("lost_packets", 0)),
+        lost_percent=float(usum.get("lost_percent", 0.0)),
+        out_of_order=int(usum.get("out_of_order", 0) or 0),
+        jitter_ms=float(usum.get("jitter_ms", 0.0)))
+
+
+def _busy(cpu: dict, streams: int, version: tuple[int, ...] | None, local_cores: int,
+          reverse: bool) -> tuple[float | None, float | None]:
+    """(sender, receiver) CPU share of one thread's time, in percent. host_total is the
+    process's CPU time over wall time (getrusage, src/iperf_api.c): with a thread per stream
+    (3.16+) a share of min(streams, cores) cores, else of one."""
+    local, remote = cpu.get("host_total"), cpu.get("remote_total")
+    threads = max(streams, 1) if version is not None and version >= THREADS_FROM else 1
+    local = local / min(threads, max(local_cores, 1)) if local is not None else None
+    remote = remote / threads if remote is not None else None  # its cores are unknown here
+    return (remote, local) if reverse else (local, remote)
+
+
+def _bidir_reverse(end: dict) -> DirectionSummary:
+    rs, rr = end.get("sum_sent_bidir_reverse") or {}, end.get("sum_received_bidir_reverse") or {}
+    return DirectionSummary("server_to_client", float(rr.get("bits_per_second", 0.0)),
+                            float(rs.get("bits_per_second", 0.0)), int(rr.get("bytes", 0)),
+                            int(rs.get("bytes", 0)), rs.get("retransmits"))
+
+
+def _verdict(vin: VerdictInput, udp_result: UdpResult | None) -> Verdict:
+    verdict = (Verdict("network", {"lost_percent": udp_result.lost_percent},
+                       "UDP at a set rate: see udp.* for loss and jitter")
+               if udp_result else decide(vin))
+    return Verdict(verdict.verdict, {**verdict.evidence, "source": "iperf3 (no TCP_INFO "
+                                     "limited-time counters; retransmit bytes estimated as "
+                                     "retransmits x MSS)"}, verdict.summary)
+
+
+def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: float,
+                      streams_requested: int, window_bytes: int | None, dscp: int,
+                      pacing_rate_bps: float | None, udp_rate_bps: float | None,
+                      version: tuple[int, ...] | None = None,
+                      local_cores: int = 1) -> ThroughputResult:
+    """Map an `iperf3 -J` document to a ThroughputResult (pure). ``version``: the client's
+    (from 3.16 its CPU figures add up one thread per stream)."""
+    start, end = doc.get("start") or {}, doc.get("end") or {}
+    test = start.get("test_start") or {}
+    udp = test.get("protocol") == "UDP"
+    reverse = bool(test.get("reverse"))
+    # 3.12 does not echo "bidir" in test_start; the reverse sums give it away.
+    bidir = bool(test.get("bidir")) or "sum_sent_bidir_reverse" in end
+    mss = start.get("tcp_mss_default") or start.get("tcp_mss") or DEFAULT_MSS_BYTES
+    error = doc.get("error")
+    intervals_raw = doc.get("intervals") or []
+    streams = _streams(end, intervals_raw, mss, udp=udp, server_sends=reverse and not bidir)
     sent = end.get("sum_sent") or end.get("sum") or {}
     received = end.get("sum_received") or end.get("sum") or {}
-    udp_result = None
-    if udp:
-        usum = end.get("sum") or {}
-        udp_result = UdpResult(
-            target_bits_per_second=float(udp_rate_bps or test.get("target_bitrate") or 0),
-            bits_per_second=float(received.get("bits_per_second", 0.0)),
-            sender_bits_per_second=float(sent.get("bits_per_second", 0.0)),
-            packet_bytes=int(test.get("blksize") or 0),
-            packets_sent=int(usum.get("packets", 0)),
-            packets_received=int(usum.get("packets", 0)) - int(usum.get("lost_packets", 0)),
-            lost_packets=int(usum.get("lost_packets", 0)),
-            lost_percent=float(usum.get("lost_percent", 0.0)),
-            out_of_order=int(usum.get("out_of_order", 0) or 0),
-            jitter_ms=float(usum.get("jitter_ms", 0.0)))
+    udp_result = _udp(end, test, udp_rate_bps, sent, received) if udp else None
     goodput = float(received.get("bits_per_second", 0.0))
     retrans = sent.get("retransmits")
     main = [s for s in streams if s.direction == ("server_to_client" if reverse and not bidir
@@ -215,13 +256,7 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
     min_rtts = [s.tcp_info["min_rtt_ms"] for s in main if s.tcp_info and s.tcp_info["min_rtt_ms"]]
     mean_rtts = [s.rtt_mean_ms for s in main if s.rtt_mean_ms]
     cpu = end.get("cpu_utilization_percent") or {}
-    local, remote = cpu.get("host_total"), cpu.get("remote_total")
-    # host_total is the process's CPU time over wall time (getrusage, src/iperf_api.c): with a
-    # thread per stream (3.16+) a share of min(streams, cores) cores, else of one
-    threads = max(len(main), 1) if version is not None and version >= THREADS_FROM else 1
-    local = local / min(threads, max(local_cores, 1)) if local is not None else None
-    remote = remote / threads if remote is not None else None  # its cores are unknown here
-    snd_cpu, rcv_cpu = (remote, local) if reverse else (local, remote)
+    snd_cpu, rcv_cpu = _busy(cpu, len(main), version, local_cores, reverse)
     bytes_sent = int(sent.get("bytes", 0))
     vin = VerdictInput(
         goodput_bps=goodput, streams=max(len(main), 1), bytes_sent=bytes_sent or None,
@@ -232,21 +267,7 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
         sender_thread_busy=snd_cpu / 100.0 if snd_cpu is not None else None,
         receiver_thread_busy=rcv_cpu / 100.0 if rcv_cpu is not None else None,
         pacing_rate_bps=pacing_rate_bps)
-    verdict = (Verdict("network", {"lost_percent": udp_result.lost_percent},
-                       "UDP at a set rate: see udp.* for loss and jitter")
-               if udp_result else decide(vin))
-    verdict = Verdict(verdict.verdict, {**verdict.evidence, "source": "iperf3 (no TCP_INFO "
-                                        "limited-time counters; retransmit bytes estimated as "
-                                        "retransmits x MSS)"}, verdict.summary)
     rtt_s = (vin.min_rtt_ms or 0) / 1000.0
-    bdp = bdp_bytes(goodput, rtt_s)
-    rate = goodput
-    rev = None
-    if bidir:
-        rs, rr = end.get("sum_sent_bidir_reverse") or {}, end.get("sum_received_bidir_reverse") or {}
-        rev = DirectionSummary("server_to_client", float(rr.get("bits_per_second", 0.0)),
-                               float(rs.get("bits_per_second", 0.0)), int(rr.get("bytes", 0)),
-                               int(rs.get("bytes", 0)), rs.get("retransmits"))
     return ThroughputResult(
         peer=peer, port=port, engine="iperf3", protocol="udp" if udp else "tcp",
         mode="bidir" if bidir else ("reverse" if reverse else "forward"),
@@ -256,13 +277,15 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
         bits_per_second=udp_result.bits_per_second if udp_result else goodput,
         sender_bits_per_second=float(sent.get("bits_per_second", 0.0)),
         bytes_received=int(received.get("bytes", 0)), bytes_sent=bytes_sent,
-        retransmits=retrans, min_rtt_ms=vin.min_rtt_ms, bdp_bytes=bdp,
-        single_stream_buffer_bytes=single_stream_buffer_bytes(rate, rtt_s), limited_by=verdict,
-        streams=tuple(streams), intervals=tuple(intervals),
+        retransmits=retrans, min_rtt_ms=vin.min_rtt_ms, bdp_bytes=bdp_bytes(goodput, rtt_s),
+        single_stream_buffer_bytes=single_stream_buffer_bytes(goodput, rtt_s),
+        limited_by=_verdict(vin, udp_result),
+        streams=tuple(streams), intervals=tuple(_intervals(intervals_raw)),
         cpu={"iperf3_cpu_utilization_percent": cpu,
              "sender_thread_busy_ratio": vin.sender_thread_busy,
              "receiver_thread_busy_ratio": vin.receiver_thread_busy},
-        udp=udp_result, reverse=rev, partial=bool(error), partial_reason=error or None,
+        udp=udp_result, reverse=_bidir_reverse(end) if bidir else None, partial=bool(error),
+        partial_reason=error or None,
         engine_version=f"iperf3 {_v(version)}" if version else None,
         notes=version_notes(version, streams_requested))
 

@@ -134,18 +134,27 @@ def _host_cpu(v: VerdictInput, common: dict) -> Verdict | None:
 def decide(v: VerdictInput) -> Verdict:
     """Pick the limit with the strongest kernel evidence, in this order: host_cpu, receive window
     (rwnd-limited share, or the rate reaches snd_wnd/RTT with cwnd above it), send buffer,
-    pacing, congestion (loss explains the rate: Mathis), network (none of the above).
-    Long because: one ordered decision list, read top to bottom like the table it implements."""
+    pacing, congestion (loss explains the rate: Mathis), network (none of the above)."""
     rtt_s = (v.min_rtt_ms or 0) / 1000.0
     bottleneck_bps = max(v.goodput_bps, v.delivery_rate_max_bps or 0.0)
     bdp = bdp_bytes(bottleneck_bps, rtt_s)
-    loss = (v.bytes_retrans / v.bytes_sent) if v.bytes_sent and v.bytes_retrans is not None else None
     per_stream_bps = v.goodput_bps / max(v.streams, 1)
-    mathis = (mathis_rate_bps(v.mss_bytes, rtt_s, loss)
-              if v.mss_bytes and rtt_s and loss else None)
-    queue = ((v.srtt_ms / v.min_rtt_ms - 1.0)
-             if v.srtt_ms and v.min_rtt_ms else None)
+    common = {
+        "goodput_bits_per_second": _r(v.goodput_bps, 0),
+        "min_rtt_ms": _r(v.min_rtt_ms, 3), "srtt_ms": _r(v.srtt_ms, 3),
+        "delivery_rate_max_bits_per_second": _r(v.delivery_rate_max_bps, 0),
+        "bdp_bytes": bdp,
+    }
+    return (_host_cpu(v, common) or _window(v, common, bdp, per_stream_bps)
+            or _pacing(v, common, per_stream_bps)
+            or _loss_or_network(v, common, rtt_s, per_stream_bps))
+
+
+def _window(v: VerdictInput, common: dict, bdp: int | None,
+            per_stream_bps: float) -> Verdict | None:
+    """receive_window or send_buffer, from the limited-time shares and the peer's window."""
     rwnd_share = _share(v.rwnd_limited_ms, v.busy_time_ms)
+    sndbuf_share = _share(v.sndbuf_limited_ms, v.busy_time_ms)
     # One window per round trip: rate ≤ snd_wnd·8/srtt. When the stream reaches that and cwnd
     # is larger, the peer's window (not congestion control) sets the rate.
     rtt_now_s = (v.srtt_ms or v.min_rtt_ms or 0) / 1000.0
@@ -153,16 +162,6 @@ def decide(v: VerdictInput) -> Verdict:
                      if v.snd_wnd_max_bytes and rtt_now_s else None)
     reaches_window = (window_allows is not None and per_stream_bps >= WINDOW_REACHED * window_allows
                       and (v.cwnd_max_bytes or 0) >= v.snd_wnd_max_bytes)
-    sndbuf_share = _share(v.sndbuf_limited_ms, v.busy_time_ms)
-    common = {
-        "goodput_bits_per_second": _r(v.goodput_bps, 0),
-        "min_rtt_ms": _r(v.min_rtt_ms, 3), "srtt_ms": _r(v.srtt_ms, 3),
-        "delivery_rate_max_bits_per_second": _r(v.delivery_rate_max_bps, 0),
-        "bdp_bytes": bdp,
-    }
-    cpu = _host_cpu(v, common)
-    if cpu is not None:
-        return cpu
     window_evidence = {
         "rwnd_limited_share": _r(rwnd_share), "sndbuf_limited_share": _r(sndbuf_share),
         "window_bytes": v.window_bytes, "peer_window_max_bytes": v.snd_wnd_max_bytes,
@@ -180,10 +179,26 @@ def decide(v: VerdictInput) -> Verdict:
     if (sndbuf_share or 0) >= WINDOW_SHARE_MIN:
         return Verdict("send_buffer", {**common, **window_evidence},
                        f"the send buffer ran dry {sndbuf_share:.0%} of the sender's busy time")
+    return None
+
+
+def _pacing(v: VerdictInput, common: dict, per_stream_bps: float) -> Verdict | None:
     if v.pacing_rate_bps and per_stream_bps >= 0.85 * v.pacing_rate_bps:
         return Verdict("pacing", {**common, "pacing_rate_bits_per_second": v.pacing_rate_bps,
                                   "per_stream_bits_per_second": _r(per_stream_bps, 0)},
                        "the requested pacing rate capped each stream")
+    return None
+
+
+def _loss_or_network(v: VerdictInput, common: dict, rtt_s: float,
+                     per_stream_bps: float) -> Verdict:
+    """congestion when the loss bound (Mathis) explains the steady rate and no standing queue
+    does; else network."""
+    loss = (v.bytes_retrans / v.bytes_sent) if v.bytes_sent and v.bytes_retrans is not None else None
+    mathis = (mathis_rate_bps(v.mss_bytes, rtt_s, loss)
+              if v.mss_bytes and rtt_s and loss else None)
+    queue = ((v.srtt_ms / v.min_rtt_ms - 1.0)
+             if v.srtt_ms and v.min_rtt_ms else None)
     loss_evidence = {
         "retransmit_rate": _r(loss, 6), "bytes_retrans": v.bytes_retrans,
         "bytes_sent": v.bytes_sent, "mss_bytes": v.mss_bytes,
@@ -203,7 +218,9 @@ def decide(v: VerdictInput) -> Verdict:
                        f"retransmit rate {loss:.3%} caps a Reno-like stream near "
                        f"{format_rate(mathis)} at {v.min_rtt_ms:.1f} ms (Mathis)")
     ratio = (v.goodput_bps / v.delivery_rate_max_bps) if v.delivery_rate_max_bps else None
-    return Verdict("network", {**common, **loss_evidence, "rwnd_limited_share": _r(rwnd_share),
-                               "sndbuf_limited_share": _r(sndbuf_share),
+    return Verdict("network", {**common, **loss_evidence,
+                               "rwnd_limited_share": _r(_share(v.rwnd_limited_ms, v.busy_time_ms)),
+                               "sndbuf_limited_share": _r(_share(v.sndbuf_limited_ms,
+                                                                 v.busy_time_ms)),
                                "goodput_to_delivery_rate_ratio": _r(ratio)},
                    "no host limit found: the path's bottleneck set the rate")
