@@ -314,7 +314,7 @@ def _capture(text: str, *, pfc_off: bool, bump: dict[str, int]) -> str:
 
 
 def counters(tmp: Path, *, pfc_off=False, ecn_off=(), hw=None, ethtool=None) -> dict:
-    """The counters document ``diagnose`` builds (run.counters_json: snapshots, rates, fabric
+    """The counters document ``diagnose`` builds (services/diagnose.counters_json: snapshots, rates, fabric
     findings) from a copy of the synthetic mlx5 tree sampled twice 10 s apart. ``ecn_off`` roles
     get 0 in ``ecn/<role>/enable/3``; ``hw`` / ``ethtool`` deltas land in the later sample."""
     from collectors.snapshot import collect

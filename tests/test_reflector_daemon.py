@@ -70,7 +70,7 @@ def test_one_key_for_both_services_and_refusals_exported(tmp_path):
         metrics.watch_refusals(d.reflector.refusals)
         with pytest.raises(ProbeError, match="requires authentication"):
             run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6)
-        keyed = measure.throughput_for(cfg.hmac_key)
+        keyed = measure.with_key(measure.throughput, cfg.hmac_key)
         doc = keyed(Peer("b", "127.0.0.1", port=d.port),
                     ThroughputSettings(duration_s=0.5, streams=1, max_bytes_per_test=10**6))
         assert doc["bytes_received"] == 10**6

@@ -492,6 +492,7 @@ def test_cli_reflect_and_probe_with_key_file(tmp_path):
 def test_daemon_config_key_builds_a_reflector_that_starts_and_probes():
     from wanprobe.daemon import flow_probe
     from wanprobe.daemon.config import Peer, ProbeSettings, parse_config
+    from wanprobe.services import measure
     from wanprobe.services.reflect import ReflectService
 
     port = free_port()
@@ -507,14 +508,14 @@ def test_daemon_config_key_builds_a_reflector_that_starts_and_probes():
             peer = cfg.peers[0]
             assert peer == Peer("self", "127.0.0.1", port=port)
             s = ProbeSettings(count=5, packet_interval_s=0.005, timeout_s=0.5)
-            keyed = await flow_probe.prober_for(cfg.hmac_key)(peer, "stamp", s)
+            keyed = await measure.with_key(flow_probe.probe_peer, cfg.hmac_key)(peer, "stamp", s)
             plain = await flow_probe.probe_peer(peer, "stamp", s)
             return keyed, plain
         finally:
             await refl.close()
     keyed, plain = asyncio.run(go())
     assert keyed["loss"]["ratio"] == 0.0 and plain["loss"]["ratio"] == 1.0
-    assert flow_probe.prober_for(None) is flow_probe.probe_peer
+    assert measure.with_key(flow_probe.probe_peer, None) is flow_probe.probe_peer
 
 
 # -- fuzz --------------------------------------------------------------------------------------

@@ -25,14 +25,6 @@ MAX_ROWS = 40
 MAX_INTERVAL_S = 3600.0  # a rate over more than an hour hides every burst it should show
 
 
-def document(snapshot, rates=None, findings=()) -> dict:
-    """The JSON document of one run: the snapshot, ``rates`` (or null) and ``findings``."""
-    doc = snapshot.to_json()
-    doc["rates"] = rates.to_json() if rates is not None else None
-    doc["findings"] = [f.to_json() for f in findings]
-    return doc
-
-
 def _fmt_value(value: int, unit: str | None) -> str:
     if unit == "4-byte words":
         return f"{value} ({format_bytes(value * 4)})"
@@ -203,6 +195,8 @@ def counters(
         return
     snap, r, findings = run(sys_path, proc_path, eth_path, interval_s)
     if as_json:
+        from wanprobe.services.counters import document
+
         typer.echo(json.dumps(document(snap, r, findings), indent=2, sort_keys=False))
     else:
         Console().print(render(snap, r, findings))

@@ -113,9 +113,7 @@ async def _serve(bind: str, port: int, service: ReflectService) -> None:
     finally:
         stats, refusals = service.stats(), service.throughput_refusals()
         await service.close()
-    if not stats:
-        return
-    s = stats[0]
+    s = stats[0]   # started on one address: one reflector
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"wanprobe reflect: stopped; {s.reflected} reflected, {s.short + s.oversize} short/oversize,"
         f" {s.malformed} malformed, {s.rate_limited} rate-limited, {s.session_refused} new "

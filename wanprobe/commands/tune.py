@@ -224,8 +224,7 @@ def _print_applied(journal, prep, checked, store) -> None:
 def _source_report(plan, out: str, verify: str | None) -> dict:
     """The report ``plan`` was made from, read and checked before anything changes: it must be
     the same file (its digest) the plan recorded."""
-    import hashlib
-
+    from tuners.plan import report_ref
     from wanprobe.errors import UsageError
     from wanprobe.report.document import load_json
 
@@ -236,8 +235,7 @@ def _source_report(plan, out: str, verify: str | None) -> dict:
     if not ref.get("path"):
         raise ConfigError("--report-out: the plan names no source report (made by hand?)")
     doc = load_json(ref["path"])
-    digest = hashlib.sha256(Path(ref["path"]).read_bytes()).hexdigest()[:16]
-    if ref.get("sha256_16") and digest != ref["sha256_16"]:
+    if ref.get("sha256_16") and report_ref(Path(ref["path"]), doc)["sha256_16"] != ref["sha256_16"]:
         raise ConfigError(f"--report-out: the report {clean(str(ref['path']))} changed since the "
                           "plan was made from it")
     return doc

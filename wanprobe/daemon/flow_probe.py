@@ -47,17 +47,6 @@ async def probe_peer(peer: Peer, method: str, s: ProbeSettings, *,
     return await measure.probe(peer, method, s, hmac_key=hmac_key)
 
 
-def prober_for(hmac_key: bytes | None):
-    """:func:`probe_peer` bound to the daemon's key (``probe_peer`` itself when there is none)."""
-    if hmac_key is None:
-        return probe_peer
-
-    async def keyed_probe(peer: Peer, method: str, s: ProbeSettings) -> dict[str, Any]:
-        return await probe_peer(peer, method, s, hmac_key=hmac_key)
-
-    return keyed_probe
-
-
 def request_trace(peer: str) -> None:
     """Trace the peer's flows on its next session (e.g. after a path event)."""
     _STATE.setdefault(peer, _FlowState()).force_trace = True

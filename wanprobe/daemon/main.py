@@ -57,11 +57,11 @@ class Daemon:
         self.cfg, self.peers, self.config_path = cfg, peers, config_path
         # peers share the key: their reflectors drop unauthenticated probes (RFC 8762 §4.4)
         real = prober is flow_probe.probe_peer
-        self.prober = flow_probe.prober_for(cfg.hmac_key) if real else prober
+        self.prober = measure.with_key(prober, cfg.hmac_key) if real else prober
         # the real STAMP prober: every peer on one timer (prober.py); injected fakes run per task
         self.stamp_prober = MeshProber(self.probe_done, self.probe_failed,
                                        hmac_key=cfg.hmac_key) if real else None
-        self.throughput_fn = (measure.throughput_for(cfg.hmac_key)
+        self.throughput_fn = (measure.with_key(throughput_fn, cfg.hmac_key)
                               if throughput_fn is measure.throughput else throughput_fn)
         self.reflector = (reflector if reflector is not None
                           else ReflectService.from_config(cfg))

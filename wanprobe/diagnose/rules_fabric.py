@@ -262,7 +262,7 @@ def evaluate(snapshot, rates: Rates | None = None, window_s: float | None = None
 @rule("fabric")
 def counter_findings(m: Measured, host: Host | None, config: DiagnoseConfig) -> list[Finding]:
     """The diagnose engine's view of the fabric: the findings :func:`evaluate` put in the
-    counters measurement (``run.counters_json``) when the snapshots were taken."""
+    counters measurement (``services/diagnose.counters_json``) when the snapshots were taken."""
     return list(m.counter_findings)
 
 

@@ -66,6 +66,7 @@ MAX_DATAGRAM = 9216            # larger (beyond a 9000-byte jumbo frame) is coun
 SESSION_IDLE_S = 120.0
 MAX_SOURCES = 65536
 MAX_CMSG_CACHE = 4096
+DEFAULT_RATE_PPS = 5000.0      # replies per second per source address (token bucket)
 BATCH = 256                    # datagrams handled per wake-up before yielding to the loop
 
 
@@ -119,7 +120,7 @@ class Reflector:
     ``allow`` (CIDRs) drops datagrams from other sources before they are parsed; the session
     table gives each source at most ``sessions_per_source`` of ``max_sessions`` (LRU, O(1))."""
 
-    def __init__(self, *, udp_tap: UdpTap | None = None, rate_pps: float = 5000.0,
+    def __init__(self, *, udp_tap: UdpTap | None = None, rate_pps: float = DEFAULT_RATE_PPS,
                  burst: int = 1000, max_datagram: int = MAX_DATAGRAM,
                  dscp_permitted: Callable[[int], bool] | None = None,
                  session_idle_s: float = SESSION_IDLE_S,

@@ -216,9 +216,9 @@ def snapshot(sys_root: Path, proc_root: Path) -> Any:
 
 def counters_json(first: Any, second: Any) -> dict:
     """The counters document between two snapshots (services/counters.py)."""
-    from wanprobe.services.counters import document
+    from wanprobe.services.counters import document, judge
 
-    return document(first, second)
+    return document(*judge(first, second))
 
 
 def _transfers(opts: DiagnoseOptions, errors: dict[str, str], path: dict | None,

@@ -8,6 +8,7 @@ goes through daemon/flow_probe.py, which keeps per-peer state between sessions."
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 from wanprobe.errors import ProbeError
@@ -68,12 +69,7 @@ def throughput(peer: Peer, s: ThroughputSettings, *,
     return result.to_json() if hasattr(result, "to_json") else dict(result)
 
 
-def throughput_for(hmac_key: bytes | None):
-    """:func:`throughput` bound to the daemon's key (``throughput`` itself when there is none)."""
-    if hmac_key is None:
-        return throughput
-
-    def keyed_throughput(peer: Peer, s: ThroughputSettings) -> dict[str, Any]:
-        return throughput(peer, s, hmac_key=hmac_key)
-
-    return keyed_throughput
+def with_key(fn: Any, hmac_key: bytes | None) -> Any:
+    """``fn`` (:func:`probe`, :func:`throughput` or the daemon's ``probe_peer``) bound to the
+    daemon's shared key; ``fn`` itself when there is none."""
+    return fn if hmac_key is None else functools.partial(fn, hmac_key=hmac_key)

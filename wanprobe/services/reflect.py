@@ -11,11 +11,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from wanprobe.errors import ProbeError
 from wanprobe.probe.access import DEFAULT_COS_DSCP
+from wanprobe.probe.reflector import DEFAULT_RATE_PPS
 from wanprobe.probe.session_table import PER_SOURCE
 
-DEFAULT_RATE_PPS = 5000.0     # STAMP replies per second per source (the reflector's default)
 CLOSE_BUDGET_S = 1.0          # per part: closing must never block a stop path
 
 
@@ -69,13 +68,10 @@ class ReflectService:
                                       dscp_permitted=DscpPolicy(p.cos_dscp))
             await server.start(host, port)
             self._servers.append(server)
-            try:
-                reflector = Reflector(udp_tap=server.udp_tap, rate_pps=p.rate_pps, burst=p.burst,
-                                      hmac_key=self.hmac_key, allow=p.allow,
-                                      dscp_permitted=DscpPolicy(p.cos_dscp),
-                                      sessions_per_source=p.sessions_per_source)
-            except TypeError as exc:
-                raise ProbeError(f"reflector does not support this option: {exc}") from None
+            reflector = Reflector(udp_tap=server.udp_tap, rate_pps=p.rate_pps, burst=p.burst,
+                                  hmac_key=self.hmac_key, allow=p.allow,
+                                  dscp_permitted=DscpPolicy(p.cos_dscp),
+                                  sessions_per_source=p.sessions_per_source)
             await reflector.start(host, port)
             self._reflectors.append(reflector)
 
@@ -86,19 +82,11 @@ class ReflectService:
 
     def refusals(self) -> dict[str, int]:
         """Refusals by reason, summed over every socket (wanprobe_reflector_refusals_total)."""
-        total: dict[str, int] = {}
-        for part in self._servers + self._reflectors:
-            for reason, n in part.refusals().items():
-                total[reason] = total.get(reason, 0) + n
-        return total
+        return _summed(self._servers + self._reflectors)
 
     def throughput_refusals(self) -> dict[str, int]:
         """The throughput servers' refusals alone, by reason."""
-        total: dict[str, int] = {}
-        for server in self._servers:
-            for reason, n in server.refusals().items():
-                total[reason] = total.get(reason, 0) + n
-        return total
+        return _summed(self._servers)
 
     def stats(self) -> list[Any]:
         """Each reflector's :class:`~wanprobe.probe.reflector.ReflectorStats`."""
@@ -119,3 +107,11 @@ class ReflectService:
                     await part.close()
         self._servers.clear()
         self._reflectors.clear()
+
+
+def _summed(parts: list[Any]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in parts:
+        for reason, n in part.refusals().items():
+            total[reason] = total.get(reason, 0) + n
+    return total
