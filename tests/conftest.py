@@ -247,6 +247,45 @@ def _other_session(pid: int) -> bool:
     return False
 
 
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _started_elsewhere(pid: int) -> bool:
+    """An unmarked process whose ancestors lead to a live process other than this session and
+    init (a shell where someone runs a bench by hand) is not this session's; a child of ours,
+    or an orphan re-parented to init (a daemon that double-forked, a test's leftover), may be."""
+    me, seen = os.getpid(), set()
+    while pid > 1 and pid not in seen:
+        if pid == me:
+            return False
+        seen.add(pid)
+        pid = _parent(pid)
+        if pid > 1 and pid != me and _SESSION_MARK.encode() + b"=" not in _environ(pid):
+            parent_cmd = _cmdline(pid)
+            if not any(tool in parent_cmd for tool in _OUR_TOOLS) and "netns" not in parent_cmd:
+                return True
+    return False
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _ours(pid: int, cmd: str) -> bool:
     try:
         in_lab = bool(_ROOT_NETNS) and os.readlink(f"/proc/{pid}/ns/net") != _ROOT_NETNS
@@ -254,7 +293,7 @@ def _ours(pid: int, cmd: str) -> bool:
         return False
     if not in_lab and not any(tool in cmd for tool in _OUR_TOOLS):
         return False
-    return not _other_session(pid)
+    return not _other_session(pid) and not _started_elsewhere(pid)
 
 
 @pytest.fixture(autouse=True)

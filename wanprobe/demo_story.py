@@ -21,7 +21,13 @@ from rich.table import Table
 
 from wanprobe.errors import WanprobeError
 from wanprobe.lab import netns
-from wanprobe.lab.scenario import UNTUNED, run_wanprobe_json, set_untuned, start_reflector
+from wanprobe.lab.scenario import (
+    UNTUNED,
+    run_wanprobe_json,
+    set_untuned,
+    start_reflector,
+    tune_both_ends,
+)
 from wanprobe.units import format_rate
 
 PROFILE = "taipei-uswest"
@@ -88,7 +94,7 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
                                                       "expected_effect")} | {"knobs": f["knobs"]}
                                    for f in report["findings"]]
                 originals = {end.name: _sysctls(end) for end in (lab.a, lab.b)}
-                doc["plan"], journals = _tune_both_ends(lab, state, report_path, env_state)
+                doc["plan"], journals = _tune_both_ends(lab, state, report_path)
                 console.print(f"applied {doc['plan']['applied']} change(s); measured again by "
                               "`tune apply --verify`")
                 doc["after"] = after_of(journals[lab.a.name]["verify"])
@@ -111,19 +117,10 @@ def run_demo_story(json_output: bool, *, lab_name: str = "wpdemo",
     return doc
 
 
-def _tune_both_ends(lab, state: Path, report_path: Path,
-                    env_state: list[str]) -> tuple[dict[str, Any], dict[str, dict]]:
-    """Both plans, made at a from the one report (each names its host's address), applied at
-    their ends; the peer's first, so that the local apply's --verify sees both ends tuned.
-    Returns (the demo's plan section, each end's apply JSON)."""
-    plans, journals = {}, {}
-    for end, which in ((lab.b, "peer"), (lab.a, "local")):
-        plan_path = state / f"plan-{which}.json"
-        plans[end.name] = run_wanprobe_json(lab.a, "tune", "plan", "--report", str(report_path),
-                                            "--host", which, "-o", str(plan_path))
-        verify = ("--verify", lab.b.addr) if which == "local" else ()
-        journals[end.name] = run_wanprobe_json(end, "tune", "apply", str(plan_path), "--yes",
-                                               *env_state, *verify)
+def _tune_both_ends(lab, state: Path, report_path: Path) -> tuple[dict[str, Any], dict[str, dict]]:
+    """scenario.tune_both_ends with the local apply's --verify. Returns (the demo's plan
+    section, each end's apply JSON)."""
+    plans, journals = tune_both_ends(lab, state, report_path, verify=True)
     plan: dict[str, Any] = {k: [{**x, "host": p["for_host"]} for p in plans.values()
                                 for x in p[k]] for k in ("changes", "skipped", "manual")}
     plan["unknown"] = [u for p in plans.values() for u in p["unknown"]]

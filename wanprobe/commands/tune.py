@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,9 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from wanprobe.errors import ConfigError
-from wanprobe.safe_text import SafeConsole, clean
-from wanprobe.userfiles import check_output_path, existing_dir
+from wanprobe.safe_text import SafeConsole
+from wanprobe.userfiles import check_output_path
 
 app = typer.Typer(name="tune", help="Plan, apply (as a transaction), roll back and check host tuning.",
                        no_args_is_help=True)
@@ -32,50 +30,16 @@ AllowNcDscp = Annotated[bool, typer.Option(
     "control, RFC 4594 §3.1; refused by default).")]
 
 
-def _setup(netns: str | None, proc_root: str, sys_root: str, allow_nc_dscp: bool = False):
-    from tuners import netns as ns
-    from tuners.registry import build_tuners
+def _session(netns, proc_root, sys_root, state_dir, sysctl_d=None, allow_nc_dscp=False):
+    from wanprobe.services.tune import TuneSession
 
-    proc, sys_ = existing_dir(proc_root, "--proc-root"), existing_dir(sys_root, "--sys-root")
-    if netns:
-        ns.enter(netns)
-    nft = os.environ.get("WANPROBE_NFT", "nft")
-    return build_tuners(proc, sys_, nft=nft or None, allow_network_control_dscp=allow_nc_dscp)
+    return TuneSession.open(netns=netns, proc_root=proc_root, sys_root=sys_root,
+                            state_dir=state_dir, sysctl_d=sysctl_d, allow_nc_dscp=allow_nc_dscp,
+                            say=_say)
 
 
-def _store(state_dir: str | None, tuners, sysctl_d: str | None = None):
-    from tuners.journal import JournalStore, state_dir_from, sysctl_dirs_from
-
-    return JournalStore(state_dir_from(state_dir), sysctl_dirs=sysctl_dirs_from(sysctl_d),
-                        permitted=tuners["dscp"].permitted)
-
-
-def _refused(store) -> None:
-    """One line per journal that failed its checks (left alone), once per command."""
-    for jid, why in sorted(store.refused.items()):
-        if jid not in store.reported:
-            store.reported.add(jid)
-            typer.echo(f"wanprobe: warning: {clean(why)}", err=True)
-
-
-def _recover(store, tuners) -> None:
-    """Finish the rollback of an apply that crashed in this namespace; say so on stderr."""
-    from tuners import transaction
-
-    if store.dir.is_dir():
-        with store.locked():
-            for j in transaction.recover(store, tuners):
-                typer.echo(f"wanprobe: {clean(j.message)} (journal {j.id})", err=True)
-    _refused(store)
-
-
-def _interrupted(store) -> list[str]:
-    from tuners.netns import current_cookie, current_inode
-
-    if not store.dir.is_dir():
-        return []
-    inode, cookie = current_inode(), current_cookie()
-    return [j.id for j in store.all() if j.state == "applying" and j.belongs_to(inode, cookie)]
+def _say(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 def _emit(doc: Any) -> None:
@@ -102,20 +66,11 @@ def plan_cmd(
 ) -> None:
     """Turn a report's findings into a validated plan (changes nothing, except finishing the
     rollback of an apply that crashed here, so the plan is made from the real originals)."""
-    from collectors.route import local_addresses
-    from tuners.from_report import build_plan, check_capacity, load_report
-    from tuners.plan import host_id, save
+    from tuners.plan import save
 
     if output:
         check_output_path(output, "--output")
-    tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
-    _recover(_store(state_dir, tuners, sysctl_d), tuners)
-    data = load_report(report)
-    check_capacity(data, report)
-    plan = build_plan(data, tuners, host_id=host_id(), report_path=Path(report), side=side,
-                      local_addresses=local_addresses())
-    for note in plan.unknown:
-        typer.echo(f"wanprobe: note: this plan could not know {note}", err=True)
+    plan = _session(netns, proc_root, sys_root, state_dir, sysctl_d, allow_nc_dscp).plan(report, side)
     if output:
         save(plan, output)
     if output == "-":  # the plan JSON is stdout
@@ -148,47 +103,29 @@ def apply_cmd(
 ) -> None:
     """Show the diff, or with --yes apply the plan as a transaction (journal first, verify, undo on failure)."""
     from tuners import plan as plan_mod
-    from tuners import transaction
-    from tuners.netns import is_init_netns
+    from wanprobe.services import tune
     from wanprobe.userfiles import read_hmac_key_file
 
     key = read_hmac_key_file(hmac_key_file)  # a bad key file is refused before anything changes
-    tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
+    session = _session(netns, proc_root, sys_root, state_dir, sysctl_d, allow_nc_dscp)
     plan = plan_mod.load(plan_file)
-    source = _source_report(plan, report_out, verify) if report_out else None
-    store = _store(state_dir, tuners, sysctl_d)
+    source = tune.source_report(plan, report_out, verify) if report_out else None
     if not yes:
-        _dry_run(plan, tuners, store, as_json)
+        _dry_run(plan, session, as_json)
         return
-    persist_dir = None
-    if persist:
-        chosen = sysctl_d or os.environ.get("WANPROBE_SYSCTL_D")
-        if not chosen and not is_init_netns():
-            raise ConfigError("--persist from a non-init network namespace would write the host's "
-                              "/etc/sysctl.d; pass --sysctl-d for this container's own directory")
-        persist_dir = Path(chosen or "/etc/sysctl.d")
-    _recover(store, tuners)
-    journal, prep = transaction.apply_plan(plan, tuners, store, host_id=plan_mod.host_id(),
-                                           persist_dir=persist_dir)
-    checked = _verify(verify, key)
+    done = session.apply(plan, persist_dir=tune.persist_dir(persist, sysctl_d), verify=verify,
+                         hmac_key=key)
     if source is not None:
-        _write_verified_report(source, checked, report_out)
+        tune.write_verified_report(source, done.checked, report_out, _say)
     if as_json:
-        _emit({"journal": journal.to_json() if journal else None, "skipped": [s.to_json() for s in prep.skipped],
-               "verify": checked.to_json() if checked else None})
+        _emit(done.to_json())
         return
-    _print_applied(journal, prep, checked, store)
+    _print_applied(done, session.store)
 
 
-def _dry_run(plan, tuners, store, as_json: bool) -> None:
+def _dry_run(plan, session, as_json: bool) -> None:
     """The diff of ``plan`` against the live values; nothing changes."""
-    from tuners import plan as plan_mod
-    from tuners import transaction
-
-    for jid in _interrupted(store):
-        typer.echo(f"wanprobe: note: apply {jid} was interrupted here; the next `tune apply --yes`, "
-                   "`rollback` or `status` rolls it back first", err=True)
-    prep = transaction.prepare(plan, tuners, host_id=plan_mod.host_id())
+    prep = session.dry_run(plan)
     rows = [{"tuner": c.tuner, "key": c.key, "live": c.old, "new": c.new, "reason": c.reason}
             for c in prep.changes]
     if as_json:
@@ -201,8 +138,9 @@ def _dry_run(plan, tuners, store, as_json: bool) -> None:
     console.print("re-run with --yes to apply")
 
 
-def _print_applied(journal, prep, checked, store) -> None:
+def _print_applied(done, store) -> None:
     """What was set (each value verified), persisted, skipped, and the verify's verdict."""
+    journal, prep, checked = done.journal, done.prep, done.checked
     if checked:
         _print_verify(checked)
     for s in prep.skipped:
@@ -221,42 +159,6 @@ def _print_applied(journal, prep, checked, store) -> None:
                   f"{store.dir}; undo with `wanprobe tune rollback {journal.id}`")
 
 
-def _source_report(plan, out: str, verify: str | None) -> dict:
-    """The report ``plan`` was made from, read and checked before anything changes: it must be
-    the same file (its digest) the plan recorded."""
-    from tuners.plan import report_ref
-    from wanprobe.errors import UsageError
-    from wanprobe.report.document import load_json
-
-    if not verify:
-        raise UsageError("--report-out needs --verify PEER: it writes the report with the verify")
-    check_output_path(out, "--report-out")
-    ref = plan.source_report or {}
-    if not ref.get("path"):
-        raise ConfigError("--report-out: the plan names no source report (made by hand?)")
-    doc = load_json(ref["path"])
-    if ref.get("sha256_16") and report_ref(Path(ref["path"]), doc)["sha256_16"] != ref["sha256_16"]:
-        raise ConfigError(f"--report-out: the report {clean(str(ref['path']))} changed since the "
-                          "plan was made from it")
-    return doc
-
-
-def _write_verified_report(doc: dict, checked, out: str) -> None:
-    """The source report with ``measurements.verify`` (diagnose/verify.Verification), validated
-    and written; nothing when the re-measure failed (said on stderr)."""
-    from wanprobe.errors import WanprobeError
-    from wanprobe.report.document import Report, save
-
-    if checked is None:
-        typer.echo(f"wanprobe: --report-out {clean(out)} not written: no verify result", err=True)
-        return
-    doc = {**doc, "measurements": {**doc["measurements"], "verify": checked.to_json()}}
-    try:   # as diagnose -o writes reports; a failed write is one line
-        save(Report.from_json(doc), out)
-    except WanprobeError as exc:
-        raise type(exc)(f"applied and verified (see `tune status`), but {exc}") from None
-
-
 def _print_verify(checked) -> None:
     """One line per test of the loop, then the verdict with its evidence and the next step."""
     from wanprobe.units import format_rate
@@ -271,20 +173,6 @@ def _print_verify(checked) -> None:
     console.print(escape(f"  {head}: {checked.summary}; next step: {checked.next_step}"))
 
 
-def _verify(peer: str | None, hmac_key: bytes | None = None):
-    """The closed loop of ``apply --verify PEER`` (None without it)."""
-    if not peer:
-        return None
-    from wanprobe.diagnose.verify import verify_path
-    from wanprobe.errors import WanprobeError
-
-    try:
-        return verify_path(peer, hmac_key=hmac_key)
-    except WanprobeError as exc:  # the plan is applied (journalled); only the re-measure failed
-        typer.echo(f"wanprobe: applied, but --verify could not measure {peer}: {exc}", err=True)
-        return None
-
-
 @app.command("rollback")
 def rollback_cmd(
     journal_id: Annotated[str | None, typer.Argument(help="Journal id (default: latest applied here).")] = None,
@@ -295,21 +183,11 @@ def rollback_cmd(
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
     """Restore the previous values of an applied plan in this network namespace, newest first."""
-    from tuners import transaction
-
-    tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
-    store = _store(state_dir, tuners, sysctl_d)
-    if journal_id:
-        store.reported.add(journal_id)  # refused, it is the error line itself
+    session = _session(netns, proc_root, sys_root, state_dir, sysctl_d, allow_nc_dscp)
     if print_only:
-        from tuners.netns import enter_command
-
-        j = store.load(journal_id) if journal_id else transaction.latest_applied(store)
-        enter = enter_command(j.netns_inode, netns)
-        typer.echo(transaction.restore_script(j, tuners, enter), nl=False)
+        typer.echo(session.restore_script(journal_id, netns), nl=False)
         return
-    _recover(store, tuners)
-    j = transaction.rollback(store, tuners, journal_id, force=force)
+    j = session.rollback(journal_id, force=force)
     if as_json:
         _emit(j.to_json())
         return
@@ -325,13 +203,9 @@ def status_cmd(
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
     """Drift between what the applied plans set and the live values in this namespace."""
-    from tuners import transaction
     from tuners.netns import current_inode
 
-    tuners = _setup(netns, proc_root, sys_root, allow_nc_dscp)
-    store = _store(state_dir, tuners, sysctl_d)
-    rows = transaction.status(store, tuners)
-    _refused(store)
+    rows = _session(netns, proc_root, sys_root, state_dir, sysctl_d, allow_nc_dscp).status()
     if as_json:
         _emit({"netns_inode": current_inode(), "journals": rows,
                "drift": any(r["drift"] for r in rows)})

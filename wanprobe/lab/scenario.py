@@ -50,3 +50,19 @@ def start_reflector(lab) -> subprocess.Popen:
     proc.kill()
     proc.wait()
     raise WanprobeError("lab: the reflector in the lab did not start")
+
+
+def tune_both_ends(lab, state, report_path, *, verify: bool = False) -> tuple[dict, dict]:
+    """Both plans made at ``lab.a`` from one report (each bound to its host's address) and
+    applied at their own ends with ``tune apply --yes`` (journals in ``state``), the peer's
+    first so that the local apply's ``--verify`` (with ``verify``) sees both ends tuned.
+    Returns ({end: plan JSON}, {end: apply JSON})."""
+    plans, applied = {}, {}
+    for end, which in ((lab.b, "peer"), (lab.a, "local")):
+        plan_path = f"{state}/plan-{which}.json"
+        plans[end.name] = run_wanprobe_json(lab.a, "tune", "plan", "--report", str(report_path),
+                                            "--host", which, "-o", plan_path)
+        again = ("--verify", lab.b.addr) if verify and which == "local" else ()
+        applied[end.name] = run_wanprobe_json(end, "tune", "apply", plan_path, "--yes",
+                                              "--state-dir", str(state), *again)
+    return plans, applied

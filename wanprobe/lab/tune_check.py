@@ -66,15 +66,12 @@ def _sysctl(node, key: str, value: str) -> None:
 
 def _tune_both(lab, state: Path) -> dict:
     """diagnose in a, plans for both hosts, applied at each end; returns the report."""
-    from wanprobe.lab.scenario import run_wanprobe_json
+    from wanprobe.lab.scenario import run_wanprobe_json, tune_both_ends
 
     report = run_wanprobe_json(lab.a, "diagnose", lab.b.addr, "--quick")
     path = state / "report.json"
     path.write_text(json.dumps(report))
-    for end, which in ((lab.b, "peer"), (lab.a, "local")):
-        plan = state / f"{which}.json"
-        run_wanprobe_json(lab.a, "tune", "plan", "-r", str(path), "--host", which, "-o", str(plan))
-        run_wanprobe_json(end, "tune", "apply", str(plan), "--yes", "--state-dir", str(state))
+    tune_both_ends(lab, state, path)
     return report
 
 

@@ -1,0 +1,219 @@
+"""The tune service: plan → apply → verify → roll back, composed once (``wanprobe tune`` renders
+what it returns; the demo and the tune check drive it through that command in each lab
+namespace, as an operator would).
+
+:class:`TuneSession` binds the tuners of this network namespace (``--netns`` entered first) to
+the journal store; every step that may act first finishes the rollback of an apply that crashed
+here, so plans are made from, and applies start at, the real originals. Messages for the user
+(a recovered apply, a journal refused by its checks, a plan's unknowns) come back as lines; the
+caller prints them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wanprobe.errors import ConfigError, UsageError, WanprobeError
+from wanprobe.safe_text import clean
+from wanprobe.userfiles import check_output_path, existing_dir
+
+Say = Callable[[str], None]   # one line for stderr
+
+
+@dataclass
+class Applied:
+    """What ``apply`` did: the journal (None: nothing to change), the preparation (its skipped
+    changes) and the verify loop's answer (None without --verify, or when it could not measure)."""
+
+    journal: Any
+    prep: Any
+    checked: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"journal": self.journal.to_json() if self.journal else None,
+                "skipped": [s.to_json() for s in self.prep.skipped],
+                "verify": self.checked.to_json() if self.checked else None}
+
+
+@dataclass
+class TuneSession:
+    """The tuners and the journal store of this namespace. ``say`` receives the one-line
+    messages (stderr in the CLI)."""
+
+    tuners: dict
+    store: Any
+    say: Say = field(default=lambda line: None)
+
+    @classmethod
+    def open(cls, *, netns: str | None, proc_root: str, sys_root: str, state_dir: str | None,
+             sysctl_d: str | None = None, allow_nc_dscp: bool = False,
+             say: Say = lambda line: None) -> TuneSession:
+        from tuners import netns as ns
+        from tuners.journal import JournalStore, state_dir_from, sysctl_dirs_from
+        from tuners.registry import build_tuners
+
+        proc, sys_ = existing_dir(proc_root, "--proc-root"), existing_dir(sys_root, "--sys-root")
+        if netns:
+            ns.enter(netns)
+        nft = os.environ.get("WANPROBE_NFT", "nft")
+        tuners = build_tuners(proc, sys_, nft=nft or None, allow_network_control_dscp=allow_nc_dscp)
+        store = JournalStore(state_dir_from(state_dir), sysctl_dirs=sysctl_dirs_from(sysctl_d),
+                             permitted=tuners["dscp"].permitted)
+        return cls(tuners, store, say)
+
+    # -- the journal store ----------------------------------------------------------------
+    def report_refused(self) -> None:
+        """One line per journal that failed its checks (left alone), once per session."""
+        for jid, why in sorted(self.store.refused.items()):
+            if jid not in self.store.reported:
+                self.store.reported.add(jid)
+                self.say(f"wanprobe: warning: {clean(why)}")
+
+    def recover(self) -> None:
+        """Finish the rollback of an apply that crashed in this namespace; say so."""
+        from tuners import transaction
+
+        if self.store.dir.is_dir():
+            with self.store.locked():
+                for j in transaction.recover(self.store, self.tuners):
+                    self.say(f"wanprobe: {clean(j.message)} (journal {j.id})")
+        self.report_refused()
+
+    def interrupted(self) -> list[str]:
+        """Ids of applies in this namespace that crashed half-way (rolled back by the next
+        acting command)."""
+        from tuners.netns import current_cookie, current_inode
+
+        if not self.store.dir.is_dir():
+            return []
+        inode, cookie = current_inode(), current_cookie()
+        return [j.id for j in self.store.all()
+                if j.state == "applying" and j.belongs_to(inode, cookie)]
+
+    # -- plan → apply → verify → rollback ---------------------------------------------------
+    def plan(self, report: str, side: str) -> Any:
+        """A validated plan from the report's findings for ``side`` (local | peer)."""
+        from collectors.route import local_addresses
+        from tuners.from_report import build_plan, check_capacity, load_report
+        from tuners.plan import host_id
+
+        self.recover()
+        data = load_report(report)
+        check_capacity(data, report)
+        plan = build_plan(data, self.tuners, host_id=host_id(), report_path=Path(report),
+                          side=side, local_addresses=local_addresses())
+        for note in plan.unknown:
+            self.say(f"wanprobe: note: this plan could not know {note}")
+        return plan
+
+    def dry_run(self, plan: Any) -> Any:
+        """The plan prepared against the live values (its changes and skips); nothing changes."""
+        from tuners import plan as plan_mod
+        from tuners import transaction
+
+        for jid in self.interrupted():
+            self.say(f"wanprobe: note: apply {jid} was interrupted here; the next `tune apply "
+                     "--yes`, `rollback` or `status` rolls it back first")
+        return transaction.prepare(plan, self.tuners, host_id=plan_mod.host_id())
+
+    def apply(self, plan: Any, *, persist_dir: Path | None = None, verify: str | None = None,
+              hmac_key: bytes | None = None) -> Applied:
+        """Apply ``plan`` as a transaction (journal first, each value verified, undone on
+        failure); with ``verify`` re-measure the path to that peer (diagnose/verify.py)."""
+        from tuners import plan as plan_mod
+        from tuners import transaction
+
+        self.recover()
+        journal, prep = transaction.apply_plan(plan, self.tuners, self.store,
+                                               host_id=plan_mod.host_id(), persist_dir=persist_dir)
+        return Applied(journal, prep, self.verify(verify, hmac_key))
+
+    def verify(self, peer: str | None, hmac_key: bytes | None = None) -> Any:
+        """The closed loop after an apply (None without a peer, or when it could not measure:
+        the plan is applied and journalled; only the re-measure failed, said in one line)."""
+        if not peer:
+            return None
+        from wanprobe.diagnose.verify import verify_path
+
+        try:
+            return verify_path(peer, hmac_key=hmac_key)
+        except WanprobeError as exc:
+            self.say(f"wanprobe: applied, but --verify could not measure {peer}: {exc}")
+            return None
+
+    def rollback(self, journal_id: str | None, *, force: bool = False) -> Any:
+        from tuners import transaction
+
+        if journal_id:
+            self.store.reported.add(journal_id)  # refused, it is the error line itself
+        self.recover()
+        return transaction.rollback(self.store, self.tuners, journal_id, force=force)
+
+    def restore_script(self, journal_id: str | None, netns: str | None) -> str:
+        """The rollback as shell commands; nothing changes."""
+        from tuners import transaction
+        from tuners.netns import enter_command
+
+        if journal_id:
+            self.store.reported.add(journal_id)
+        j = self.store.load(journal_id) if journal_id else transaction.latest_applied(self.store)
+        return transaction.restore_script(j, self.tuners, enter_command(j.netns_inode, netns))
+
+    def status(self) -> list[dict[str, Any]]:
+        from tuners import transaction
+
+        rows = transaction.status(self.store, self.tuners)
+        self.report_refused()
+        return rows
+
+
+def persist_dir(persist: bool, sysctl_d: str | None) -> Path | None:
+    """Where ``--persist`` writes, refused from a container's namespace without its own
+    directory (it would write the host's /etc/sysctl.d)."""
+    from tuners.netns import is_init_netns
+
+    if not persist:
+        return None
+    chosen = sysctl_d or os.environ.get("WANPROBE_SYSCTL_D")
+    if not chosen and not is_init_netns():
+        raise ConfigError("--persist from a non-init network namespace would write the host's "
+                          "/etc/sysctl.d; pass --sysctl-d for this container's own directory")
+    return Path(chosen or "/etc/sysctl.d")
+
+
+def source_report(plan: Any, out: str, verify: str | None) -> dict:
+    """The report ``plan`` was made from, read and checked before anything changes: it must be
+    the same file (its digest) the plan recorded."""
+    from tuners.plan import report_ref
+    from wanprobe.report.document import load_json
+
+    if not verify:
+        raise UsageError("--report-out needs --verify PEER: it writes the report with the verify")
+    check_output_path(out, "--report-out")
+    ref = plan.source_report or {}
+    if not ref.get("path"):
+        raise ConfigError("--report-out: the plan names no source report (made by hand?)")
+    doc = load_json(ref["path"])
+    if ref.get("sha256_16") and report_ref(Path(ref["path"]), doc)["sha256_16"] != ref["sha256_16"]:
+        raise ConfigError(f"--report-out: the report {clean(str(ref['path']))} changed since the "
+                          "plan was made from it")
+    return doc
+
+
+def write_verified_report(doc: dict, checked: Any, out: str, say: Say) -> None:
+    """The source report with ``measurements.verify`` (diagnose/verify.Verification), validated
+    and written; nothing when the re-measure failed (said in one line)."""
+    from wanprobe.report.document import Report, save
+
+    if checked is None:
+        say(f"wanprobe: --report-out {clean(out)} not written: no verify result")
+        return
+    doc = {**doc, "measurements": {**doc["measurements"], "verify": checked.to_json()}}
+    try:   # as diagnose -o writes reports; a failed write is one line
+        save(Report.from_json(doc), out)
+    except WanprobeError as exc:
+        raise type(exc)(f"applied and verified (see `tune status`), but {exc}") from None
