@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from collectors.host_facts import HostFacts
@@ -115,8 +115,9 @@ class ThroughputMeasured:
 
 @dataclass(frozen=True)
 class PathMeasured:
-    """The probe (``ProbeResult.to_json``: method, ``rtt_ms.min``, ``loss.sent``/``ratio``,
-    DSCP, the latter None when none was sent) and the path capacity diagnose added to it."""
+    """The probe (``ProbeResult.to_json``: method, ``rtt_ms.min``/``p50``/``p99``,
+    ``loss.sent``/``ratio``/``forward_ratio``/``reverse_ratio``, DSCP, the latter None when none
+    was sent) and the path capacity diagnose added to it."""
 
     method: str
     rtt_min_ms: float | None
@@ -124,6 +125,25 @@ class PathMeasured:
     loss_ratio: float | None
     capacity: Capacity | None
     dscp: DscpReport | None
+    rtt_p50_ms: float | None = None
+    rtt_p99_ms: float | None = None
+    loss_forward_ratio: float | None = None
+    loss_reverse_ratio: float | None = None
+    capacity_source: str | None = None   # also when the capacity was not measured: why
+
+
+
+@dataclass(frozen=True)
+class VerifyMeasured:
+    """The closed loop after ``tune apply --verify`` (``Verification.to_json``,
+    diagnose/verify.py): the last test's rate, with and without its ramp-up, its own
+    throughput verdict, what limits the path now and the next step."""
+
+    bits_per_second: float | None
+    bits_per_second_after_omit: float | None
+    verdict: str | None
+    limit: str | None
+    next_step: str | None
 
 
 @dataclass(frozen=True)
@@ -154,6 +174,10 @@ class Measured:
     peer_facts: HostFacts | None = None
     peer_facts_error: str | None = None
     legacy: bool = False
+    # per-stream rate at 1, 2, 4, 8 streams (``--full``): ((streams, bits/s per stream), ...)
+    streams_scan: tuple[tuple[int, float], ...] = ()
+    verify: VerifyMeasured | None = None
+    errors: Mapping[str, str] = field(default_factory=dict)  # part -> why it was not measured
 
     @classmethod
     def from_report(cls, m: Mapping[str, Any] | None) -> Measured:
@@ -170,7 +194,10 @@ class Measured:
                                    if isinstance(f, Mapping)),
             paths_summary=(_section(m, "paths") or {}).get("summary") or None,
             peer_facts=facts_or_none(m.get("peer_facts")),
-            peer_facts_error=errors.get("peer_facts"), legacy="peer_facts" not in m)
+            peer_facts_error=errors.get("peer_facts"), legacy="peer_facts" not in m,
+            streams_scan=_streams_scan(m.get("streams_scan")),
+            verify=_verify(verify) if (verify := _section(m, "verify")) else None,
+            errors={str(k): str(v) for k, v in errors.items()})
 
     @property
     def mss_bytes(self) -> int:
@@ -234,6 +261,10 @@ def _path(path: Mapping[str, Any]) -> PathMeasured:
     return PathMeasured(
         method=str(path.get("method", "stamp")), rtt_min_ms=_num(path, "rtt_ms.min"),
         loss_sent_probes=_num(path, "loss.sent"), loss_ratio=_num(path, "loss.ratio"),
+        rtt_p50_ms=_num(path, "rtt_ms.p50"), rtt_p99_ms=_num(path, "rtt_ms.p99"),
+        loss_forward_ratio=_num(path, "loss.forward_ratio"),
+        loss_reverse_ratio=_num(path, "loss.reverse_ratio"),
+        capacity_source=_text(path.get("capacity_source")),
         capacity=Capacity(cap, str(path.get("capacity_source"))) if cap is not None else None,
         dscp=DscpReport(sent, at_reflector=_int(dscp.get("at_reflector")),
                         returned=_int(dscp.get("returned"))) if sent else None)
@@ -245,3 +276,19 @@ def _mtu(mtu: Mapping[str, Any]) -> MtuMeasured:
         path_mtu_bytes=_num(mtu, "path_mtu"), iface=str(iface) if iface else None,
         iface_mtu_bytes=_num(mtu, "iface_mtu"), search_max_bytes=_num(mtu, "search_max_bytes"),
         icmp_seen=icmp if isinstance(icmp, bool) else None, method=_text(mtu.get("method")))
+
+
+def _streams_scan(rows: Any) -> tuple[tuple[int, float], ...]:
+    """``streams_scan`` rows (services/diagnose.py) with both figures numeric."""
+    rows = rows if isinstance(rows, list) else []
+    return tuple((int(n), per) for r in rows
+                 if (n := _num(r, "streams")) is not None
+                 and (per := _num(r, "per_stream_bits_per_second")) is not None)
+
+
+def _verify(v: Mapping[str, Any]) -> VerifyMeasured:
+    return VerifyMeasured(
+        bits_per_second=_num(v, "bits_per_second"),
+        bits_per_second_after_omit=_num(v, "bits_per_second_after_omit"),
+        verdict=_text(v.get("verdict")), limit=_text(v.get("limit")),
+        next_step=_text(v.get("next_step")))

@@ -80,6 +80,7 @@ def run_point(lab_name: str, *, rtt_ms: float, loss: float, rate_bps: float = 10
     """Oracle, then tuned, on one lab link (see module doc)."""
     from wanprobe.lab import Lab
     from wanprobe.lab.scenario import run_wanprobe_json, set_untuned, start_reflector
+    from wanprobe.report.document import Report
 
     state = Path(tempfile.mkdtemp(prefix="wanprobe-tunecheck-"))
     try:
@@ -105,8 +106,9 @@ def run_point(lab_name: str, *, rtt_ms: float, loss: float, rate_bps: float = 10
                 run_wanprobe_json(end, "tune", "rollback", "--state-dir", str(state))
     finally:
         shutil.rmtree(state, ignore_errors=True)
-    path = report["measurements"].get("path") or {}
-    cap, rtt = path.get("capacity_bits_per_second"), (path.get("rtt_ms") or {}).get("min")
+    path = Report.from_json(report).measured.path
+    cap = path.capacity.bits_per_second if path and path.capacity else None
+    rtt = path.rtt_min_ms if path else None
     return TunePoint(rtt_ms, loss, rate_bps, oracle, tuned, before,
                      int(rmem[2]) if len(rmem) == 3 else None,
                      cap * rtt / 8e3 if cap and rtt else None, cc)

@@ -55,11 +55,11 @@ def _tput_row(name: str, t: ThroughputMeasured | None) -> tuple[str, str]:
 
 
 def summary_rows(report: Report, m: Measured) -> list[tuple[str, str]]:
-    path = report.measurements.get("path") or {}
-    rows = [("RTT min / p50 / p99", " / ".join(_ms(number(path, "rtt_ms", k))
-                                                 for k in ("min", "p50", "p99"))),
-            ("loss round trip / forward / reverse", " / ".join(
-                _pct(number(path, "loss", k)) for k in ("ratio", "forward_ratio", "reverse_ratio"))),
+    p = m.path
+    rows = [("RTT min / p50 / p99", " / ".join(_ms(v) for v in (
+                (p.rtt_min_ms, p.rtt_p50_ms, p.rtt_p99_ms) if p else (None,) * 3))),
+            ("loss round trip / forward / reverse", " / ".join(_pct(v) for v in (
+                (p.loss_ratio, p.loss_forward_ratio, p.loss_reverse_ratio) if p else (None,) * 3))),
             ("path MTU", "-" if m.mtu is None or m.mtu.path_mtu_bytes is None
              else f"{m.mtu.path_mtu_bytes:.0f} bytes"),
             _tput_row("throughput forward", m.throughput),
@@ -125,18 +125,18 @@ def streams_spec(tput: Mapping[str, Any], title: str) -> dict[str, Any] | None:
 
 def verify_spec(report: Report, m: Measured) -> dict[str, Any] | None:
     """Before (the diagnosed forward rate) and after (the verify's rate past its ramp-up)."""
-    after = report.measurements.get("verify")
-    if not isinstance(after, Mapping) or m.throughput is None:
+    after = m.verify
+    if after is None or m.throughput is None:
         return None
     before_bps = m.throughput.bits_per_second
-    after_bps = number(after, "bits_per_second_after_omit") or number(after, "bits_per_second")
+    after_bps = after.bits_per_second_after_omit or after.bits_per_second
     if before_bps is None or after_bps is None:
         return None
     return {"kind": "bars", "title": "Throughput before and after tuning", "y_label": "Mbit/s",
             "labels": ["before", "after"], "values": [before_bps / 1e6, after_bps / 1e6],
             "notes": [f"limited by {m.throughput.verdict or '?'}",
-                      f"limited by {after.get('verdict') or '?'}; next: "
-                      f"{_cut(str(after.get('next_step') or '-'), 200)}"]}
+                      f"limited by {after.verdict or '?'}; next: "
+                      f"{_cut(after.next_step or '-', 200)}"]}
 
 
 def finding_markup(i: int, f: Finding) -> Markup:
@@ -163,7 +163,7 @@ def finding_markup(i: int, f: Finding) -> Markup:
 
 def report_page(report: Report, total_findings: int | None = None) -> Page:
     """The page of one report (validated by ``report.document.load``)."""
-    r, m = report, Measured.from_report(report.measurements)
+    r, m = report, report.measured
     title = f"wanprobe diagnose: {r.host.get('hostname', '?')} → {r.peer.get('address', '?')}"
     page = Page(title)
     page.h(1, title)
@@ -173,8 +173,7 @@ def report_page(report: Report, total_findings: int | None = None) -> Page:
     if r.top is not None:
         page.p(Markup(f"<b>Top finding:</b> {esc(r.top.title)}"))
     page.add(table(["measurement", "value"], summary_rows(r, m)))
-    errors = r.measurements.get("errors") or {}
-    for part, why in list(errors.items())[:20]:
+    for part, why in list(m.errors.items())[:20]:
         page.p(f"not measured: {part}: {_cut(str(why))}", cls="note")
     path = r.measurements.get("path")
     if isinstance(path, Mapping) and (spec := rtt_spec(path)):

@@ -11,13 +11,15 @@ import itertools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from wanprobe.atomic_file import write_error, write_output
 from wanprobe.diagnose.finding import SEVERITIES, Finding, Knob  # noqa: F401 - the one Finding type
+from wanprobe.diagnose.host_inputs import Host
+from wanprobe.diagnose.measured import Measured
 from wanprobe.errors import ConfigError, shown
 from wanprobe.userfiles import read_json
 
@@ -116,6 +118,17 @@ class Report:
                    findings=tuple(Finding.from_json(f) for f in d["findings"]),
                    timestamps=d["timestamps"], plan=d.get("plan"),
                    schema_version=d["schema_version"])
+
+    @cached_property
+    def measured(self) -> Measured:
+        """The measurements, typed once by the one parser (diagnose/measured.py): what every
+        reader of a report's figures takes."""
+        return Measured.from_report(self.measurements)
+
+    @cached_property
+    def local_host(self) -> Host | None:
+        """The diagnosing host, typed (diagnose/host_inputs.py); None without host facts."""
+        return Host.from_report(self.host)
 
     @property
     def top(self) -> Finding | None:

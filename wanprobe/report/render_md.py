@@ -62,25 +62,22 @@ def render_markdown(report: Report, total_findings: int | None = None) -> str:
              f"{_text(r.created_at)}, {_text(r.tool.get('name'))} {_text(r.tool.get('version'))}",
              f"- kernel {_text(host.get('kernel'))}, netns inode {_text(host.get('netns_inode'))}",
              ""]
-    path = (r.measurements or {}).get("path") or {}
-    tput = (r.measurements or {}).get("throughput") or {}
-    if path or tput:
+    m = r.measured
+    if m.path is not None or m.throughput is not None:
         lines += ["| measurement | value |", "|---|---|"]
-        if path.get("rtt_ms"):
-            rtt = path["rtt_ms"]
+        if m.path is not None:
+            p = m.path
             lines.append("| RTT min / p50 / p99 | " + " / ".join(
-                _fmt("rtt_ms", rtt.get(k)) for k in ("min", "p50", "p99")) + " ms |")
-        if path.get("loss"):
-            lines.append(f"| loss | {_fmt('loss_ratio', path['loss'].get('ratio'))} |")
-        if tput.get("bits_per_second") is not None:
-            lb = tput.get("limited_by") or {}
-            lines.append(f"| throughput | {format_rate(tput['bits_per_second'])} "
-                         f"(limited by {_cell(lb.get('verdict', '?'))}) |")
+                _fmt("rtt_ms", v) for v in (p.rtt_min_ms, p.rtt_p50_ms, p.rtt_p99_ms)) + " ms |")
+            lines.append(f"| loss | {_fmt('loss_ratio', p.loss_ratio)} |")
+        t = m.throughput
+        if t is not None and t.bits_per_second is not None:
+            lines.append(f"| throughput | {format_rate(t.bits_per_second)} "
+                         f"(limited by {_cell(t.verdict or '?')}) |")
         lines.append("")
-    errors = (r.measurements or {}).get("errors") or {}
-    for part, why in errors.items():
+    for part, why in m.errors.items():
         lines.append(f"- not measured: **{_text(part)}**: {_cell(why)}")
-    if errors:
+    if m.errors:
         lines.append("")
     total = len(r.findings) if total_findings is None else total_findings
     lines += [f"## Findings ({total})", ""]

@@ -54,23 +54,21 @@ def render_rich(report: Report, console: Console, total_findings: int | None = N
     head = Table.grid(padding=(0, 2))
     head.add_row("peer", _t(r.peer.get("address")), "host", _t(r.host.get("hostname")))
     head.add_row("report", _t(r.id), "created", _t(r.created_at))
-    path = (r.measurements or {}).get("path") or {}
-    tput = (r.measurements or {}).get("throughput") or {}
-    if path.get("rtt_ms"):
-        head.add_row("rtt min/p50/p99 ms", _t(" / ".join(_fmt("rtt_ms", path["rtt_ms"].get(k))
-                                                         for k in ("min", "p50", "p99"))),
-                     "loss", _t((path.get("loss") or {}).get("ratio")))
-    rev = (r.measurements or {}).get("throughput_reverse") or {}
-    for name, t in (("throughput", tput), ("reverse (peer sends)", rev)):
-        if t.get("bits_per_second") is not None:
-            head.add_row(name, format_rate(t["bits_per_second"]),
-                         "limited by", _t((t.get("limited_by") or {}).get("verdict")))
-    if path.get("capacity_source"):
-        cap = path.get("capacity_bits_per_second")
-        head.add_row("path capacity", format_rate(cap) if cap else "unknown",
-                     "from", _t(path["capacity_source"]))
+    m = r.measured
+    if m.path is not None:
+        p = m.path
+        head.add_row("rtt min/p50/p99 ms", _t(" / ".join(_fmt("rtt_ms", v) for v in
+                                                         (p.rtt_min_ms, p.rtt_p50_ms, p.rtt_p99_ms))),
+                     "loss", _t(p.loss_ratio))
+    for name, t in (("throughput", m.throughput), ("reverse (peer sends)", m.throughput_reverse)):
+        if t is not None and t.bits_per_second is not None:
+            head.add_row(name, format_rate(t.bits_per_second), "limited by", _t(t.verdict))
+    if m.path is not None and m.path.capacity_source:
+        cap = m.path.capacity
+        head.add_row("path capacity", format_rate(cap.bits_per_second) if cap else "unknown",
+                     "from", _t(m.path.capacity_source))
     console.print(Panel(head, title="wanprobe diagnose", title_align="left"))
-    for part, why in ((r.measurements or {}).get("errors") or {}).items():
+    for part, why in m.errors.items():
         console.print(_t(f"not measured: {part}: {why}", style="dim"))
     if not r.findings:
         console.print("[green]No problems found.[/]")
