@@ -90,3 +90,27 @@ def test_cli_one_line_each(tmp_path: Path, capsys):
     assert len(err.strip().splitlines()) == 1
     journals = state / "journal"
     assert not journals.exists() or not any(journals.iterdir())  # nothing journalled or set
+
+
+def test_a_slow_nic_is_read_from_the_typed_report() -> None:
+    """R-29: at <= 100 Mbit/s big buffers hurt; the interface is the MTU search's toward the
+    peer, and its speed the host's interface facts (diagnose/host_inputs.py)."""
+    from tuners.from_report import slow_nic
+
+    doc = {"host": {"ifaces": {"eth0": {"speed_mbps": 100}, "eth1": {"speed_mbps": 25000}}},
+           "measurements": {"mtu": {"iface": "eth0"}}}
+    assert "eth0 runs at 100 Mbit/s" in slow_nic(doc)
+    doc["measurements"]["mtu"]["iface"] = "eth1"
+    assert slow_nic(doc) is None
+    assert slow_nic({"host": doc["host"], "measurements": {}}) is None   # no interface known
+
+
+def test_what_a_peer_plan_cannot_know_names_why() -> None:
+    from tuners.from_report import unknown_of
+
+    said = unknown_of({"measurements": {"peer_facts": None,
+                                        "errors": {"peer_facts": "the peer runs wanprobe 0.9"}}},
+                      "peer")
+    assert len(said) == 1 and "(the peer runs wanprobe 0.9)" in said[0]
+    assert unknown_of({"measurements": {}}, "peer") == ()          # 1.0: one host only
+    assert unknown_of({"measurements": {"peer_facts": None}}, "local") == ()

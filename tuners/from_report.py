@@ -15,6 +15,8 @@ from typing import Any
 from tuners.knob import Change, Skip, Tuner
 from tuners.netns import current_inode
 from tuners.plan import Manual, Plan, now_iso, report_ref
+from wanprobe.diagnose.host_inputs import Host
+from wanprobe.diagnose.measured import Measured
 from wanprobe.errors import ConfigError, WanprobeError
 from wanprobe.report.document import load_json
 
@@ -45,13 +47,24 @@ BUFFER_KEYS = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.core.rmem_max", "n
 
 
 def slow_nic(report: Mapping[str, Any]) -> str | None:
-    """R-29 / fasterdata: big-buffer tuning "will actually decrease performance" at ≤ 100 Mbit/s."""
-    host, meas = report.get("host") or {}, report.get("measurements") or {}
-    iface = (meas.get("mtu") or {}).get("iface") or (report.get("peer") or {}).get("iface")
-    speed = ((host.get("ifaces") or {}).get(iface) or {}).get("speed_mbps") if iface else None
-    if isinstance(speed, int | float) and 0 < speed <= 100:
+    """R-29 / fasterdata: big-buffer tuning "will actually decrease performance" at ≤ 100 Mbit/s.
+    The interface toward the peer and its speed come from the typed report (the MTU search's
+    interface, else the peer's; the host's interface facts)."""
+    measured, host = _typed(report)
+    iface = measured.egress_iface or (report.get("peer") or {}).get("iface")
+    link = host.iface(iface) if host is not None else None
+    speed = link.speed_mbps if link is not None else None
+    if speed is not None and 0 < speed <= 100:
         return f"{iface} runs at {speed:g} Mbit/s: buffer tuning hurts hosts at ≤ 100 Mbit/s (ESnet, R-29)"
     return None
+
+
+def _typed(report: Mapping[str, Any]) -> tuple[Measured, Host | None]:
+    """The report's measurements and host through the one parser (diagnose/measured.py,
+    diagnose/host_inputs.py), which tolerates the hand-written and 1.0 reports a plan accepts."""
+    host = report.get("host")
+    return (Measured.from_report(report.get("measurements")),
+            Host.from_report(host if isinstance(host, Mapping) else None))
 
 
 def knob_host(knob: Mapping[str, Any]) -> str | None:
@@ -75,26 +88,26 @@ def host_address(report: Mapping[str, Any], which: str) -> str | None:
         return None  # a host name: the address check is skipped, the host id still applies
 
 
-def check_capacity(report: Mapping[str, Any], path: str | Path | None = None) -> None:
+def check_capacity(report: Mapping[str, Any], path_name: str | Path | None = None) -> None:
     """A 1.1 report with buffer knobs must carry the path capacity they were sized from."""
     if str(report.get("schema_version", "1.0")) in ("1.0",):
         return
     if not any(k["key"] in BUFFER_KEYS for k in knobs_of(report)):
         return
-    meas_path = (report.get("measurements") or {}).get("path") or {}
-    if not meas_path.get("capacity_bits_per_second"):
-        why = meas_path.get("capacity_source") or "no path measurement"
-        raise ConfigError(f"report {path or report.get('id', '')} has no path capacity ({why}): "
+    path = _typed(report)[0].path
+    if path is None or not path.capacity or not path.capacity.bits_per_second:
+        why = (path.capacity_source if path else None) or "no path measurement"
+        raise ConfigError(f"report {path_name or report.get('id', '')} has no path capacity ({why}): "
                           "buffer sizes would be guesses; re-run diagnose with its throughput "
                           "test or --link-rate")
 
 
 def unknown_of(report: Mapping[str, Any], which: str) -> tuple[str, ...]:
     """What a plan for ``which`` could not know because that host sent no facts."""
-    meas = report.get("measurements") or {}
-    if which != "peer" or "peer_facts" not in meas or meas.get("peer_facts"):
+    measured = _typed(report)[0]
+    if which != "peer" or measured.legacy or measured.peer_facts is not None:
         return ()
-    why = (meas.get("errors") or {}).get("peer_facts") or "the peer sent no host facts"
+    why = measured.peer_facts_error or "the peer sent no host facts"
     return (f"the peer's current tcp_rmem, tcp_wmem, tcp_mem, congestion control, MTU and qdisc "
             f"({why}); its values are read and validated when the plan is applied there",)
 
