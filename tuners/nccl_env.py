@@ -73,13 +73,6 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-def _at(d: Any, key: str) -> float | None:
-    """``d[key]`` (a dotted path) when it is a finite number; None when absent or not one."""
-    for part in key.split("."):
-        d = d.get(part) if isinstance(d, dict) else None
-    return _num(d)
-
-
 def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list]:
     """From the report's findings: the training DSCP a dscp knob asks for, whether a finding
     asked for more QPs (ECMP), and the NCCL knobs with their reasons."""
@@ -107,11 +100,12 @@ def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list]:
     return dscp, ecmp, knobs
 
 
-def _link_bps(report: dict[str, Any], path: dict, speed_mbps: float | None) -> float | None:
-    """The rate to size for: the measured (or operator's) path capacity, else the rate a rule
-    sized for (unless it only assumed one), else the egress NIC speed."""
-    cap = _num(path.get("capacity_bits_per_second"))  # services/diagnose.py _capacity
-    if cap and str(path.get("capacity_source", "")).startswith(("udp_burst", "operator")):
+def _link_bps(report: dict[str, Any], path: Any, speed_mbps: float | None) -> float | None:
+    """The rate to size for: the measured (or operator's) path capacity (``path``: the typed
+    ``PathMeasured``), else the rate a rule sized for (unless it only assumed one), else the
+    egress NIC speed."""
+    cap = path.capacity.bits_per_second if path is not None and path.capacity else None
+    if cap and str(path.capacity_source or "").startswith(("udp_burst", "operator")):
         return cap
     for f in report.get("findings") or []:  # rules' evidence: link_rate_bps / link_rate_assumed
         ev = (f or {}).get("evidence") or {}
@@ -132,30 +126,28 @@ def parse_nccl_version(text: str) -> tuple[int, int]:
 
 
 def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
-    """A diagnose report's figures, each under the one key its producer writes: the probe's
-    ``rtt_ms.p99`` and ``loss.ratio`` (probe/result.py), the MTU search's ``iface``
-    (services/diagnose.py), the host dict (diagnose/host_config.py, typed by ``Host.from_report``),
-    the peer's host facts (``HostFacts``), the 1/2/4/8-stream scan (run.measure_streams_scan).
-    Every part is optional."""
-    from wanprobe.diagnose.host_inputs import Host, facts_or_none
+    """A diagnose report's figures, from its typed view (the one parser:
+    ``Measured.from_report`` for the measurements — the probe's p99 RTT and loss, the MTU
+    search's interface, the path capacity, the peer's host facts, the 1/2/4/8-stream scan — and
+    ``Host.from_report`` for this host). Every part is optional."""
+    from wanprobe.diagnose.host_inputs import Host
+    from wanprobe.diagnose.measured import Measured
 
     if not report:
         return PathFacts()
-    meas = report.get("measurements") or {}
-    path = meas.get("path") if isinstance(meas.get("path"), dict) else {}
+    m = Measured.from_report(report.get("measurements"))
+    path = m.path
     host = Host.from_report(report.get("host") if isinstance(report.get("host"), dict) else None)
-    iface = (meas.get("mtu") or {}).get("iface") if isinstance(meas.get("mtu"), dict) else None
+    iface = m.egress_iface
     if not iface and host:
         real = [i.name for i in host.ifaces if i.name != "lo"]
         iface = real[0] if len(real) == 1 else None
     link = host.iface(iface) if host and iface else None
     dscp, ecmp, knobs = _report_knobs(report)
-    peer = facts_or_none(meas.get("peer_facts"))
-    scan = tuple((int(r["streams"]), float(r["per_stream_bits_per_second"]))
-                 for r in meas.get("streams_scan") or []
-                 if isinstance(r, dict) and _num(r.get("streams")) and
-                 _num(r.get("per_stream_bits_per_second")))
-    return PathFacts(iface=iface, rtt_ms=_at(path, "rtt_ms.p99"), loss=_at(path, "loss.ratio"),
+    peer = m.peer_facts
+    scan = tuple((n, per) for n, per in m.streams_scan if n and per)
+    return PathFacts(iface=iface, rtt_ms=path.rtt_p99_ms if path else None,
+                     loss=path.loss_ratio if path else None,
                      link_bps=_link_bps(report, path, link.speed_mbps if link else None),
                      peer_tcp_rmem_max=peer.tcp_rmem_bytes[2] if peer and peer.tcp_rmem_bytes else None,
                      peer_tcp_wmem_max=peer.tcp_wmem_bytes[2] if peer and peer.tcp_wmem_bytes else None,
