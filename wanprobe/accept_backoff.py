@@ -9,17 +9,20 @@ and Go's net/http (exponential backoff from 5 ms to 1 s on a temporary accept er
 
 ``connection_cap(configured)`` bounds a listener's concurrent connections by the fd limit too,
 so one listener's flood cannot take the descriptors the others (``/metrics``) need.
+``listen_tcp`` opens a listener's socket and ``cancel_and_wait`` shuts down the tasks serving
+it, the same for the throughput server and the daemon's HTTP listener.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import resource
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 FIRST_WAIT_S, MAX_WAIT_S = 0.05, 2.0
@@ -79,3 +82,33 @@ async def accept(lsock: socket.socket, backoff: AcceptBackoff) -> tuple[socket.s
             continue
         backoff.ok()
         return conn
+
+
+def listen_tcp(host: str, port: int, backlog: int) -> socket.socket:
+    """A non-blocking socket listening on TCP ``host:port`` (port 0: a free one), on the first
+    address ``getaddrinfo`` gives, with SO_REUSEADDR (socket(7): a restarted server binds while
+    its old connections sit in TIME_WAIT). Raises OSError (``socket.gaierror`` for a name that
+    does not resolve), the socket closed."""
+    family, _, _, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                               flags=socket.AI_PASSIVE)[0]
+    lsock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lsock.bind(addr)
+        lsock.listen(backlog)
+        lsock.setblocking(False)
+    except OSError:
+        lsock.close()
+        raise
+    return lsock
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task | None]) -> None:
+    """Cancel each task (None: none there), then wait for each to end; what one raised on its
+    way out is dropped: it is being shut down."""
+    tasks = [t for t in tasks if t is not None]
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

@@ -30,7 +30,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from wanprobe.accept_backoff import AcceptBackoff, accept, connection_cap
+from wanprobe.accept_backoff import (
+    AcceptBackoff,
+    accept,
+    cancel_and_wait,
+    connection_cap,
+    listen_tcp,
+)
 
 CHUNK_BYTES = 256 * 1024
 SNDBUF_BYTES = 256 * 1024  # socket(7) SO_SNDBUF: the kernel may queue this much for a client
@@ -108,31 +114,13 @@ class BoundedHttpServer:
         return {"active": self.active, **self.counts}
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
-        info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, _, _, _, addr = info[0]
-        lsock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            lsock.bind(addr)
-            lsock.listen(128)
-            lsock.setblocking(False)
-        except OSError:
-            lsock.close()
-            raise
-        self._lsock = lsock
+        lsock = self._lsock = listen_tcp(host, port, 128)
         self._accept_task = asyncio.get_running_loop().create_task(self._accept_loop())
         return lsock.getsockname()[:2]
 
     async def close(self) -> None:
-        if self._accept_task is not None:
-            self._accept_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._accept_task
-        for t in list(self._tasks):
-            t.cancel()
-        for t in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait([self._accept_task])
+        await cancel_and_wait(list(self._tasks))
         if self._lsock is not None:
             self._lsock.close()
             self._lsock = None

@@ -33,7 +33,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from wanprobe.accept_backoff import AcceptBackoff, accept, connection_cap
+from wanprobe.accept_backoff import (
+    AcceptBackoff,
+    accept,
+    cancel_and_wait,
+    connection_cap,
+    listen_tcp,
+)
 from wanprobe.errors import ProbeError, WanprobeError
 from wanprobe.probe.access import AllowList, DscpPolicy
 from wanprobe.throughput import host_facts_op
@@ -123,25 +129,13 @@ class ThroughputServer:
         """Listen on TCP ``host:port`` (and UDP when ``udp``); port 0 picks a free one."""
         loop = asyncio.get_running_loop()
         try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
+            lsock = self._lsock = listen_tcp(host, port, 256)
         except OSError as exc:
             raise ProbeError(f"cannot listen on TCP {host}:{port}: {exc.strerror or exc}") from None
-        family, _, _, _, addr = infos[0]
-        lsock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            lsock.bind(addr)
-            lsock.listen(256)
-        except OSError as exc:
-            lsock.close()
-            raise ProbeError(f"cannot listen on TCP {host}:{port}: {exc.strerror or exc}") from None
-        lsock.setblocking(False)
-        self._lsock = lsock
         self.port = lsock.getsockname()[1]
-        if udp:
-            usock = socket.socket(family, socket.SOCK_DGRAM)
-            usock.bind((addr[0], self.port, *addr[2:]))
+        if udp:  # the same address and port (and IPv6 scope) as the TCP listener
+            usock = socket.socket(lsock.family, socket.SOCK_DGRAM)
+            usock.bind(lsock.getsockname())
             usock.setblocking(False)
             self._usock = usock
             loop.add_reader(usock.fileno(), self._on_udp_readable)
@@ -152,15 +146,8 @@ class ThroughputServer:
         loop = asyncio.get_running_loop()
         for test in list(self._tests.values()):
             test.abort.set()
-        if self._accept_task:
-            self._accept_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._accept_task
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait([self._accept_task])
+        await cancel_and_wait(list(self._tasks))
         if self._usock is not None:
             loop.remove_reader(self._usock.fileno())
             self._usock.close()
