@@ -13,16 +13,16 @@ Usage: python bench/collect_speed.py [-n 50]
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common import parser, timed  # noqa: E402  (bench/ is on sys.path as a script)
 
 from collectors.snapshot import Collector, collect  # noqa: E402
 
@@ -31,11 +31,7 @@ TARGET_MS = 50.0
 
 def median_ms(fn, n: int) -> tuple[float, float, float]:
     fn()  # warm up (imports, first socket)
-    xs = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        xs.append((time.perf_counter() - t) * 1e3)
+    xs = [s * 1e3 for s in timed(fn, n)[0]]
     return statistics.median(xs), min(xs), max(xs)
 
 
@@ -49,9 +45,8 @@ def shell_equivalent() -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("-n", type=int, default=50, help="runs per measurement (median reported)")
-    n = ap.parse_args().n
+    n = parser(__doc__, ("-n", 50, "runs per measurement (median reported)"),
+               first_line=True).parse_args().n
     snap = collect()
     counters = sum(len(cs.values) for cs in snap.counter_sets().values())
     print(f"host: {len(snap.netdevs)} netdevs, {len(snap.rdma)} RDMA devices, "

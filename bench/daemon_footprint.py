@@ -30,6 +30,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from common import lacks_root, parser
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -63,21 +65,17 @@ def measure(pid: int, seconds: float) -> tuple[float, float, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peers", type=int, nargs="+", default=[200, 1000],
-                    help="peer counts to measure, one run each")
-    ap.add_argument("--seconds", type=float, default=30.0)
-    ap.add_argument("--warmup", type=float, default=25.0,
-                    help="seconds before measuring: every peer has completed a session by then")
-    ap.add_argument("--interval", type=float, default=10.0,
-                    help="seconds per probe session (summary row, metrics update)")
-    ap.add_argument("--count", type=int, default=10,
-                    help="STAMP packets per session, spread evenly: count/interval = probes/s per peer")
+    ap = parser(__doc__, ("--peers", [200, 1000], "peer counts to measure, one run each"),
+                ("--seconds", 30.0),
+                ("--warmup", 25.0,
+                 "seconds before measuring: every peer has completed a session by then"),
+                ("--interval", 10.0, "seconds per probe session (summary row, metrics update)"),
+                ("--count", 10,
+                 "STAMP packets per session, spread evenly: count/interval = probes/s per peer"))
     ap.add_argument("--profile", metavar="PATH",
                     help="run the daemon under cProfile and write its stats here (slows it)")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("needs root (network namespace)", file=sys.stderr)
+    if lacks_root():
         return 2
     rc = 0
     for n in args.peers:

@@ -16,9 +16,7 @@ Prometheus default scrape_timeout (10 s), the daemon's peak RSS (VmHWM) against 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 import shutil
 import socket
@@ -28,6 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # a sibling, also when loaded by a test
+from common import lacks_root, parser, span  # noqa: E402
 from daemon_footprint import addresses, peer_namespace  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -192,32 +191,33 @@ def warm_up(ns: list[str], daemon: subprocess.Popen, limit_s: float) -> dict:
     return last
 
 
+def report(r: dict, seconds: float) -> None:
+    """Print the figures ``run`` returned, its clients not reading held for ``seconds``."""
+    print(f"mesh of {r['mesh_hosts']} hosts: probing {r['peers']} peers; /metrics "
+          f"{r['series']:,} series, {r['metrics_bytes'] / 2**20:.1f} MiB, scrapes "
+          f"{span(r['scrape_s'])} s (timeout {SCRAPE_TIMEOUT_S:g} s) with {r['scrapers']} "
+          f"clients not reading")
+    print(f"  RSS {r['rss_before_mib']:.0f} MiB before, peak {r['hwm_mib']:.0f} MiB (VmHWM), "
+          f"{r['rss_after_mib']:.0f} MiB after; MemoryMax {r['memory_max_mib']:.0f} MiB "
+          f"({r['hwm_mib'] / r['memory_max_mib']:.2f}x)")
+    print(f"  budget lines logged: {len(r['budget_lines'])}; warm-up {r['warmup']}; "
+          f"failed scrapes: {r['scrape_errors'] or 'none'}; connections of the clients not "
+          f"reading still held after {seconds:g} s: {len(r['held_connections'])}")
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mesh", type=int, nargs="+", default=[1200],
-                    help="hosts in the one-site mesh file (the daemon's included), one run each")
-    ap.add_argument("--scrapers", type=int, default=5, help="clients that never read")
-    ap.add_argument("--seconds", type=float, default=10.0)
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("needs root (network namespace)", file=sys.stderr)
+    args = parser(__doc__,
+                  ("--mesh", [1200],
+                   "hosts in the one-site mesh file (the daemon's included), one run each"),
+                  ("--scrapers", 5, "clients that never read"), ("--seconds", 10.0)).parse_args()
+    if lacks_root():
         return 2
     if shutil.which("ip") is None:
         print("needs iproute2", file=sys.stderr)
         return 2
     socket.setdefaulttimeout(30)
     for n in args.mesh:
-        r = run(n, scrapers=args.scrapers, seconds=args.seconds)
-        print(f"mesh of {n} hosts: probing {r['peers']} peers; /metrics {r['series']:,} series, "
-              f"{r['metrics_bytes'] / 2**20:.1f} MiB, scrapes {min(r['scrape_s']):.2f}-"
-              f"{max(r['scrape_s']):.2f} s (timeout {SCRAPE_TIMEOUT_S:g} s) with "
-              f"{r['scrapers']} clients not reading")
-        print(f"  RSS {r['rss_before_mib']:.0f} MiB before, peak {r['hwm_mib']:.0f} MiB (VmHWM), "
-              f"{r['rss_after_mib']:.0f} MiB after; MemoryMax {r['memory_max_mib']:.0f} MiB "
-              f"({r['hwm_mib'] / r['memory_max_mib']:.2f}x)")
-        print(f"  budget lines logged: {len(r['budget_lines'])}; warm-up {r['warmup']}; "
-              f"failed scrapes: {r['scrape_errors'] or 'none'}; connections of the clients not "
-              f"reading still held after {args.seconds:g} s: {len(r['held_connections'])}")
+        report(run(n, scrapers=args.scrapers, seconds=args.seconds), args.seconds)
     return 0
 
 

@@ -13,10 +13,11 @@ against the full mesh (every host probes every other).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections import Counter
+
+from common import parser
 
 from wanprobe.daemon.mesh import parse_mesh, select_peers
 from wanprobe.daemon.metrics import series_per_host
@@ -31,31 +32,34 @@ def build(hosts: int, sites: int, reps: int):
                        "sites": {s: {"hosts": h} for s, h in per_site.items()}})
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hosts", type=int, default=2000)
-    ap.add_argument("--sites", type=int, default=8)
-    ap.add_argument("--representatives", type=int, default=2)
-    args = ap.parse_args()
-    mesh = build(args.hosts, args.sites, args.representatives)
+def per_host(mesh) -> tuple[list[int], list[int]]:
+    """Per host of ``mesh``: the peers it probes, and the hosts of other sites that probe it."""
     counts, inbound_remote = [], Counter()
     for me in mesh.hosts:
         peers = select_peers(mesh, me)
         counts.append(len(peers))
         inbound_remote.update(p.name for p in peers if p.site != me.site)
-    full = args.hosts - 1
-    mean = statistics.mean(counts)
-    remote = [inbound_remote.get(h.name, 0) for h in mesh.hosts]
+    return counts, [inbound_remote.get(h.name, 0) for h in mesh.hosts]
+
+
+def min_mean_max(values: list[int]) -> str:
+    return f"min {min(values)}, mean {statistics.mean(values):.1f}, max {max(values)}"
+
+
+def main() -> int:
+    args = parser(__doc__, ("--hosts", 2000), ("--sites", 8), ("--representatives", 2)).parse_args()
+    counts, remote = per_host(build(args.hosts, args.sites, args.representatives))
+    full, mean, site_hosts = args.hosts - 1, statistics.mean(counts), args.hosts // args.sites
     print(f"{args.hosts} hosts in {args.sites} sites, {args.representatives} representatives "
           f"per remote site (wanprobe.daemon.mesh.select_peers):")
-    print(f"  targets per host: min {min(counts)}, mean {mean:.1f}, max {max(counts)}   "
-          f"full mesh: {full}   ratio {mean / full:.3f}")
+    print(f"  targets per host: {min_mean_max(counts)}   full mesh: {full}   "
+          f"ratio {mean / full:.3f}")
     print(f"  directed pairs: {sum(counts):,} vs full mesh {args.hosts * full:,}")
-    print(f"  cross-site probes received per host: min {min(remote)}, "
-          f"mean {statistics.mean(remote):.1f}, max {max(remote)} (rotation spreads the load)")
+    print(f"  cross-site probes received per host: {min_mean_max(remote)} "
+          f"(rotation spreads the load)")
     print(f"  series per host (1 method): {series_per_host(max(counts)):,} vs full mesh "
-          f"{series_per_host(full):,}; per site Prometheus "
-          f"({args.hosts // args.sites} hosts): {args.hosts // args.sites * series_per_host(round(mean)):,}")
+          f"{series_per_host(full):,}; per site Prometheus ({site_hosts} hosts): "
+          f"{site_hosts * series_per_host(round(mean)):,}")
     return 0
 
 

@@ -12,12 +12,13 @@ Run as root: ``python bench/owd_accuracy.py [--runs 5] [--count 200] [--json]``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import select
 import subprocess
 import sys
+
+from common import parser, span
 
 from wanprobe.lab import Lab, measure, netns
 
@@ -36,13 +37,10 @@ def one_run(lab: Lab, count: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--count", type=int, default=200, help="probes (and pings) per run, 10 ms apart")
-    ap.add_argument("--delay-ab-ms", type=float, default=10.0)
-    ap.add_argument("--delay-ba-ms", type=float, default=50.0)
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
+    args = parser(__doc__, ("--runs", 5),
+                  ("--count", 200, "probes (and pings) per run, 10 ms apart"),
+                  ("--delay-ab-ms", 10.0), ("--delay-ba-ms", 50.0), ("--json", False),
+                  first_line=True).parse_args()
 
     with Lab(name=f"bench{os.getpid()}", delay_ab_ms=args.delay_ab_ms,
              delay_ba_ms=args.delay_ba_ms) as lab:
@@ -68,9 +66,9 @@ def main() -> int:
             print(f"forward p50 {r['forward_p50_ms']:.3f} ms, reverse p50 {r['reverse_p50_ms']:.3f} "
                   f"ms, ping RTT p50 {r['ping_p50_ms']:.3f} ms, bound {r['bound_ms']} "
                   f"({r['clock_source']})")
-        print(f"over {len(runs)} runs: forward error {min(fwd_err):+.3f}..{max(fwd_err):+.3f} ms, "
-              f"reverse error {min(rev_err):+.3f}..{max(rev_err):+.3f} ms (target ±{TARGET_MS} "
-              f"ms); forward + reverse - ping {min(vs_ping):+.3f}..{max(vs_ping):+.3f} ms")
+        print(f"over {len(runs)} runs: forward error {span(fwd_err, '+.3f', '..')} ms, "
+              f"reverse error {span(rev_err, '+.3f', '..')} ms (target ±{TARGET_MS} ms); "
+              f"forward + reverse - ping {span(vs_ping, '+.3f', '..')} ms")
     ok = max(map(abs, fwd_err + rev_err)) <= TARGET_MS
     return 0 if ok else 1
 

@@ -17,7 +17,6 @@ Usage (root): python3 bench/paths_cost.py [--flows 16] [--count 200] [--interval
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -28,6 +27,9 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench/, also loaded by a test
+
+from common import parser  # noqa: E402
 
 from wanprobe.lab.multipath import MultipathLab  # noqa: E402
 from wanprobe.lab.settings import LinkSettings  # noqa: E402
@@ -45,12 +47,8 @@ def cpu_of(lab, argv: list[str]) -> tuple[float, dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--flows", type=int, default=16)
-    ap.add_argument("--count", type=int, default=200)
-    ap.add_argument("--interval", type=float, default=0.1)
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+    args = parser(__doc__, ("--flows", 16), ("--count", 200), ("--interval", 0.1),
+                  ("--rounds", 3), first_line=True).parse_args()
     f, c, i = args.flows, args.count, args.interval
     lab = MultipathLab(f"bench{os.getpid()}", [LinkSettings(rtt_ms=20) for _ in range(4)])
     ratios = []

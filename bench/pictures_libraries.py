@@ -22,14 +22,14 @@ chosen one (docs/pictures.md).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import io
 import math
 import re
 import sys
-import time
 from collections.abc import Callable
+
+from common import parser, span, timed
 
 POINTS = 288
 EVENT_AT = (60, 140, 200, 250)
@@ -143,34 +143,27 @@ CANDIDATES: dict[str, tuple[str, Callable[[int], str]]] = {
 }
 
 
-def timed_ms(fn: Callable[[int], str], n: int, runs: int) -> tuple[float, float, str]:
-    times, page = [], ""
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        page = fn(n)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return min(times), max(times), page
+def row(name: str, module: str, fn: Callable[[int], str], runs: int) -> str:
+    """The table's row of one candidate: page weights, foreign references, build times."""
+    version = getattr(__import__(module), "__version__", "?")
+    fn(1)  # imports and first-use caches out of the timing
+    s1, one = timed(lambda: fn(1), runs)
+    s12, twelve = timed(lambda: fn(12), runs)
+    return (f"{name:22} {version:9} {len(one.encode()) / 1024:11.0f} "
+            f"{len(twelve.encode()) / 1024:13.0f} {len(FOREIGN.findall(twelve)):12d} "
+            f"{span((s * 1e3 for s in s1), '6.0f', hi_fmt='<6.0f')} "
+            f"{span((s * 1e3 for s in s12), '7.0f', hi_fmt='<6.0f')}")
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--runs", type=int, default=5)
-    args = ap.parse_args()
+    args = parser(__doc__, ("--runs", 5)).parse_args()
     print(f"one RTT band: {POINTS} points x 3 series, loss marks, {len(EVENT_AT)} events; "
           f"{args.runs} runs each, range min-max")
     print(f"{'library':22} {'version':9} {'1 chart KiB':>11} {'12 charts KiB':>13} "
           f"{'foreign refs':>12} {'1 chart ms':>13} {'12 charts ms':>14}")
     for name, (module, fn) in CANDIDATES.items():
-        if importlib.util.find_spec(module) is None:
-            print(f"{name:22} not installed")
-            continue
-        version = getattr(__import__(module), "__version__", "?")
-        fn(1)  # imports and first-use caches out of the timing
-        lo1, hi1, one = timed_ms(fn, 1, args.runs)
-        lo12, hi12, twelve = timed_ms(fn, 12, args.runs)
-        print(f"{name:22} {version:9} {len(one.encode()) / 1024:11.0f} "
-              f"{len(twelve.encode()) / 1024:13.0f} {len(FOREIGN.findall(twelve)):12d} "
-              f"{lo1:6.0f}-{hi1:<6.0f} {lo12:7.0f}-{hi12:<6.0f}")
+        installed = importlib.util.find_spec(module) is not None
+        print(row(name, module, fn, args.runs) if installed else f"{name:22} not installed")
     return 0
 
 

@@ -13,7 +13,6 @@ percentiles of both phases and the render times; repeat ``--runs`` times for ran
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import shutil
 import sys
@@ -23,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import parser  # noqa: E402
 from pictures_page import addresses, fill_history  # noqa: E402 - the same history
 
 
@@ -96,11 +96,7 @@ async def one_run(state_dir: Path, n: int, seconds: float) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peers", type=int, default=1000)
-    ap.add_argument("--seconds", type=float, default=15.0)
-    ap.add_argument("--runs", type=int, default=3)
-    args = ap.parse_args()
+    args = parser(__doc__, ("--peers", 1000), ("--seconds", 15.0), ("--runs", 3)).parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="wanprobe-lag-"))
     try:
         template = tmp / "template.sqlite3"

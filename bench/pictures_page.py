@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import socket
@@ -41,6 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import lacks_root, parser  # noqa: E402
 from daemon_footprint import addresses, cpu_s, peer_namespace  # noqa: E402 - the same setup
 
 PORT = 9862
@@ -249,13 +249,9 @@ timeout = "1s"
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peers", type=int, default=1000)
-    ap.add_argument("--seconds", type=float, default=30.0, help="length of each phase")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--warmup", type=float, default=25.0)
-    ap.add_argument("--history-hours", type=float, default=24.0)
-    ap.add_argument("--history-step", type=float, default=60.0)
+    ap = parser(__doc__, ("--peers", 1000), ("--seconds", 30.0, "length of each phase"),
+                ("--rounds", 3), ("--warmup", 25.0), ("--history-hours", 24.0),
+                ("--history-step", 60.0))
     ap.add_argument("--client", choices=("ttfb", "healthz", "http", "viewer"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.client == "ttfb":
@@ -270,8 +266,7 @@ def main() -> int:
     if args.client == "viewer":
         print(json.dumps(client_viewer(args.seconds)))
         return 0
-    if os.geteuid() != 0:
-        print("needs root (network namespace)", file=sys.stderr)
+    if lacks_root():
         return 2
     return run(args)
 

@@ -17,7 +17,6 @@ drops (nstat UdpRcvbufErrors): where replies were lost when the probe rate was t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -25,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import lacks_root, parser, span
 
 
 def sh(*argv: str, **kw) -> subprocess.CompletedProcess:
@@ -68,14 +69,9 @@ def fping(near: str, targets: list[str], count: int) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hosts", type=int, default=64)
-    ap.add_argument("--silent", type=int, default=8)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--count", type=int, default=200)
-    args = ap.parse_args()
-    if os.geteuid() != 0:
-        print("needs root (network namespaces)", file=sys.stderr)
+    args = parser(__doc__, ("--hosts", 64), ("--silent", 8), ("--runs", 3),
+                  ("--count", 200)).parse_args()
+    if lacks_root("network namespaces"):
         return 2
     near, far = f"wppfa{os.getpid()}", f"wppfb{os.getpid()}"
     tmp = Path(tempfile.mkdtemp(prefix="wanprobe-preflight-"))
@@ -108,10 +104,9 @@ def main() -> int:
         for label, (runs, fp, nogo) in rows.items():
             el = [r[0] for r in runs]
             wall = [r[1] for r in runs]
-            print(f"  {label:>10}: elapsed {min(el):.2f}-{max(el):.2f} s (process "
-                  f"{min(wall):.2f}-{max(wall):.2f} s), {nogo} no-go; fping same targets/count "
-                  f"{min(fp):.2f}-{max(fp):.2f} s; preflight/fping "
-                  f"{min(el) / max(fp):.2f}-{max(el) / min(fp):.2f}x")
+            print(f"  {label:>10}: elapsed {span(el)} s (process {span(wall)} s), {nogo} no-go; "
+                  f"fping same targets/count {span(fp)} s; preflight/fping "
+                  f"{span([min(el) / max(fp), max(el) / min(fp)])}x")
         return 0
     finally:
         if reflector is not None:

@@ -15,7 +15,6 @@ Creates and always deletes its own namespaces (prefix ``wpsend``); touches nothi
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import socket
@@ -23,6 +22,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from common import parser, span
 
 from wanprobe.lab.netns import entered
 
@@ -117,11 +118,22 @@ def one_round(ns_a: str, ns_b: str, method: str, duration_s: float) -> tuple[flo
     return gbit / secs, cpu_s / gbit if gbit else float("inf")
 
 
+def report(results: dict[str, list[tuple[float, float]]], duration_s: float) -> None:
+    """Per method: median and range of Gbit/s and of CPU s/Gbit over its rounds."""
+    print(f"{'method':10} {'Gbit/s median':>14} {'range':>12} {'CPU s/Gbit median':>18} "
+          f"{'range':>14}")
+    for method in METHODS:
+        rates = [r for r, _ in results[method]]
+        cpus = [c for _, c in results[method]]
+        print(f"{method:10} {statistics.median(rates):14.2f} {span(rates, '5.2f', hi_fmt='<6.2f')}"
+              f" {statistics.median(cpus):18.4f} {span(cpus, '6.4f', hi_fmt='<7.4f')}")
+    print(f"({len(results[METHODS[0]])} rounds of {duration_s:g} s, one stream, "
+          f"{SEND_BYTES >> 10} KiB per call, order rotating; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--duration", type=float, default=2.0)
-    args = parser.parse_args()
+    args = parser(__doc__, ("--rounds", 5), ("--duration", 2.0), first_line=True).parse_args()
     a, b = f"wpsend{os.getpid()}a", f"wpsend{os.getpid()}b"
     results: dict[str, list[tuple[float, float]]] = {m: [] for m in METHODS}
     try:
@@ -140,16 +152,7 @@ def main() -> int:
     finally:
         for ns in (a, b):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-    print(f"{'method':10} {'Gbit/s median':>14} {'range':>12} {'CPU s/Gbit median':>18} "
-          f"{'range':>14}")
-    for method in METHODS:
-        rates = [r for r, _ in results[method]]
-        cpus = [c for _, c in results[method]]
-        print(f"{method:10} {statistics.median(rates):14.2f} {min(rates):5.2f}-{max(rates):<6.2f}"
-              f" {statistics.median(cpus):18.4f} {min(cpus):6.4f}-{max(cpus):<7.4f}")
-    print(f"({args.rounds} rounds of {args.duration:g} s, one stream, {SEND_BYTES >> 10} KiB "
-          f"per call, order rotating; load average {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} CPUs)")
+    report(results, args.duration)
     return 0
 
 

@@ -21,7 +21,6 @@ the recorded ones with the look-back / rule interval only.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from mesh_targets import build  # noqa: E402  (bench/ is on sys.path when run as a script)
+from common import parser, span, timed  # noqa: E402  (bench/ is on sys.path as a script)
+from mesh_targets import build  # noqa: E402
 from windows_history import (  # noqa: E402
     HostPair,
     Shape,
@@ -53,27 +53,24 @@ def site_pair_hosts(hosts: int, sites: int, reps: int) -> list[HostPair]:
 
 
 def measure(url: str, series: str, days: float, runs: int) -> tuple[list[float], list[dict]]:
-    times, costs = [], []
-    for _ in range(runs):
-        costs = []
-        t0 = time.perf_counter()
-        profile = prometheus_profile(url, "site0", "site1", lookback_s=days * 86400,
-                                     series=series, costs=costs)
-        times.append(time.perf_counter() - t0)
-        assert profile.source["series"] == series
-    return times, costs
+    """Seconds of each of ``runs`` profiles, and the per-query costs of the last one."""
+    def profile() -> list[dict]:
+        costs: list[dict] = []
+        got = prometheus_profile(url, "site0", "site1", lookback_s=days * 86400, series=series,
+                                 costs=costs)
+        assert got.source["series"] == series
+        return costs
+
+    times, costs = timed(profile, runs)
+    return times, costs or []
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--hosts", type=int, default=2000)
-    ap.add_argument("--sites", type=int, default=8)
-    ap.add_argument("--representatives", type=int, default=2)
-    ap.add_argument("--days", type=float, default=14.0)
-    ap.add_argument("--scrape", type=float, default=240.0,
-                    help="scrape (and session) interval, s; under the 5 min look-back delta")
-    ap.add_argument("--rule-interval", type=float, default=90.0)
-    ap.add_argument("--runs", type=int, default=3)
+    ap = parser(__doc__, ("--hosts", 2000), ("--sites", 8), ("--representatives", 2),
+                ("--days", 14.0),
+                ("--scrape", 240.0,
+                 "scrape (and session) interval, s; under the 5 min look-back delta"),
+                ("--rule-interval", 90.0), ("--runs", 3))
     ap.add_argument("--host-pairs", type=int, default=None, help="use only this many")
     args = ap.parse_args()
     pairs = site_pair_hosts(args.hosts, args.sites, args.representatives)
@@ -93,7 +90,7 @@ def main() -> int:
             for series in ("raw", "recorded"):
                 times, costs = measure(url, series, args.days, args.runs)
                 samples = sum(c["samples"] or 0 for c in costs)
-                print(f"{series:>8}: {min(times):.2f}-{max(times):.2f} s per profile "
+                print(f"{series:>8}: {span(times)} s per profile "
                       f"(median {statistics.median(times):.2f}, {args.runs} runs), "
                       f"{samples:,} samples")
                 for c in costs:
