@@ -13,7 +13,7 @@ from conftest import FIXTURE_TREES
 from collectors.rates import rates
 from collectors.snapshot import collect
 from wanprobe.diagnose.rules_fabric import COUNTER_RULES as RULES
-from wanprobe.diagnose.rules_fabric import evaluate
+from wanprobe.services.counters import findings_of as evaluate
 
 _spec = importlib.util.spec_from_file_location(
     "mlx5_tree", Path(__file__).parent / "fixtures" / "collectors" / "mlx5_tree.py")

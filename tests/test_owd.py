@@ -215,7 +215,8 @@ def owd_sessions(rng, n, *, fwd_queue=0.0, rev_queue=0.0, count=20):
 @pytest.mark.parametrize("fwd_q,rev_q,want", [(0, 15, "reverse"), (15, 0, "forward"),
                                               (15, 15, "both")])
 def test_path_watch_names_the_direction_of_the_queue(seed, fwd_q, rev_q, want):
-    from wanprobe.diagnose.path_findings import path_finding
+    from wanprobe.diagnose.context import Context, PathChange
+    from wanprobe.diagnose.engine import first
     from wanprobe.diagnose.path_watch import PathWatch
 
     rng = random.Random(seed)
@@ -226,7 +227,7 @@ def test_path_watch_names_the_direction_of_the_queue(seed, fwd_q, rev_q, want):
     assert [e.event for e in events] == ["queueing"]
     ev = events[0]
     assert ev.direction == want
-    finding = path_finding("p", "198.18.0.2", ev)
+    finding = first(Context(path_event=PathChange("p", "198.18.0.2", ev)))
     assert finding.evidence["direction"] == want
     assert {"forward": "way to p", "reverse": "way back from p", "both": "both"}[want] \
         in finding.title

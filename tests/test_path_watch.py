@@ -8,8 +8,15 @@ import random
 import pytest
 
 from wanprobe.daemon.metrics import DaemonMetrics
-from wanprobe.diagnose.path_findings import path_finding, step_impact
+from wanprobe.diagnose.context import Context, PathChange
+from wanprobe.diagnose.engine import first
+from wanprobe.diagnose.path_findings import step_impact
 from wanprobe.diagnose.path_watch import PathEvent, PathWatch
+
+
+def path_finding(peer, address, ev, **beside):
+    """The daemon's call: the engine's first answer on a path event."""
+    return first(Context(path_event=PathChange(peer, address, ev, **beside)))
 
 
 def sessions(rng, floor_ms, n, *, queue_ms=0.0, jitter_ms=0.05, count=20):

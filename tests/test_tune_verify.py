@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from wanprobe.diagnose.context import Context, VerifyRun
+from wanprobe.diagnose.engine import first
 from wanprobe.diagnose.verify import judge, rate_after_omit_bps, verify_loop
-from wanprobe.diagnose.verify_limit import classify, evidence_of
+from wanprobe.diagnose.verify_limit import evidence_of, limit_of
 
 CAP = 100e6
 
@@ -87,10 +89,11 @@ def test_below_the_capacity_the_limit_is_named_from_the_evidence(kwargs, limit, 
     r = result([30, 65, 66, 64], **kwargs)
     v = judge(r, 1.0, capacity_bps=CAP, capacity_source="udp_burst")
     assert (v.limit, not v.path_full) == (limit, True), v
-    found = classify(evidence_of(r, 1.0), rate_bps=v.bits_per_second_after_omit,
-                     capacity_bps=CAP)
-    assert found.cause == cause and found.evidence["share_of_capacity"] < 0.9
-    assert v.next_step == found.next_step and v.summary
+    found = first(Context(verify=VerifyRun(evidence_of(r, 1.0), v.bits_per_second_after_omit,
+                                           CAP)))
+    assert found.id == f"verify.{cause}" and limit_of(found) == limit
+    assert found.evidence["share_of_capacity"] < 0.9
+    assert v.next_step == found.recommendation and v.summary
 
 
 def test_below_90_percent_the_loop_measures_again_longer_and_judges_that():

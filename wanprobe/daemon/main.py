@@ -33,9 +33,9 @@ from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, r
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.state_dir import check_state_dir
 from wanprobe.daemon.store import Flusher, ProbeRow, Store, StoreError
-from wanprobe.diagnose.path_findings import path_finding
+from wanprobe.diagnose.context import Context, PathChange, Trend
+from wanprobe.diagnose.engine import first
 from wanprobe.diagnose.path_watch import PathEvent, PathWatch, one_way_spreads
-from wanprobe.diagnose.regressions import regression_finding
 from wanprobe.errors import ConfigError, WanprobeError
 from wanprobe.pictures.routes import DaemonPages
 from wanprobe.report.regression import regression_report
@@ -299,8 +299,11 @@ class Daemon:
             return
         now = time.time()
         before, after = flow_probe.hop_lists(peer.name) if peer.flows > 1 else (None, None)
-        finding = path_finding(peer.name, peer.address, ev, hops_before=before, hops_after=after,
-                               link_bps=self.baseline.baseline(peer.name).get("bits_per_second"))
+        finding = first(Context(path_event=PathChange(
+            peer.name, peer.address, ev, hops_before=before, hops_after=after,
+            link_bps=self.baseline.baseline(peer.name).get("bits_per_second"))))
+        if finding is None:  # an event no rule judges
+            return
         doc = regression_report(
             peer, [], self._last_probe.get(peer.name), self.baseline.baseline(peer.name),
             started=now - self.cfg.probe.interval_s * ev.sessions, finished=now, findings=[finding])
@@ -342,7 +345,9 @@ class Daemon:
             return
         now = time.time()
         transition = t.to_json()
-        finding = regression_finding(peer.name, peer.address, transition)
+        finding = first(Context(trend=Trend(peer.name, peer.address, transition)))
+        if finding is None:  # a metric no rule judges
+            return
         doc = regression_report(peer, [transition], self._last_probe.get(peer.name),
                                 self.baseline.baseline(peer.name),
                                 started=now - self.cfg.probe.interval_s * self.cfg.baseline.recent,

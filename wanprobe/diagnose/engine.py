@@ -1,6 +1,13 @@
-"""Run every rule on one set of measurements and rank the findings so the first names the main
-fault: by severity, then by modelled impact (share of the achievable rate the fault costs),
-then by rule order (path before host before fabric; measured before configured)."""
+"""The one engine: every rule (``RULES``, in table order) and the one loop that runs them on a
+:class:`~wanprobe.diagnose.context.Context` (:func:`judge`: the rules whose parts the context
+has, a rule that raises turned into an ``engine.rule_error`` finding).
+
+Callers keep their order: a report's findings are de-duplicated and ranked so the first names
+the main fault (:func:`run_rules`: by severity, then by modelled impact — the share of the
+achievable rate the fault costs — then by rule order: path before host before fabric, measured
+before configured); counter health sorts by severity, id and title (services/counters.py); the
+after-apply verdict and the daemon's path events and regressions take the first rule that
+answers (``first=True``, :func:`first`)."""
 
 from __future__ import annotations
 
@@ -8,7 +15,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from wanprobe.diagnose import rules_ecmp, rules_fabric, rules_host, rules_path
+from wanprobe.diagnose import (
+    path_findings,
+    regressions,
+    rules_ecmp,
+    rules_fabric,
+    rules_host,
+    rules_path,
+    verify_limit,
+)
+from wanprobe.diagnose.context import REPORT, Context
 from wanprobe.diagnose.finding import Finding, Knob
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
@@ -16,8 +32,14 @@ from wanprobe.diagnose.measured import Measured
 from wanprobe.diagnose.rule import RuleFn
 from wanprobe.diagnose.transfer import hosts
 
+# the report's rules (measured, host, config)
 ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_ecmp.RULES, *rules_fabric.RULES,
                                   *rules_host.RULES)
+# every rule, in table order: the report's, counter health, path events, regressions, and the
+# after-apply verdict (a first-match table: its order is its precedence)
+RULES: tuple[RuleFn, ...] = (*ALL_RULES, *rules_fabric.COUNTER_RULES, *path_findings.RULES,
+                             *regressions.RULES, *verify_limit.RULES)
+RULE_ERROR = "engine.rule_error"
 BUFFER_KEYS = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
@@ -66,41 +88,61 @@ def rank(findings: Iterable[Finding]) -> list[Finding]:
 
 def _rule_error(fn: RuleFn, exc: Exception) -> Finding:
     name = getattr(fn, "rule_id", fn.__name__)
-    return Finding(id="engine.rule_error", severity="info",
+    return Finding(id=RULE_ERROR, severity="info",
                    title=f"rule {name} could not be evaluated",
                    evidence={"rule": name, "error": f"{type(exc).__name__}: {exc}"},
                    recommendation="Report this as a wanprobe bug with the report attached.",
                    expected_effect="")
 
 
-def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
-              config: DiagnoseConfig | None = None,
-              rules: Iterable[RuleFn] = ALL_RULES) -> list[Finding]:
-    """All findings for these measurements, deduplicated and ranked (main fault first).
-    ``measurements`` and ``host`` are the report's dicts, typed once here for every rule
-    (:class:`Measured`, :class:`Host`); the peer, typed from the facts it sent, is judged by
-    ``rules_host.PEER_RULES``.
-
-    A rule that raises does not stop the others: it becomes an ``engine.rule_error`` finding.
-    """
-    config = config or DiagnoseConfig()
-    rules = tuple(rules)
-    measured = Measured.from_report(measurements)
-    local = Host.from_report(host)
-    peer = hosts(measured, local).peer
-    calls = [(fn, local) for fn in rules] + \
-        [(fn, peer) for fn in rules_host.PEER_RULES if peer is not None and fn in rules]
+def judge(ctx: Context, rules: Iterable[RuleFn] = RULES, *, first: bool = False
+          ) -> list[Finding]:
+    """The findings of every rule in ``rules`` whose parts ``ctx`` has, in table order. A rule
+    that raises does not stop the others: it becomes an ``engine.rule_error`` finding. With
+    ``first`` the loop stops at the first rule that answers (a first-match table; the errors
+    before it are kept)."""
     found: list[Finding] = []
-    for fn, judged in calls:
+    for fn in rules:
+        needs = getattr(fn, "needs", REPORT)
+        if not ctx.has(needs):
+            continue
         try:
-            result = fn(measured, judged, config)
-        except Exception as exc:  # one broken rule must not cost the whole diagnosis
+            result = fn(*ctx.parts(needs))
+        except Exception as exc:  # one broken rule must not cost the whole judgement
             found.append(_rule_error(fn, exc))
             continue
         if isinstance(result, Finding):
             found.append(result)
         elif isinstance(result, list):
             found.extend(result)
+        if first and result:
+            break
+    return found
+
+
+def first(ctx: Context, rules: Iterable[RuleFn] = RULES) -> Finding | None:
+    """The one finding of a context whose rules exclude each other (a path event, a
+    regression): the first rule's that answers; where none does, the error of one that raised
+    (None: no rule judges this context)."""
+    found = judge(ctx, rules, first=True)
+    return next((f for f in found if f.id != RULE_ERROR), found[0] if found else None)
+
+
+def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
+              config: DiagnoseConfig | None = None,
+              rules: Iterable[RuleFn] = RULES) -> list[Finding]:
+    """All findings for these measurements, deduplicated and ranked (main fault first).
+    ``measurements`` and ``host`` are the report's dicts, typed once here for every rule
+    (:class:`Measured`, :class:`Host`); the peer, typed from the facts it sent, is judged by
+    ``rules_host.PEER_RULES``."""
+    rules = tuple(rules)
+    measured = Measured.from_report(measurements)
+    local = Host.from_report(host)
+    peer = hosts(measured, local).peer
+    ctx = Context(measured=measured, host=local, config=config or DiagnoseConfig())
+    found = judge(ctx, rules)
+    if peer is not None:
+        found += judge(replace(ctx, host=peer), [fn for fn in rules_host.PEER_RULES if fn in rules])
     return rank(_dedupe([_with_hosts(f) for f in found]))
 
 

@@ -1,13 +1,15 @@
-"""Findings for path events (path_watch.py): ``path.rerouted`` and ``path.queueing``, with what
-the new RTT does to a training step (models/impact.py) for a reference job, in the evidence
-(``training_step``; the report schema's ``impact`` is a rate share, left None here)."""
+"""Rules on path events (path_watch.py, the ``path_event`` part): ``path.rerouted`` and
+``path.queueing``, with what the new RTT does to a training step (models/impact.py) for a
+reference job, in the evidence (``training_step``; the report schema's ``impact`` is a rate
+share, left None here)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from wanprobe.diagnose.context import PathChange
 from wanprobe.diagnose.finding import Finding
-from wanprobe.diagnose.path_watch import PathEvent
+from wanprobe.diagnose.rule import rule
 from wanprobe.models.impact import Job, Path, collective_time_s, gradient_bytes
 
 # The daemon knows no job: a reference one (1 B parameters, bf16, 2 sites × 8 GPUs, flat ring)
@@ -44,25 +46,39 @@ _ADVICE = {
 }
 
 
-def path_finding(peer_name: str, address: str, ev: PathEvent, *, hops_before=None, hops_after=None,
-                 link_bps: float | None = None) -> Finding:
-    """The finding (report schema) for a ``rerouted`` or ``queueing`` event. A reroute moves the
-    floor, so the step is costed at the floor; a queue at floor + spread."""
-    evidence = {"peer": peer_name, "address": address, **ev.to_json(),
-                "hops_before": hops_before, "hops_after": hops_after}
-    if ev.event == "rerouted":
-        kind, old_ms, new_ms = "rerouted", ev.old_floor_ms, ev.new_floor_ms
-        title = (f"Path to {peer_name} rerouted: RTT floor {ev.old_floor_ms:.2f} → "
-                 f"{ev.new_floor_ms:.2f} ms with the spread unchanged")
-    else:
-        kind = "queueing"
-        old_ms, new_ms = ev.old_floor_ms + ev.old_spread_ms, ev.new_floor_ms + ev.new_spread_ms
-        where = {"forward": f", on the way to {peer_name}", "reverse": f", on the way back from "
-                 f"{peer_name}", "both": ", in both directions"}.get(ev.direction or "", "")
-        title = (f"Queueing on the path to {peer_name}{where}: RTT spread "
-                 f"{ev.old_spread_ms:.2f} → {ev.new_spread_ms:.2f} ms over a steady "
-                 f"{ev.new_floor_ms:.2f} ms floor")
-    evidence["training_step"] = step_impact(old_ms, new_ms, link_bps)
+def _finding(c: PathChange, kind: str, title: str, old_ms: float, new_ms: float) -> Finding:
+    evidence = {"peer": c.peer, "address": c.address, **c.event.to_json(),
+                "hops_before": c.hops_before, "hops_after": c.hops_after,
+                "training_step": step_impact(old_ms, new_ms, c.link_bps)}
     recommendation, effect = _ADVICE[kind]
     return Finding(id=f"path.{kind}", severity="warning", title=title, evidence=evidence,
                    recommendation=recommendation, expected_effect=effect)
+
+
+@rule("path.rerouted", needs=("path_event",))
+def rerouted(c: PathChange) -> Finding | None:
+    """A reroute moves the RTT floor: the step is costed at the old and the new floor."""
+    ev = c.event
+    if ev.event != "rerouted":
+        return None
+    return _finding(c, "rerouted", f"Path to {c.peer} rerouted: RTT floor {ev.old_floor_ms:.2f} → "
+                    f"{ev.new_floor_ms:.2f} ms with the spread unchanged",
+                    ev.old_floor_ms, ev.new_floor_ms)
+
+
+@rule("path.queueing", needs=("path_event",))
+def queueing(c: PathChange) -> Finding | None:
+    """A queue raises the spread over a steady floor: the step is costed at floor + spread, in
+    the direction(s) path_watch named."""
+    ev = c.event
+    if ev.event != "queueing":
+        return None
+    where = {"forward": f", on the way to {c.peer}", "reverse": f", on the way back from "
+             f"{c.peer}", "both": ", in both directions"}.get(ev.direction or "", "")
+    return _finding(c, "queueing", f"Queueing on the path to {c.peer}{where}: RTT spread "
+                    f"{ev.old_spread_ms:.2f} → {ev.new_spread_ms:.2f} ms over a steady "
+                    f"{ev.new_floor_ms:.2f} ms floor", ev.old_floor_ms + ev.old_spread_ms,
+                    ev.new_floor_ms + ev.new_spread_ms)
+
+
+RULES = (rerouted, queueing)

@@ -1,12 +1,12 @@
-"""Findings for the daemon's regressions (daemon/baseline.py: a metric of a peer entering the
-degraded state against its rolling baseline): loss, median RTT, tail RTT, throughput."""
+"""The rule on the daemon's regressions (the ``trend`` part, daemon/baseline.py: a metric of a
+peer entering the degraded state against its rolling baseline): loss, median RTT, tail RTT,
+throughput."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from wanprobe.diagnose.context import Trend
 from wanprobe.diagnose.finding import Finding
+from wanprobe.diagnose.rule import rule
 
 # metric -> (finding id, title, recommendation, expected effect)
 _TITLES = {
@@ -37,17 +37,22 @@ def _fmt(value: float, unit: str) -> str:
     return format_rate(value)
 
 
-def regression_finding(peer_name: str, address: str, t: Mapping[str, Any]) -> Finding:
-    """The finding for one regression ``t`` (a ``Transition.to_json()``: metric, baseline,
-    current, threshold, unit and its evidence). Loss and throughput are critical: they cut the
-    rate a synchronous step runs at; RTT is a warning."""
-    fid, title, rec, effect = _TITLES[t["metric"]]
-    severity = "critical" if t["metric"] in ("loss", "throughput") else "warning"
+@rule("path.regression", needs=("trend",))
+def regression(t: Trend) -> Finding:
+    """The finding for one regression (metric, baseline, current, threshold, unit and its
+    evidence). Loss and throughput are critical: they cut the rate a synchronous step runs at;
+    RTT is a warning."""
+    tr = t.transition
+    fid, title, rec, effect = _TITLES[tr["metric"]]
+    severity = "critical" if tr["metric"] in ("loss", "throughput") else "warning"
     return Finding(
         id=fid, severity=severity,
-        title=title.format(peer=peer_name, base=_fmt(t["baseline"], t["unit"]),
-                           cur=_fmt(t["current"], t["unit"])),
-        evidence={"peer": peer_name, "address": address, "metric": t["metric"],
-                  "baseline": t["baseline"], "current": t["current"],
-                  "threshold": t["threshold"], "unit": t["unit"], **t["evidence"]},
+        title=title.format(peer=t.peer, base=_fmt(tr["baseline"], tr["unit"]),
+                           cur=_fmt(tr["current"], tr["unit"])),
+        evidence={"peer": t.peer, "address": t.address, "metric": tr["metric"],
+                  "baseline": tr["baseline"], "current": tr["current"],
+                  "threshold": tr["threshold"], "unit": tr["unit"], **tr["evidence"]},
         recommendation=rec, expected_effect=effect)
+
+
+RULES = (regression,)

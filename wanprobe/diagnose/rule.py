@@ -1,30 +1,37 @@
-"""The rule signature and its registry decorator, and the prose helpers rules share.
+"""The rule decorator, and the prose helpers rules share.
 
-A rule is a pure function ``(measured, host, config) -> Finding | None``: ``measured`` the
-typed :class:`~wanprobe.diagnose.measured.Measured` (probe, MTU, both transfers, the fabric
-findings, the peer's facts; None where a part was not measured), ``host`` the typed
-:class:`~wanprobe.diagnose.host_inputs.Host` (None: the report has no host), ``config`` a
-:class:`~wanprobe.diagnose.inputs.DiagnoseConfig`. The engine builds ``measured`` and ``host``
-once per report; a rule returns the one :class:`~wanprobe.diagnose.finding.Finding` type.
+A rule is a pure function of the :class:`~wanprobe.diagnose.context.Context` parts it names,
+``@rule(rule_id, needs=(...))``, taken as its positional arguments in that order, returning the one
+:class:`~wanprobe.diagnose.finding.Finding` type, a list of them, or None. The parts (context.py):
+``REPORT`` ``(measured, host, config)`` for the report's rules — the typed
+:class:`~wanprobe.diagnose.measured.Measured`, the :class:`~wanprobe.diagnose.host_inputs.Host`
+judged (None: the report has no host) and the
+:class:`~wanprobe.diagnose.inputs.DiagnoseConfig`, built once per report — ``COUNTERS``
+``(snapshot, rates, window_s)`` for counter health, ``path_event``, ``trend`` and ``verify``.
+engine.py lists every rule (``RULES``, in table order) and runs them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
-from wanprobe.diagnose.finding import Finding
-from wanprobe.diagnose.host_inputs import Host
-from wanprobe.diagnose.inputs import DiagnoseConfig
-from wanprobe.diagnose.measured import Measured
+from wanprobe.diagnose.context import OPTIONAL, PARTS, REPORT
 
-RuleFn = Callable[[Measured, Host | None, DiagnoseConfig], Finding | None]
+RuleFn = Callable[..., object]
+F = TypeVar("F", bound=Callable[..., object])
 
 
-def rule(rule_id: str) -> Callable[[RuleFn], RuleFn]:
-    """Tag a rule function with the finding id it emits."""
+def rule(rule_id: str, needs: tuple[str, ...] = REPORT) -> Callable[[F], F]:
+    """Tag a rule with its id (an ``engine.rule_error`` names it) and the context parts it takes."""
+    unknown = [p for p in needs if p not in PARTS]
+    if unknown or all(p in OPTIONAL for p in needs):
+        raise ValueError(f"rule {rule_id}: needs {needs!r}: unknown parts {unknown} or only "
+                         f"optional ones {OPTIONAL}")
 
-    def wrap(fn: RuleFn) -> RuleFn:
+    def wrap(fn: F) -> F:
         fn.rule_id = rule_id  # type: ignore[attr-defined]
+        fn.needs = tuple(needs)  # type: ignore[attr-defined]
         return fn
 
     return wrap

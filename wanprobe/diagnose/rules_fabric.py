@@ -1,9 +1,10 @@
 """Fabric rules: RoCE loss, PFC, ECN/DCQCN and RoCE MTU, judged on a counter snapshot and its
-rates (the one rule set; ``wanprobe counters``, the daemon and ``diagnose`` all call
-:func:`evaluate`). NIC/link/TCP counter rules are in :mod:`wanprobe.diagnose.rules_nic`.
+rates (the one rule set; ``wanprobe counters``, the daemon and ``diagnose`` all run them through
+the engine, ``services/counters.judge``). NIC/link/TCP counter rules are in
+:mod:`wanprobe.diagnose.rules_nic`.
 
-Each rule is a pure function ``(snapshot, rates | None, window_s) -> list[Finding]``. The
-counters and their meaning come from the drivers that register them (linux
+Each rule is a pure function of the ``COUNTERS`` parts ``(snapshot, rates | None, window_s) ->
+list[Finding]``. The counters and their meaning come from the drivers that register them (linux
 drivers/infiniband/hw/mlx5/counters.c, bnxt_re/hw_counters.c, irdma/verbs.c; mlx5 ethtool names
 in drivers/net/ethernet/mellanox/mlx5/core/en_stats.c, meanings in Documentation/networking/
 device_drivers/ethernet/mellanox/mlx5/counters.rst; bnxt_en in bnxt_ethtool.c), the ECN knobs
@@ -17,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from collectors.rates import Rates
 from wanprobe.diagnose import rules_nic
+from wanprobe.diagnose.context import COUNTERS
 from wanprobe.diagnose.counter_names import is_kind
 from wanprobe.diagnose.fabric_counters import (
     DEFAULT_ROCE_PRIO,
@@ -30,7 +31,7 @@ from wanprobe.diagnose.fabric_counters import (
     pfc_priorities,
     subjects,
 )
-from wanprobe.diagnose.finding import SEVERITIES, Finding, Knob
+from wanprobe.diagnose.finding import Finding, Knob
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.measured import Measured
@@ -47,6 +48,7 @@ def roce_knob(iface: str, what: str, value: str, reason: str) -> Knob:
     return Knob("roce", f"{iface}/{what}", value, reason, side="local", iface=iface)
 
 
+@rule("roce.drops", needs=COUNTERS)
 def rule_roce_drops(snap, rates, window_s) -> list[Finding]:
     """RoCE transport loss: PSN gaps, NAK-sequence errors, implied NAKs, ACK timeouts growing
     (``roce_loss`` names of every driver). With PFC on behind the port the "lossless" priority
@@ -77,6 +79,7 @@ def rule_roce_drops(snap, rates, window_s) -> list[Finding]:
         "dropped, and RoCE go-back-N throughput collapses under loss (NCCL GH#378)", knobs)]
 
 
+@rule("roce.retry_exceeded", needs=COUNTERS)
 def rule_roce_retry_exceeded(snap, rates, window_s) -> list[Finding]:
     """req_transport_retries_exceeded / bnxt max_retry_exceeded growing: a QP hit its retry
     limit and went to error (NCCL "completion with error 12")."""
@@ -108,6 +111,7 @@ def _pause_finding(subject: str, share: float, items, window_s: float) -> Findin
         impact=share if storm else None)
 
 
+@rule("pfc.pause", needs=COUNTERS)
 def rule_pfc_pause(snap, rates, window_s) -> list[Finding]:
     """Share of the window a priority was paused, from ``rx/tx_prio<p>_pause_duration`` (µs,
     mlx5) or ``pfc_pri<p>_{rx,tx}_duration_us`` (bnxt): Δµs / (window × 10^6). ≥ 10 % is a
@@ -134,6 +138,7 @@ def rule_pfc_pause(snap, rates, window_s) -> list[Finding]:
     return out
 
 
+@rule("roce.dcqcn", needs=COUNTERS)
 def rule_dcqcn(snap, rates, window_s) -> list[Finding]:
     """CNPs sent by the notification point / handled by the reaction point growing = DCQCN is
     cutting rates because of ECN marks (info: congestion, handled). CNPs *ignored* growing means
@@ -156,6 +161,7 @@ def rule_dcqcn(snap, rates, window_s) -> list[Finding]:
     return out
 
 
+@rule("roce.ecn_disabled", needs=COUNTERS)
 def rule_ecn_disabled(snap, rates, window_s) -> list[Finding]:
     """ECN disabled on the RoCE priority in the OFED ``ecn/roce_{np,rp}/enable/<prio>`` tree.
     The RoCE priority is the PFC priority when one is known, else 3 (NVIDIA default)."""
@@ -205,6 +211,7 @@ def _mtu_finding(subject: str, port, nd, allowed: int | None, ev: dict) -> Findi
     return None
 
 
+@rule("roce.mtu", needs=COUNTERS)
 def rule_roce_mtu(snap, rates, window_s) -> list[Finding]:
     """RoCE active MTU (IB MTU, 256..4096) below what the netdev MTU allows, below 4096 because
     the netdev MTU is small (< 4096 + 96 header bytes, ``iboe_get_mtu``), or different across
@@ -242,27 +249,17 @@ def rule_roce_mtu(snap, rates, window_s) -> list[Finding]:
     return out
 
 
-# The counter rules ``(snapshot, rates, window_s)``; ``RULES`` below is what the engine runs.
+# The counter rules, in table order (engine.RULES); ``RULES`` below is the report's view.
 COUNTER_RULES: tuple[Callable, ...] = (
     rule_roce_drops, rule_roce_retry_exceeded, rule_pfc_pause, rule_dcqcn, rule_ecn_disabled,
     rule_roce_mtu, *rules_nic.COUNTER_RULES,
 )
 
 
-def evaluate(snapshot, rates: Rates | None = None, window_s: float | None = None) -> list[Finding]:
-    """Run every fabric rule; findings sorted critical → warning → info, then by id."""
-    if window_s is None:
-        window_s = rates.interval_s if rates is not None else 0.0
-    findings: list[Finding] = []
-    for fn in COUNTER_RULES:
-        findings.extend(fn(snapshot, rates, window_s))
-    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), f.id, f.title))
-
-
 @rule("fabric")
 def counter_findings(m: Measured, host: Host | None, config: DiagnoseConfig) -> list[Finding]:
-    """The diagnose engine's view of the fabric: the findings :func:`evaluate` put in the
-    counters measurement (``services/diagnose.counters_json``) when the snapshots were taken."""
+    """The diagnose engine's view of the fabric: the findings the counter rules gave on the
+    counters measurement (``services/counters.judge``) when the snapshots were taken."""
     return list(m.counter_findings)
 
 

@@ -1,5 +1,5 @@
 """NIC, link and TCP counter rules (the rest of the fabric rule set in
-:mod:`wanprobe.diagnose.rules_fabric`, same signature ``(snapshot, rates, window_s)``).
+:mod:`wanprobe.diagnose.rules_fabric`, same parts ``(snapshot, rates, window_s)``).
 
 Sources: linux Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst
 (``rx_discards_phy``, ``rx_out_of_buffer``, ``rx_pcs_symbol_err_phy``), bnxt_ethtool.c (bnxt_en),
@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from wanprobe.diagnose.context import COUNTERS
 from wanprobe.diagnose.counter_names import is_kind
 from wanprobe.diagnose.fabric_counters import Growth, evidence, growing, lossless, subjects
 from wanprobe.diagnose.finding import Finding, Knob
+from wanprobe.diagnose.rule import rule
 
 TCP_RETRANS_WARN = 0.01        # ≥ 1 % of segments retransmitted
 TCP_RETRANS_INFO = 0.001
 TCP_MIN_SEGMENTS = 100         # below this many OutSegs in the window the ratio is noise
 
 
+@rule("link.downed", needs=COUNTERS)
 def rule_link_downed(snap, rates, window_s) -> list[Finding]:
     """Link went down during the window: IB PMA ``link_downed``, mlx5 ``link_down_events_phy``,
     bnxt ``link_down_events``."""
@@ -31,6 +34,7 @@ def rule_link_downed(snap, rates, window_s) -> list[Finding]:
                     "retransmission")]
 
 
+@rule("link.phy_errors", needs=COUNTERS)
 def rule_phy_errors(snap, rates, window_s) -> list[Finding]:
     """Symbol / CRC / uncorrectable-FEC / PHY errors growing: a bad cable, optic or port
     (K-MLX5DOC: ``rx_pcs_symbol_err_phy`` = symbol errors FEC could not correct, "traffic is
@@ -46,6 +50,7 @@ def rule_phy_errors(snap, rates, window_s) -> list[Finding]:
                     "(cable, optic, dirty connector, bad port)")]
 
 
+@rule("nic.rx_out_of_buffer", needs=COUNTERS)
 def rule_rx_out_of_buffer(snap, rates, window_s) -> list[Finding]:
     """Receive drops for lack of host buffers: mlx5 ethtool ``rx_out_of_buffer`` (RQ had no
     software buffers), netdev ``rx_missed_errors``/``rx_fifo_errors``/``rx_over_errors``,
@@ -71,6 +76,7 @@ def rule_rx_out_of_buffer(snap, rates, window_s) -> list[Finding]:
                     "dropped in the host, not the network", tuple(knobs))]
 
 
+@rule("nic.discards", needs=COUNTERS)
 def rule_nic_discards(snap, rates, window_s) -> list[Finding]:
     """NIC-level discards (port buffer full, per-priority buffer/congestion discards, IB
     ``port_xmit_discards``): loss at the adapter (K-MLX5DOC rx_discards_phy: "adapter is
@@ -87,6 +93,7 @@ def rule_nic_discards(snap, rates, window_s) -> list[Finding]:
                     "lack of port/priority buffers: loss before the host sees them")]
 
 
+@rule("tcp.retrans_rate", needs=COUNTERS)
 def rule_tcp_retrans(snap, rates, window_s) -> list[Finding]:
     """TCP retransmission rate = ΔRetransSegs / ΔOutSegs (``/proc/net/snmp`` Tcp:). ≥ 1 %
     warning, ≥ 0.1 % info; below 100 segments in the window the ratio is not judged."""

@@ -8,8 +8,9 @@ TCP's start, not the tuning's result), and a final partial interval never counts
 
 "The path is full" only at ≥ 90 % of the capacity (UDP bursts, throughput/capacity.py). Below
 it the test is repeated, twice as long with twice the ramp-up left out; if the rate stays below,
-verify_limit.classify names what limits it (host, window, cross traffic, congestion control)
-from the test's own evidence: TCP_INFO chrono counters, CPU samples, retransmits, RTT.
+the verdict rules (verify_limit.py, first match in the engine) name what limits it (host,
+window, cross traffic, congestion control) from the test's own evidence: TCP_INFO chrono
+counters, CPU samples, retransmits, RTT.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from wanprobe.diagnose.verify_limit import FULL_SHARE, classify, evidence_of, kept_intervals
+from wanprobe.diagnose.context import Context, VerifyRun
+from wanprobe.diagnose.engine import RULE_ERROR
+from wanprobe.diagnose.engine import judge as run_engine
+from wanprobe.diagnose.verify_limit import (
+    FULL_SHARE,
+    NEXT_STEP,
+    evidence_of,
+    kept_intervals,
+    limit_of,
+)
 from wanprobe.errors import WanprobeError
 
 RETEST_FACTOR = 2.0  # the re-measure: twice the duration, twice the ramp-up left out
@@ -114,13 +124,24 @@ def judge(result: Mapping[str, Any], omit_s: float, *, capacity_bps: float | Non
     """Pure: a throughput result JSON (and the capacity) → what the tuning achieved and the
     next step. ``earlier``: the attempts before this one (kept in the answer)."""
     this = attempt_of(result, omit_s)
-    found = classify(evidence_of(result, omit_s), rate_bps=this.bits_per_second_after_omit,
-                     capacity_bps=capacity_bps, capacity_source=capacity_source)
+    found = run_engine(Context(verify=VerifyRun(
+        evidence_of(result, omit_s), rate_bps=this.bits_per_second_after_omit,
+        capacity_bps=capacity_bps, capacity_source=capacity_source)), first=True)
+    verdict = next((f for f in found if f.id != RULE_ERROR), None)
+    if verdict is None:  # every verdict rule raised: say so instead of a traceback
+        limit, summary, step = "unknown", "the verdict could not be evaluated", NEXT_STEP["unknown"]
+        evidence: dict = {}
+    else:
+        limit, summary, step = limit_of(verdict), verdict.title, verdict.recommendation
+        evidence = dict(verdict.evidence)
+    errors = [dict(f.evidence) for f in found if f.id == RULE_ERROR]
+    if errors:
+        evidence["rule_errors"] = errors
     return Verification(
         bits_per_second=this.bits_per_second,
         bits_per_second_after_omit=this.bits_per_second_after_omit, omit_s=omit_s,
-        verdict=this.throughput_verdict, next_step=found.next_step, cc=result.get("cc"),
-        limit=found.limit, summary=found.summary, evidence=found.evidence,
+        verdict=this.throughput_verdict, next_step=step, cc=result.get("cc"),
+        limit=limit, summary=summary, evidence=evidence,
         capacity_bits_per_second=capacity_bps, capacity_source=capacity_source,
         attempts=(*earlier, this))
 

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from wanprobe.diagnose.context import VerifyRun
+from wanprobe.diagnose.finding import Finding
+from wanprobe.diagnose.rule import rule
 from wanprobe.throughput.result import STEAL_PERCENT  # the threshold, in one place
 from wanprobe.units import format_rate
 
@@ -70,19 +72,25 @@ NEXT_STEP = {
 }
 
 
-@dataclass(frozen=True)
-class Limit:
-    """``limit``: full | host | window | cross_traffic | congestion_control | unexplained |
-    unknown; ``cause``: the NEXT_STEP key; ``evidence``: the figures the verdict rests on."""
+# the cause (a NEXT_STEP key, the finding's id ``verify.<cause>``) -> the limit it names
+LIMIT = {"full": "full", "unknown": "unknown", "unexplained": "unexplained",
+         "cpu": "host", "pacing": "host", "cpu_steal": "host", "sender_process": "host",
+         "receive_window": "window", "send_buffer": "window", "cross_traffic": "cross_traffic",
+         "loss": "congestion_control", "cwnd": "congestion_control",
+         "cc_rate": "congestion_control"}
 
-    limit: str
-    cause: str
-    summary: str
-    evidence: dict = field(default_factory=dict)
 
-    @property
-    def next_step(self) -> str:
-        return NEXT_STEP[self.cause]
+def limit_of(f: Finding) -> str:
+    """full | host | window | cross_traffic | congestion_control | unexplained | unknown: what
+    the verdict ``f`` (``verify.<cause>``) names."""
+    return LIMIT[f.id.removeprefix("verify.")]
+
+
+def _limit(cause: str, summary: str, evidence: dict) -> Finding:
+    """The verdict as the one Finding: the summary its title, the next step its recommendation,
+    the figures it rests on its evidence."""
+    return Finding(f"verify.{cause}", "info" if cause in ("full", "unknown") else "warning",
+                   summary, evidence, NEXT_STEP[cause], "")
 
 
 def kept_intervals(intervals: Sequence[Mapping[str, Any]], omit_s: float) -> list[Mapping]:
@@ -149,118 +157,174 @@ def evidence_of(result: Mapping[str, Any], omit_s: float) -> dict[str, Any]:
     }
 
 
-def _host_or_window(ev: Mapping[str, Any], base: dict) -> Limit | None:
+def _below(v: VerifyRun) -> dict | None:
+    """The figures every verdict below the capacity carries; None when the rate reached
+    FULL_SHARE of it or either is unknown (another rule's answer)."""
+    share = v.share
+    if share is None or share >= FULL_SHARE:
+        return None
+    return _base(v, share)
+
+
+def _base(v: VerifyRun, share: float) -> dict:
+    ev = v.evidence
+    return {"bits_per_second": round(v.rate_bps), "capacity_bits_per_second":
+            round(v.capacity_bps), "capacity_source": v.capacity_source,
+            "share_of_capacity": round(share, 4), "cc": ev.get("cc"),
+            "throughput_verdict": ev.get("throughput_verdict"),
+            "steal_percent": ev.get("steal_percent")}
+
+
+@rule("verify.unknown", needs=("verify",))
+def unknown(v: VerifyRun) -> Finding | None:
+    """No capacity, or no rate after the ramp-up: whether the path is full is unknown."""
+    if v.share is not None:
+        return None
+    return _limit("unknown", "no capacity to compare with" if v.rate_bps is not None
+                  else "no rate after the ramp-up", {"capacity_source": v.capacity_source})
+
+
+@rule("verify.full", needs=("verify",))
+def full(v: VerifyRun) -> Finding | None:
+    """The path is full: the rate reached FULL_SHARE of the capacity."""
+    share = v.share
+    if share is None or share < FULL_SHARE:
+        return None
+    return _limit("full", f"{format_rate(v.rate_bps)} is {share:.0%} of the measured "
+                  f"capacity {format_rate(v.capacity_bps)}", _base(v, share))
+
+
+@rule("verify.host_or_window", needs=("verify",))
+def host_or_window(v: VerifyRun) -> Finding | None:
+    """The throughput verdict's own words: a saturated CPU (with its side), the receiver's
+    window or the send buffer (chrono shares), a pacing cap."""
+    base, ev = _below(v), v.evidence
+    if base is None:
+        return None
     verdict = ev.get("throughput_verdict")
     if verdict in ("cpu", "host_cpu"):  # the throughput verdict's own words and side
         side = ev.get("side") or "sender"
-        return Limit("host", "cpu", ev.get("throughput_summary") or f"a CPU on the {side} is "
-                     "saturated", {**base, "side": side, "thread_busy_ratio":
-                                   ev.get(f"{side}_thread_busy_ratio")})
+        return _limit("cpu", ev.get("throughput_summary") or f"a CPU on the {side} is "
+                      "saturated", {**base, "side": side, "thread_busy_ratio":
+                                    ev.get(f"{side}_thread_busy_ratio")})
     if verdict in ("receive_window", "send_buffer"):
         key = "rwnd_limited_share" if verdict == "receive_window" else "sndbuf_limited_share"
         share = ev.get(key)
         whose = "the receiver's window" if verdict == "receive_window" else "the send buffer"
-        return Limit("window", verdict, f"{whose} stopped the sender "
-                     f"{share or 0:.0%} of its busy time", {**base, key: share})
+        return _limit(verdict, f"{whose} stopped the sender {share or 0:.0%} of its busy time",
+                      {**base, key: share})
     if verdict == "pacing":
-        return Limit("host", "pacing", "the requested pacing rate capped each stream", base)
+        return _limit("pacing", "the requested pacing rate capped each stream", base)
     return None
 
 
-def _steal(ev: Mapping[str, Any], base: dict) -> Limit | None:
-    steal = ev.get("steal_percent")
-    if steal is not None and steal >= STEAL_PERCENT:
-        return Limit("host", "cpu_steal", f"the hypervisor took {steal:.1f} % of this host's CPU "
-                     "time during the test (/proc/stat steal): the host, not the path, fell "
-                     "short", {**base, "steal_percent": steal})
-    return None
-
-
-def _queue_or_loss(ev: Mapping[str, Any], base: dict) -> Limit | None:
-    srtt, min_rtt = ev.get("srtt_ms"), ev.get("min_rtt_ms")
-    retrans = ev.get("retransmit_rate")
-    if srtt and min_rtt and (retrans or 0) < RETRANS_EXPLAINS:
-        queue_ms = srtt - min_rtt
-        if queue_ms >= max(QUEUE_SHARE * min_rtt, QUEUE_MIN_MS):
-            return Limit("cross_traffic", "cross_traffic",
-                         f"a standing queue of {queue_ms:.1f} ms (smoothed RTT {srtt:.1f} ms, "
-                         f"min {min_rtt:.1f} ms) while this flow carried "
-                         f"{base['share_of_capacity']:.0%} of the capacity: the bottleneck "
-                         "was busy with other traffic", {**base, "queue_ms": round(queue_ms, 3),
-                                                        "srtt_ms": srtt, "min_rtt_ms": min_rtt})
-    if ev.get("throughput_verdict") == "congestion":
-        return Limit("congestion_control", "loss",
-                     f"retransmit rate {retrans or 0:.3%} holds {ev.get('cc') or 'the'} "
-                     f"congestion control near {format_rate(ev.get('mathis_bound_bits_per_second') or 0)} "
-                     "(Mathis)", {**base, "retransmit_rate": retrans,
-                                  "mathis_bound_bits_per_second":
-                                  ev.get("mathis_bound_bits_per_second")})
-    return None
-
-
-def _sender_or_cc(ev: Mapping[str, Any], base: dict, capacity_bps: float,
-                  rate_bps: float) -> Limit | None:
-    app = ev.get("app_limited_share")
-    if app is not None and app >= APP_LIMITED_SHARE:
-        return Limit("host", "sender_process", f"the sender had run out of data in {app:.0%} "
-                     "of the TCP_INFO samples (delivery_rate_app_limited)",
-                     {**base, "app_limited_share": round(app, 3)})
-    return _pacing(ev, base, capacity_bps)  # a cwnd clamp was ruled out before the steal
-
-
-def _cwnd(ev: Mapping[str, Any], base: dict, capacity_bps: float,
-          rate_bps: float) -> Limit | None:
+@rule("verify.cwnd", needs=("verify",))
+def cwnd(v: VerifyRun) -> Finding | None:
     """A congestion window that carries the rate it got (≥ 80 %): it explains the rate exactly,
     so it ranks above CPU steal."""
+    base, ev = _below(v), v.evidence
+    if base is None:
+        return None
     cwnd, srtt = ev.get("cwnd_max_bytes"), ev.get("srtt_ms")
     cwnd_bps = cwnd * 8 / (srtt / 1e3) if cwnd and srtt else None
-    if cwnd_bps and cwnd_bps < FULL_SHARE * capacity_bps and rate_bps >= CC_BOUND_SHARE * cwnd_bps:
-        return Limit("congestion_control", "cwnd",
-                     f"the congestion window never passed {cwnd} B, which carries "
-                     f"{format_rate(cwnd_bps)} at {srtt:.1f} ms", {
-                         **base, "cwnd_max_bytes": cwnd,
-                         "cwnd_allows_bits_per_second": round(cwnd_bps)})
+    if cwnd_bps and cwnd_bps < FULL_SHARE * v.capacity_bps \
+            and v.rate_bps >= CC_BOUND_SHARE * cwnd_bps:
+        return _limit("cwnd", f"the congestion window never passed {cwnd} B, which carries "
+                      f"{format_rate(cwnd_bps)} at {srtt:.1f} ms", {
+                          **base, "cwnd_max_bytes": cwnd,
+                          "cwnd_allows_bits_per_second": round(cwnd_bps)})
     return None
 
 
-def _pacing(ev: Mapping[str, Any], base: dict, capacity_bps: float) -> Limit | None:
+@rule("verify.cpu_steal", needs=("verify",))
+def cpu_steal(v: VerifyRun) -> Finding | None:
+    """The hypervisor took ≥ STEAL_PERCENT of the CPU: it inflates RTT, starves the sender and
+    slows the cc's estimate, so it ranks above the queue, the sender and the pacing it causes."""
+    base, steal = _below(v), v.evidence.get("steal_percent")
+    if base is None or steal is None or steal < STEAL_PERCENT:
+        return None
+    return _limit("cpu_steal", f"the hypervisor took {steal:.1f} % of this host's CPU time "
+                  "during the test (/proc/stat steal): the host, not the path, fell short",
+                  {**base, "steal_percent": steal})
+
+
+@rule("verify.cross_traffic", needs=("verify",))
+def cross_traffic(v: VerifyRun) -> Finding | None:
+    """A standing queue (smoothed RTT ≥ 1.5 × min RTT, ≥ 1 ms) that retransmissions do not
+    explain, while this flow carried under FULL_SHARE: someone else's traffic."""
+    base, ev = _below(v), v.evidence
+    srtt, min_rtt = ev.get("srtt_ms"), ev.get("min_rtt_ms")
+    if base is None or not (srtt and min_rtt) or (ev.get("retransmit_rate") or 0) >= RETRANS_EXPLAINS:
+        return None
+    queue_ms = srtt - min_rtt
+    if queue_ms < max(QUEUE_SHARE * min_rtt, QUEUE_MIN_MS):
+        return None
+    return _limit("cross_traffic",
+                  f"a standing queue of {queue_ms:.1f} ms (smoothed RTT {srtt:.1f} ms, "
+                  f"min {min_rtt:.1f} ms) while this flow carried "
+                  f"{base['share_of_capacity']:.0%} of the capacity: the bottleneck "
+                  "was busy with other traffic", {**base, "queue_ms": round(queue_ms, 3),
+                                                 "srtt_ms": srtt, "min_rtt_ms": min_rtt})
+
+
+@rule("verify.loss", needs=("verify",))
+def loss(v: VerifyRun) -> Finding | None:
+    """Loss explains the rate for a loss-based control (the throughput verdict ``congestion``,
+    Mathis et al. 1997)."""
+    base, ev = _below(v), v.evidence
+    if base is None or ev.get("throughput_verdict") != "congestion":
+        return None
+    retrans, bound = ev.get("retransmit_rate"), ev.get("mathis_bound_bits_per_second")
+    return _limit("loss", f"retransmit rate {retrans or 0:.3%} holds {ev.get('cc') or 'the'} "
+                  f"congestion control near {format_rate(bound or 0)} (Mathis)",
+                  {**base, "retransmit_rate": retrans, "mathis_bound_bits_per_second": bound})
+
+
+@rule("verify.sender_process", needs=("verify",))
+def sender_process(v: VerifyRun) -> Finding | None:
+    """The sender ran out of data (delivery_rate_app_limited) in ≥ APP_LIMITED_SHARE of the
+    samples."""
+    base, app = _below(v), v.evidence.get("app_limited_share")
+    if base is None or app is None or app < APP_LIMITED_SHARE:
+        return None
+    return _limit("sender_process", f"the sender had run out of data in {app:.0%} of the "
+                  "TCP_INFO samples (delivery_rate_app_limited)",
+                  {**base, "app_limited_share": round(app, 3)})
+
+
+@rule("verify.cc_rate", needs=("verify",))
+def cc_rate(v: VerifyRun) -> Finding | None:
+    """The pacing rate the congestion control chose stayed below FULL_SHARE of the capacity
+    (its bandwidth estimate never reached the path, e.g. BBR leaving STARTUP early)."""
+    base, ev = _below(v), v.evidence
     pacing = ev.get("pacing_rate_bits_per_second")
-    if pacing and pacing < FULL_SHARE * capacity_bps:
-        return Limit("congestion_control", "cc_rate",
-                     f"{ev.get('cc') or 'the congestion control'} paced at "
-                     f"{format_rate(pacing)} (median), below the capacity: its estimate of the "
-                     "path's rate never reached it", {
-                         **base, "pacing_rate_bits_per_second": round(pacing)})
-    return None
+    if base is None or not pacing or pacing >= FULL_SHARE * v.capacity_bps:
+        return None
+    return _limit("cc_rate", f"{ev.get('cc') or 'the congestion control'} paced at "
+                  f"{format_rate(pacing)} (median), below the capacity: its estimate of the "
+                  "path's rate never reached it", {
+                      **base, "pacing_rate_bits_per_second": round(pacing)})
 
 
-def classify(ev: Mapping[str, Any], *, rate_bps: float | None,
-             capacity_bps: float | None, capacity_source: str | None = None) -> Limit:
-    """Pure: the evidence of a test (evidence_of) and the capacity → what limits."""
-    if not capacity_bps or capacity_bps <= 0 or rate_bps is None:
-        return Limit("unknown", "unknown", "no capacity to compare with"
-                     if rate_bps is not None else "no rate after the ramp-up",
-                     {"capacity_source": capacity_source})
-    share = rate_bps / capacity_bps
-    base = {"bits_per_second": round(rate_bps), "capacity_bits_per_second": round(capacity_bps),
-            "capacity_source": capacity_source, "share_of_capacity": round(share, 4),
-            "cc": ev.get("cc"), "throughput_verdict": ev.get("throughput_verdict"),
-            "steal_percent": ev.get("steal_percent")}
-    if share >= FULL_SHARE:
-        return Limit("full", "full", f"{format_rate(rate_bps)} is {share:.0%} of the measured "
-                     f"capacity {format_rate(capacity_bps)}", base)
-    # a CPU verdict, a window or a cwnd clamp explain the rate by themselves; then the host's
-    # CPU steal (it inflates RTT, starves the sender and slows the cc's estimate, so it ranks
-    # above a queue, the sender and the pacing rate it causes)
-    found = (_host_or_window(ev, base) or _cwnd(ev, base, capacity_bps, rate_bps)
-             or _steal(ev, base) or _queue_or_loss(ev, base)
-             or _sender_or_cc(ev, base, capacity_bps, rate_bps))
-    if found:
-        return found
-    keys = ("srtt_ms", "min_rtt_ms", "retransmit_rate", "rwnd_limited_share",
-            "sndbuf_limited_share", "app_limited_share", "pacing_rate_bits_per_second",
-            "cwnd_max_bytes", "sender_thread_busy_ratio", "receiver_thread_busy_ratio",
-            "steal_percent")
-    return Limit("unexplained", "unexplained",
-                 f"{format_rate(rate_bps)} is {share:.0%} of the capacity and no host, window, "
-                 "queue or loss evidence explains it", {**base, **{k: ev.get(k) for k in keys}})
+UNEXPLAINED_KEYS = ("srtt_ms", "min_rtt_ms", "retransmit_rate", "rwnd_limited_share",
+                    "sndbuf_limited_share", "app_limited_share", "pacing_rate_bits_per_second",
+                    "cwnd_max_bytes", "sender_thread_busy_ratio", "receiver_thread_busy_ratio",
+                    "steal_percent")
+
+
+@rule("verify.unexplained", needs=("verify",))
+def unexplained(v: VerifyRun) -> Finding | None:
+    """Below the capacity and no rule above explains it: said as such, with the figures."""
+    base = _below(v)
+    if base is None:
+        return None
+    return _limit("unexplained", f"{format_rate(v.rate_bps)} is {v.share:.0%} of the capacity "
+                  "and no host, window, queue or loss evidence explains it",
+                  {**base, **{k: v.evidence.get(k) for k in UNEXPLAINED_KEYS}})
+
+
+# The verdict's table: the first rule that answers names the limit (engine.judge first=True).
+# A CPU verdict, a window or a cwnd clamp explain the rate by themselves; then the host's CPU
+# steal; then a queue, loss, the sender and the pacing rate.
+RULES = (unknown, full, host_or_window, cwnd, cpu_steal, cross_traffic, loss, sender_process,
+         cc_rate, unexplained)

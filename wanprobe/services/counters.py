@@ -1,7 +1,7 @@
 """The counters service: snapshots of the host's RoCE/PFC/ECN/NIC/TCP counters (collectors/),
-per-second rates between two of them, and the fabric rules' findings on them
-(diagnose/rules_fabric.py). ``wanprobe counters``, ``diagnose`` and the daemon all judge
-counters through :func:`judge`."""
+per-second rates between two of them, and the counter rules' findings on them (the diagnose
+engine over the counters parts; rules in diagnose/rules_fabric.py and rules_nic.py).
+``wanprobe counters``, ``diagnose`` and the daemon all judge counters through :func:`judge`."""
 
 from __future__ import annotations
 
@@ -9,16 +9,26 @@ from pathlib import Path
 from typing import Any
 
 
+def findings_of(snapshot: Any, rates: Any = None, window_s: float | None = None) -> list:
+    """The counter rules' findings on ``snapshot`` (and the ``rates`` over ``window_s``, by
+    default their interval), critical → warning → info, then by id and title."""
+    from wanprobe.diagnose.context import Context
+    from wanprobe.diagnose.engine import judge as run_engine
+    from wanprobe.diagnose.finding import SEVERITIES
+
+    found = run_engine(Context.of_counters(snapshot, rates, window_s))
+    return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), f.id, f.title))
+
+
 def judge(first: Any, second: Any | None = None) -> tuple[Any, Any, list]:
     """``(snapshot, rates, findings)``: with one snapshot, no rates and the findings that need
     none; with two, the later snapshot, the rates between them and every finding."""
     from collectors.rates import rates as make_rates
-    from wanprobe.diagnose.rules_fabric import evaluate
 
     if second is None:
-        return first, None, evaluate(first)
+        return first, None, findings_of(first)
     r = make_rates(first, second)
-    return second, r, evaluate(second, r, r.interval_s)
+    return second, r, findings_of(second, r, r.interval_s)
 
 
 def document(snapshot: Any, rates: Any = None, findings: Any = ()) -> dict:
