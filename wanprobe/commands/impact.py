@@ -135,24 +135,7 @@ def impact(
         "utilisation (compute / step), e.g. 90%; needs --compute-ms and --rtt.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
-    _within("--params", params, 1, MAX_PARAMS)
-    model.dtype_bytes(dtype)
-    _within("--sites", sites, 1, MAX_SITES)
-    _within("--gpus-per-site", gpus_per_site, 1, MAX_GPUS_PER_SITE)
-    _within("--sync-every", sync_every, 1, MAX_SYNC_EVERY)
-    if compute_ms is not None:
-        _within("--compute-ms", compute_ms, 1e-3, MAX_COMPUTE_MS)
-    if compute_ms is None and (overlap is not None or gpu_hour_cost is not None):
-        raise UsageError("--overlap and --gpu-hour-cost need --compute-ms (a GPU idle share needs a compute time)")
-    if compute_ms is not None and not compute_ms > 0:
-        raise UsageError(f"--compute-ms must be > 0, got {compute_ms:g}")
-    job = model.Job(params=params, dtype=dtype.lower(), sites=sites, gpus_per_site=gpus_per_site,
-                    compute_s=None if compute_ms is None else compute_ms / 1e3,
-                    overlap=0.0 if overlap is None else overlap,
-                    gpu_hour_cost=2.5 if gpu_hour_cost is None else gpu_hour_cost)
-    model.step_time_s(1.0, 0.0, job.overlap)  # validates overlap
-    if job.gpu_hour_cost < 0:
-        raise UsageError("--gpu-hour-cost must be ≥ 0")
+    job = _job(params, dtype, sites, gpus_per_site, sync_every, compute_ms, overlap, gpu_hour_cost)
     link = parse_rate_bps(bandwidth) if bandwidth is not None else None
     options = model.Options(collective=collective, topk_ratio=topk, sync_every=sync_every,
                             more_bandwidth_bps=(parse_rate_bps(more_bandwidth)
@@ -172,6 +155,31 @@ def impact(
         typer.echo(json.dumps(doc, indent=2))
         return
     _render(result)
+
+
+def _job(params: float, dtype: str, sites: int, gpus_per_site: int, sync_every: int,
+         compute_ms: float | None, overlap: float | None,
+         gpu_hour_cost: float | None) -> model.Job:
+    """The job the options describe, each figure checked against what a training job can be."""
+    _within("--params", params, 1, MAX_PARAMS)
+    model.dtype_bytes(dtype)
+    _within("--sites", sites, 1, MAX_SITES)
+    _within("--gpus-per-site", gpus_per_site, 1, MAX_GPUS_PER_SITE)
+    _within("--sync-every", sync_every, 1, MAX_SYNC_EVERY)
+    if compute_ms is not None:
+        _within("--compute-ms", compute_ms, 1e-3, MAX_COMPUTE_MS)
+    if compute_ms is None and (overlap is not None or gpu_hour_cost is not None):
+        raise UsageError("--overlap and --gpu-hour-cost need --compute-ms (a GPU idle share needs a compute time)")
+    if compute_ms is not None and not compute_ms > 0:
+        raise UsageError(f"--compute-ms must be > 0, got {compute_ms:g}")
+    job = model.Job(params=params, dtype=dtype.lower(), sites=sites, gpus_per_site=gpus_per_site,
+                    compute_s=None if compute_ms is None else compute_ms / 1e3,
+                    overlap=0.0 if overlap is None else overlap,
+                    gpu_hour_cost=2.5 if gpu_hour_cost is None else gpu_hour_cost)
+    model.step_time_s(1.0, 0.0, job.overlap)  # validates overlap
+    if job.gpu_hour_cost < 0:
+        raise UsageError("--gpu-hour-cost must be ≥ 0")
+    return job
 
 
 def _render(result: Assessment) -> None:

@@ -8,16 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from wanprobe.commands.lab_settings import (
-    DelayAb,
-    DelayBa,
-    JsonOpt,
-    NewJitter,
-    NewLoss,
-    NewRtt,
-    QueueAb,
-    QueueBa,
-)
+from wanprobe.commands import lab_settings  # link options shared with `lab up|update`
 from wanprobe.errors import UsageError
 
 console = Console(highlight=False)
@@ -32,13 +23,12 @@ def _indices(text: str) -> list[int]:
 
 
 def _describe(state: dict) -> str:
-    from wanprobe.commands.lab_settings import describe
     from wanprobe.lab.settings import LinkSettings
 
     lines = []
     for i, p in enumerate(state["paths"]):
         mark = "active" if i in state["active"] else "standby"
-        lines.append(f"  path {i} ({mark}): {describe(LinkSettings.from_json(p))}")
+        lines.append(f"  path {i} ({mark}): {lab_settings.describe(LinkSettings.from_json(p))}")
     return "\n".join(lines)
 
 
@@ -53,17 +43,17 @@ def multipath(
     standby_rtt: Annotated[str | None, typer.Option(
         "--standby-rtt", help="Add a longer standby path (not in the ECMP set), e.g. 95ms; "
         "`lab reroute` moves traffic onto it.")] = None,
-    json_out: JsonOpt = False,
+    json_out: lab_settings.JsonOpt = False,
 ) -> None:
     """Bring up a multi-path lab: a → r1 ⇉ K delay lines (ECMP, L4 hash) ⇉ r2 → b."""
-    from wanprobe.commands.lab_settings import settings_kwargs
     from wanprobe.lab.multipath import MultipathLab
     from wanprobe.lab.settings import LinkSettings
 
-    ecmp = LinkSettings(rtt_ms=settings_kwargs(rtt=rtt)["rtt_ms"])
+    ecmp = LinkSettings(rtt_ms=lab_settings.settings_kwargs(rtt=rtt)["rtt_ms"])
     settings = [ecmp] * paths
     if standby_rtt is not None:
-        settings.append(LinkSettings(rtt_ms=settings_kwargs(rtt=standby_rtt)["rtt_ms"]))
+        standby = lab_settings.settings_kwargs(rtt=standby_rtt)["rtt_ms"]
+        settings.append(LinkSettings(rtt_ms=standby))
     lab = MultipathLab(name, settings, ecmp=range(paths), persistent=True).up()
     state = lab.state()
     if json_out:
@@ -80,7 +70,7 @@ def reroute(
     via: Annotated[str | None, typer.Option(
         "--via", help="Path number(s) to carry all traffic, e.g. 2 or 0,1 (default: the "
         "paths not active now, i.e. the standby path).")] = None,
-    json_out: JsonOpt = False,
+    json_out: lab_settings.JsonOpt = False,
 ) -> None:
     """Move a multi-path lab's traffic onto other paths live (a cable cut, rehearsed)."""
     from wanprobe.lab.multipath import MultipathLab
@@ -100,32 +90,31 @@ def reroute(
 def path(
     name: NameArg,
     index: Annotated[int, typer.Argument(help="Path number.")],
-    rtt: NewRtt = None,
-    jitter: NewJitter = None,
-    loss: NewLoss = None,
+    rtt: lab_settings.NewRtt = None,
+    jitter: lab_settings.NewJitter = None,
+    loss: lab_settings.NewLoss = None,
     loss_ab: Annotated[str | None, typer.Option("--loss-ab", help="Loss r1→r2 (a→b).")] = None,
     loss_ba: Annotated[str | None, typer.Option("--loss-ba", help="Loss r2→r1 (b→a).")] = None,
     queue: Annotated[str | None, typer.Option(help="Mean queueing delay at this hop, e.g. 15ms.")] = None,
-    delay_ab: DelayAb = None,
-    delay_ba: DelayBa = None,
-    queue_ab: QueueAb = None,
-    queue_ba: QueueBa = None,
-    json_out: JsonOpt = False,
+    delay_ab: lab_settings.DelayAb = None,
+    delay_ba: lab_settings.DelayBa = None,
+    queue_ab: lab_settings.QueueAb = None,
+    queue_ba: lab_settings.QueueBa = None,
+    json_out: lab_settings.JsonOpt = False,
 ) -> None:
     """Change one path's impairments live."""
-    from wanprobe.commands.lab_settings import describe, settings_kwargs
     from wanprobe.lab.multipath import MultipathLab
 
-    kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab, loss_ba=loss_ba,
-                             delay_ab=delay_ab, delay_ba=delay_ba, queue_ab=queue_ab,
-                             queue_ba=queue_ba)
+    kwargs = lab_settings.settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
+                                          loss_ba=loss_ba, delay_ab=delay_ab, delay_ba=delay_ba,
+                                          queue_ab=queue_ab, queue_ba=queue_ba)
     if queue is not None:
-        kwargs["queue_ms"] = settings_kwargs(rtt=queue)["rtt_ms"]
+        kwargs["queue_ms"] = lab_settings.settings_kwargs(rtt=queue)["rtt_ms"]
     if not kwargs:
         raise UsageError("nothing to change: give e.g. --loss 1% or --queue 15ms")
     new = MultipathLab.attach(name).update_path(index, **kwargs)
     if json_out:
         typer.echo(json.dumps(new.to_json(), sort_keys=True))
     else:
-        console.print(f"lab {name} path {index}: {describe(new)}"
+        console.print(f"lab {name} path {index}: {lab_settings.describe(new)}"
                       + (f", queue {new.queue_ms:g} ms" if new.queue_ms else ""))

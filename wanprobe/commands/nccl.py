@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from wanprobe.commands.options import JsonDocument
 from wanprobe.errors import ConfigError, UsageError
 from wanprobe.safe_text import clean_lines
 
@@ -28,21 +29,10 @@ def nccl_env(
     mesh: Annotated[str | None, typer.Option("--mesh", help="The fleet's mesh file: which site this host and the report's peer are in (cross-datacenter settings when they differ).")] = None,
     site: Annotated[str | None, typer.Option("--site", help="This host's site (default: found in --mesh by name or address).")] = None,
     paths: Annotated[str | None, typer.Option("--paths", help="`wanprobe paths --json` toward the peer: sockets are sized from its slowest ECMP flow.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    as_json: JsonDocument = False,
 ) -> None:
     """Compute NCCL_SOCKET_IFNAME, NCCL_IB_HCA/TC/TIMEOUT/QPS/GID_INDEX and socket counts."""
-    from dataclasses import replace
-
-    from tuners.from_report import load_report
-    from tuners.nccl_env import (
-        FORMATS,
-        compute,
-        facts_from_report,
-        parse_nccl_version,
-        render,
-        with_live_sysctls,
-    )
-    from wanprobe.units import MAX_RTT_S, parse_duration_ms, parse_ifname, parse_rate_bps
+    from tuners.nccl_env import FORMATS, compute, parse_nccl_version, render
     from wanprobe.userfiles import existing_dir
 
     if fmt not in FORMATS:
@@ -51,6 +41,29 @@ def nccl_env(
         raise UsageError(f"unknown transport {transport!r} (auto, ib or socket)")
     sys_path = existing_dir(sys_root, "--sys-root")
     proc_path = existing_dir(proc_root, "--proc-root")
+    doc, facts = _facts(report, proc_path, iface, rtt, link_rate, ecmp)
+    notes: list[str] = []
+    facts = _with_sites_and_flows(facts, doc, mesh, site, paths, notes)
+    variables = compute(facts, sys_path, nccl_version=parse_nccl_version(nccl_version), transport=transport,
+                        notes=notes)
+    if as_json:
+        typer.echo(json.dumps({"format": fmt, "variables": [v.to_json() for v in variables],
+                               "notes": notes, "text": render(variables, fmt, notes=notes)},
+                              indent=2))
+        return
+    typer.echo(clean_lines(render(variables, fmt, notes=notes)), nl=False)  # report text is data
+
+
+def _facts(report: str | None, proc_path, iface: str | None, rtt: str | None,
+           link_rate: str | None, ecmp: bool):
+    """The report (or None) and the path facts: the report's, the live sysctls where it has none,
+    then the command-line overrides."""
+    from dataclasses import replace
+
+    from tuners.from_report import load_report
+    from tuners.nccl_env import facts_from_report, with_live_sysctls
+    from wanprobe.units import MAX_RTT_S, parse_duration_ms, parse_ifname, parse_rate_bps
+
     if iface:
         iface = parse_ifname(iface)
     rtt_ms = parse_duration_ms(rtt, maximum_s=MAX_RTT_S) if rtt else None
@@ -66,16 +79,7 @@ def nccl_env(
         facts = replace(facts, link_bps=parse_rate_bps(link_rate))
     if ecmp:
         facts = replace(facts, ecmp=True)
-    notes: list[str] = []
-    facts = _with_sites_and_flows(facts, doc, mesh, site, paths, notes)
-    variables = compute(facts, sys_path, nccl_version=parse_nccl_version(nccl_version), transport=transport,
-                        notes=notes)
-    if as_json:
-        typer.echo(json.dumps({"format": fmt, "variables": [v.to_json() for v in variables],
-                               "notes": notes, "text": render(variables, fmt, notes=notes)},
-                              indent=2))
-        return
-    typer.echo(clean_lines(render(variables, fmt, notes=notes)), nl=False)  # report text is data
+    return doc, facts
 
 
 def _with_sites_and_flows(facts, report: dict | None, mesh: str | None, site: str | None,

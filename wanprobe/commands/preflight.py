@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from wanprobe.commands.options import JsonDocument
 from wanprobe.errors import UsageError
 
 app = typer.Typer()
@@ -55,20 +56,40 @@ def preflight(
     nccl_version: Annotated[str, typer.Option("--nccl-version", help="NCCL release the job uses.")] = "2.21",
     max_hosts: Annotated[int, typer.Option("--max-hosts", help=f"Refuse longer lists (at most "
                                            f"{MAX_HOSTS_LIMIT}).")] = 1024,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    as_json: JsonDocument = False,
 ) -> None:
     """Probe every host of a job in parallel and say go / no-go per host with the reasons;
     exit 0 only when all are go."""
     started = time.monotonic()
+    from wanprobe.preflight.run import preflight as run
+    from wanprobe.userfiles import read_text
+
+    opts = _options(timeout=timeout, count=count, interval=interval, reply_timeout=reply_timeout,
+                    loss_slo=loss_slo, rtt_slo=rtt_slo, rate=rate, hmac_key_file=hmac_key_file,
+                    history=history, mesh=mesh, nccl_version=nccl_version, max_hosts=max_hosts)
+    text = sys.stdin.read(16 * 2**20) if hosts == "-" else read_text(hosts, "host list", 16 * 2**20)
+    doc = run(text, opts, started)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2))
+    else:
+        _print(doc)
+    if not doc["go"]:
+        raise typer.Exit(1)
+
+
+def _options(*, timeout: str, count: int, interval: str, reply_timeout: str,
+             loss_slo: str | None, rtt_slo: str | None, rate: str | None,
+             hmac_key_file: str | None, history: str, mesh: str | None, nccl_version: str,
+             max_hosts: int):
+    """The run's options from the command line's, each checked (errors name the option)."""
     from tuners.nccl_env import parse_nccl_version
     from wanprobe.fleet.rules import RuleSettings
     from wanprobe.preflight.judge import Thresholds
     from wanprobe.preflight.measure import ProbePlan
     from wanprobe.preflight.run import PreflightOptions
-    from wanprobe.preflight.run import preflight as run
     from wanprobe.probe import limits
     from wanprobe.units import parse_duration_ms, parse_duration_s, parse_rate_bps, parse_ratio
-    from wanprobe.userfiles import check_path_text, read_hmac_key_file, read_text
+    from wanprobe.userfiles import check_path_text, read_hmac_key_file
 
     bound_s = _parsed("--timeout", parse_duration_s, timeout, default_unit="s",
                       allow_zero=False, maximum_s=MAX_BOUND_S)
@@ -88,20 +109,12 @@ def preflight(
                                                         allow_zero=False),
         rate_bps=None if rate is None else _parsed("--rate", parse_rate_bps, rate),
         floor_step_ratio=rules.floor_step_ratio, floor_step_min_ms=rules.floor_step_min_s * 1e3)
-    opts = PreflightOptions(
+    return PreflightOptions(
         plan=ProbePlan(count=count, interval_s=interval_s, timeout_s=reply_s,
                        hmac_key=read_hmac_key_file(hmac_key_file)),
         thresholds=th, bound_s=bound_s, max_hosts=max_hosts,
         history=check_path_text(history, "--history"), history_window_s=rules.floor_baseline_s,
         mesh=Path(mesh) if mesh else None, nccl_version=parse_nccl_version(nccl_version))
-    text = sys.stdin.read(16 * 2**20) if hosts == "-" else read_text(hosts, "host list", 16 * 2**20)
-    doc = run(text, opts, started)
-    if as_json:
-        typer.echo(json.dumps(doc, indent=2))
-    else:
-        _print(doc)
-    if not doc["go"]:
-        raise typer.Exit(1)
 
 
 def _print(doc: dict) -> None:

@@ -14,6 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from wanprobe.commands.options import JsonObject, ReplyTimeout, StampKeyFile
 from wanprobe.errors import UsageError, WanprobeError, shown
 from wanprobe.probe.peer import NO_REPLY, numeric_family, udp_silence_reason
 from wanprobe.probe.session_table import MAX_SESSIONS, PER_SOURCE
@@ -134,11 +135,9 @@ def probe(
     size: Annotated[str | None, typer.Option("--size", help="IP packet size in bytes.")] = None,
     dscp: Annotated[str, typer.Option("--dscp", help="DSCP: 0-63 or a name (EF, AF31).")] = "0",
     method: Annotated[str, typer.Option("--method", help="stamp, icmp or tcp.")] = "stamp",
-    timeout: Annotated[str, typer.Option("--timeout", help="A reply later than this is lost.")] = "2s",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    hmac_key_file: Annotated[str | None, typer.Option(
-        "--hmac-key-file", help="Authenticated STAMP (RFC 8762 §4.4): read the shared key from "
-        "this file (>= 16 characters).")] = None,
+    timeout: ReplyTimeout = "2s",
+    as_json: JsonObject = False,
+    hmac_key_file: StampKeyFile = None,
     flows: Annotated[int, typer.Option("--flows", help="Spread the probes over this many source "
                                        "ports (ECMP flows; STAMP only), results per path.")] = 1,
     above_limit: Annotated[str, typer.Option(
@@ -147,7 +146,6 @@ def probe(
 ) -> None:
     """Measure RTT, loss per direction, jitter, reordering and DSCP treatment to HOST."""
     from wanprobe.probe.api import METHODS
-    from wanprobe.probe.limits import MAX_DATAGRAM_BYTES
     from wanprobe.probe.rate_guard import annotate, check_policy, checked_rate
 
     if method not in METHODS:
@@ -155,23 +153,8 @@ def probe(
     key = read_hmac_key_file(hmac_key_file)
     if key is not None and method != "stamp":
         raise UsageError("--hmac-key-file needs --method stamp")
-    kw = dict(
-        port=_opt("--port", parse_port, port), count=count,
-        duration_s=(_opt("--duration", parse_duration_s, duration, default_unit="s",
-                         allow_zero=False) if duration else None),
-        interval_s=_opt("--interval", parse_duration_s, interval, default_unit="s",
-                        allow_zero=False),
-        size=(_opt("--size", parse_bytes, size, maximum=MAX_DATAGRAM_BYTES)
-              if size is not None else None),
-        dscp=_opt("--dscp", parse_dscp, dscp),
-        timeout_s=_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False),
-    )
-    if key is not None:
-        kw["hmac_key"] = key
-    if count is not None and count < 1:
-        raise UsageError(f"--count must be >= 1 (got {count})")
-    if count is not None and duration:
-        raise UsageError("give either --count or --duration, not both")
+    kw = _probe_kwargs(port=port, count=count, duration=duration, interval=interval, size=size,
+                       dscp=dscp, timeout=timeout, key=key)
     policy = check_policy(above_limit)
     if flows != 1:
         from wanprobe.commands.paths import probe_over_flows
@@ -191,11 +174,41 @@ def probe(
         if doc.get("reflector") and doc["reflector"].get("note"):
             Console(highlight=False).print(doc["reflector"]["note"])
     if result.loss.sent and not result.loss.received:  # as ping(8): exit 1 when nothing answered
-        reason = NO_REPLY
-        if method == "stamp":
-            reason = asyncio.run(udp_silence_reason(host, kw["port"], kw["timeout_s"]))
-        where = f"{host}" if method == "icmp" else f"{host} port {kw['port']}"
-        raise WanprobeError(f"no probe to {where} was answered: {reason}", exit_code=1)
+        _no_reply(host, method, kw)
+
+
+def _probe_kwargs(*, port: str, count: int | None, duration: str | None, interval: str,
+                  size: str | None, dscp: str, timeout: str, key: bytes | None) -> dict:
+    """The probe API's keyword arguments from the command line's (errors name the option)."""
+    from wanprobe.probe.limits import MAX_DATAGRAM_BYTES
+
+    kw = dict(
+        port=_opt("--port", parse_port, port), count=count,
+        duration_s=(_opt("--duration", parse_duration_s, duration, default_unit="s",
+                         allow_zero=False) if duration else None),
+        interval_s=_opt("--interval", parse_duration_s, interval, default_unit="s",
+                        allow_zero=False),
+        size=(_opt("--size", parse_bytes, size, maximum=MAX_DATAGRAM_BYTES)
+              if size is not None else None),
+        dscp=_opt("--dscp", parse_dscp, dscp),
+        timeout_s=_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False),
+    )
+    if key is not None:
+        kw["hmac_key"] = key
+    if count is not None and count < 1:
+        raise UsageError(f"--count must be >= 1 (got {count})")
+    if count is not None and duration:
+        raise UsageError("give either --count or --duration, not both")
+    return kw
+
+
+def _no_reply(host: str, method: str, kw: dict) -> None:
+    """Exit 1 with why nothing answered (for STAMP, what the silence of a UDP port says)."""
+    reason = NO_REPLY
+    if method == "stamp":
+        reason = asyncio.run(udp_silence_reason(host, kw["port"], kw["timeout_s"]))
+    where = f"{host}" if method == "icmp" else f"{host} port {kw['port']}"
+    raise WanprobeError(f"no probe to {where} was answered: {reason}", exit_code=1)
 
 
 def _run(host: str, method: str, kw: dict, *, quiet: bool):
@@ -262,10 +275,8 @@ def mtu(
         "--timeout", help="Wait per try (default: 3x the measured RTT + 50 ms).")] = None,
     tries: Annotated[int, typer.Option("--tries", min=1, max=100,
                                        help="Tries per size before it counts as lost.")] = 3,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    hmac_key_file: Annotated[str | None, typer.Option(
-        "--hmac-key-file", help="Authenticated STAMP (RFC 8762 §4.4): read the shared key from "
-        "this file (>= 16 characters).")] = None,
+    as_json: JsonObject = False,
+    hmac_key_file: StampKeyFile = None,
 ) -> None:
     """Find the path MTU to HOST by DF-bit search (works through ICMP black holes)."""
     from wanprobe.probe.limits import MAX_TIMEOUT_S

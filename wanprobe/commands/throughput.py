@@ -10,6 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from wanprobe.commands.options import JsonDocument, ReflectorKeyFile
 from wanprobe.errors import UsageError
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import (
@@ -128,13 +129,11 @@ def throughput(
     max_bytes: Annotated[str, typer.Option(help="Stop after this many bytes (cap).")] = "10GiB",
     cpus: Annotated[int | None, typer.Option(
         help="Most cores this end's data path may use (default: every core it may run on).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-    hmac_key_file: Annotated[str | None, typer.Option(
-        "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
-        "authenticated STAMP and throughput tests.")] = None,
+    as_json: JsonDocument = False,
+    hmac_key_file: ReflectorKeyFile = None,
 ) -> None:
     """Multi-stream TCP/UDP throughput test that says what limits the transfer."""
-    from wanprobe.throughput.client import MAX_TEST_S, run_throughput
+    from wanprobe.throughput.client import MAX_TEST_S
     from wanprobe.userfiles import read_hmac_key_file
 
     if engine not in ("wanprobe", "iperf3"):
@@ -156,19 +155,7 @@ def throughput(
         max_bytes=parse_bytes(max_bytes),
         hmac_key=read_hmac_key_file(hmac_key_file), cpus=cpus)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if as_json or not err.is_terminal:
-        result = run_throughput(host, **kwargs)
-    else:
-        with Progress(TextColumn("[bold]throughput[/]"), BarColumn(),
-                      TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-                      console=err, transient=True) as bar:
-            task = bar.add_task("test", total=kwargs["duration_s"], rate="")
-
-            def progress(elapsed_s: float, bps: float | None) -> None:
-                bar.update(task, completed=min(elapsed_s, kwargs["duration_s"]),
-                           rate="" if bps is None else format_rate(bps))
-
-            result = run_throughput(host, progress=progress, **kwargs)
+    result = _run(host, kwargs, err, quiet=as_json)
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
@@ -176,3 +163,21 @@ def throughput(
     if result.partial:
         err.print(f"wanprobe: warning: partial result: {result.partial_reason}")
         raise typer.Exit(5)
+
+
+def _run(host: str, kwargs: dict, err: Console, *, quiet: bool):
+    """One test, with a progress bar on a terminal unless the output is JSON."""
+    from wanprobe.throughput.client import run_throughput
+
+    if quiet or not err.is_terminal:
+        return run_throughput(host, **kwargs)
+    with Progress(TextColumn("[bold]throughput[/]"), BarColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("test", total=kwargs["duration_s"], rate="")
+
+        def progress(elapsed_s: float, bps: float | None) -> None:
+            bar.update(task, completed=min(elapsed_s, kwargs["duration_s"]),
+                       rate="" if bps is None else format_rate(bps))
+
+        return run_throughput(host, progress=progress, **kwargs)

@@ -180,10 +180,8 @@ def gloo_ring_allreduce_s(size_bytes: float, site_of_rank: Sequence[int], one_wa
     hops inside a site use ``local_rate_bps`` and ``local_one_way_s``. Returns the time until
     the last rank finishes, all ranks starting together; with ``repeats`` > 1, the mean time per
     operation of that many back-to-back all-reduces, each rank starting the next one as soon as
-    it finished the last (a training loop's steady state).
-
-    Long because: it is a discrete-event simulator whose steps share the segment and link
-    state; split up, the same state would travel through every helper's arguments.
+    it finished the last (a training loop's steady state). The link and flow state lives in
+    ``_GlooRing``, one phase at a time.
     """
     s = _size(size_bytes)
     sites = list(site_of_rank)
@@ -200,36 +198,56 @@ def gloo_ring_allreduce_s(size_bytes: float, site_of_rank: Sequence[int], one_wa
     max_seg = element_bytes * max(1, max_segment_bytes // element_bytes)
     num_segments = _round_up(max(_ceil_div(total, max_seg), 2 * n), n)
     seg = _round_up(_ceil_div(total, num_segments), element_bytes)
-    iters = num_segments - num_segments // n
-
-    def hop(a: int, b: int) -> tuple[float, float, tuple[int, int] | None]:
-        """(one-way delay, rate bit/s, shared link key) of the hop a → b."""
-        if sites[a] == sites[b]:
-            return local_one_way_s, local_rate_bps, None
-        return one_way_s, wan_rate_bps, (sites[a], sites[b])
-
     if int(repeats) != repeats or repeats < 1:
         raise UsageError(f"repeats must be a whole number ≥ 1, got {repeats!r}")
-    link_free: dict[tuple[int, int], float] = {}   # directed WAN link between two sites
-    flow_free: dict[tuple[int, int], float] = {}   # one TCP connection (rank → rank)
-    ledgers: dict[tuple[int, int], list[tuple[float, float]]] = {}  # (time, bytes sent so far)
-    spr = num_segments // n
-    span = num_segments * seg
-
-    def length(offset_segments: int) -> int:
-        """Bytes of the segment at this index (gloo: may be short, empty or negative)."""
-        return min(seg, total - (offset_segments * seg) % span)
-
+    ring = _GlooRing(sites, total, seg, num_segments, one_way_s=one_way_s,
+                     wan_rate_bps=wan_rate_bps, local_rate_bps=local_rate_bps,
+                     local_one_way_s=local_one_way_s, flow_cap=flow_cap)
     start = [0.0] * n  # time each rank is free to run its loop
-    never = -math.inf
     for phase in range(2 * int(repeats)):  # reduce-scatter, then all-gather, per operation
         # segment indices sent / received at iteration i (gloo computeReduceScatterOffsets /
-        # computeAllgatherOffsets); empty segments are neither sent nor waited for
-        send_base = 1 if phase % 2 == 0 else 0
+        # computeAllgatherOffsets): reduce-scatter starts one segment block further on
+        start = ring.phase(start, send_base=1 if phase % 2 == 0 else 0)
+    return max(start) / repeats
+
+
+class _GlooRing:
+    """The state ``gloo_ring_allreduce_s`` carries from one segment to the next: the segment
+    geometry, and when each directed WAN link and each rank-to-rank TCP flow is next free."""
+
+    def __init__(self, sites: list[int], total: int, seg: int, num_segments: int, *,
+                 one_way_s: float, wan_rate_bps: float, local_rate_bps: float,
+                 local_one_way_s: float, flow_cap: float) -> None:
+        self.sites, self.n, self.total, self.seg = sites, len(sites), total, seg
+        self.one_way_s, self.wan_rate_bps, self.flow_cap = one_way_s, wan_rate_bps, flow_cap
+        self.local_rate_bps, self.local_one_way_s = local_rate_bps, local_one_way_s
+        self.iters = num_segments - num_segments // self.n
+        self.spr = num_segments // self.n   # segments per rank
+        self.span = num_segments * seg
+        self.link_free: dict[tuple[int, int], float] = {}  # directed WAN link between two sites
+        self.flow_free: dict[tuple[int, int], float] = {}  # one TCP connection (rank → rank)
+        # per WAN flow: (time, bytes sent so far)
+        self.ledgers: dict[tuple[int, int], list[tuple[float, float]]] = {}
+
+    def hop(self, a: int, b: int) -> tuple[float, float, tuple[int, int] | None]:
+        """(one-way delay, rate bit/s, shared link key) of the hop a → b."""
+        if self.sites[a] == self.sites[b]:
+            return self.local_one_way_s, self.local_rate_bps, None
+        return self.one_way_s, self.wan_rate_bps, (self.sites[a], self.sites[b])
+
+    def length(self, offset_segments: int) -> int:
+        """Bytes of the segment at this index (gloo: may be short, empty or negative)."""
+        return min(self.seg, self.total - (offset_segments * self.seg) % self.span)
+
+    def phase(self, start: list[float], send_base: int) -> list[float]:
+        """One reduce-scatter or all-gather: each rank's start time in, its finish time out.
+
+        Iteration by iteration: post times depend only on completions two iterations ago;
+        empty segments are neither sent nor waited for."""
+        n, iters, never = self.n, self.iters, -math.inf
         post = [[0.0] * iters for _ in range(n)]
         recv_done = [[never] * iters for _ in range(n)]
         send_done = [[never] * iters for _ in range(n)]
-        # Iteration by iteration: post times depend only on completions two iterations ago.
         for i in range(iters):
             for r in range(n):
                 t = start[r] if i == 0 else post[r][i - 1]
@@ -238,36 +256,44 @@ def gloo_ring_allreduce_s(size_bytes: float, site_of_rank: Sequence[int], one_wa
                 post[r][i] = t
             for r in range(n):
                 dst = (r - 1) % n  # gloo sends to rank - 1
-                nbytes = length((r + send_base) * spr + i)
+                nbytes = self.length((r + send_base) * self.spr + i)
                 if nbytes <= 0:
                     continue
-                delay, rate, key = hop(r, dst)
-                notify_delay, _, _ = hop(dst, r)
+                notify_delay, _, _ = self.hop(dst, r)
                 ready = max(post[r][i], post[dst][i] + notify_delay)
-                begin = max(ready, flow_free.get((r, dst), 0.0))
-                end = begin + nbytes * 8.0 / rate
-                if key is not None:
-                    begin = max(begin, link_free.get(key, 0.0))
-                    end = begin + nbytes * 8.0 / rate
-                    link_free[key] = end
-                    if flow_cap < math.inf:
-                        # window-limited flow (window = cap · RTT): byte x leaves no earlier
-                        # than one RTT after byte x − window left
-                        ledger = ledgers.setdefault((r, dst), [(-math.inf, 0.0)])
-                        sent = ledger[-1][1]
-                        window_bytes = flow_cap * 2.0 * one_way_s / 8.0
-                        # the last byte leaves k round trips after byte sent + nbytes − k·window
-                        flights = max(1, math.ceil(nbytes / window_bytes))
-                        base = sent + nbytes - flights * window_bytes
-                        first = max(begin, _time_sent(ledger, base) + 2.0 * one_way_s)
-                        end = max(end, first + (flights - 1) * 2.0 * one_way_s)
-                        ledger.append((end, sent + nbytes))
-                flow_free[(r, dst)] = end
+                begin, end = self._send(r, dst, nbytes, ready)
                 send_done[r][i] = begin
-                recv_done[dst][i] = end + delay
-        for r in range(n):
-            tail = [post[r][iters - 1]]
-            tail += [recv_done[r][i] for i in range(max(0, iters - 2), iters)]
-            tail += [send_done[r][i] for i in range(max(0, iters - 2), iters)]
-            start[r] = max(tail)
-    return max(start) / repeats
+                recv_done[dst][i] = end + self.hop(r, dst)[0]
+        last = range(max(0, iters - 2), iters)
+        return [max([post[r][iters - 1]] + [recv_done[r][i] for i in last]
+                    + [send_done[r][i] for i in last]) for r in range(n)]
+
+    def _send(self, r: int, dst: int, nbytes: int, ready: float) -> tuple[float, float]:
+        """(begin, end) of sending ``nbytes`` r → dst once both ends are ready at ``ready``: after
+        the flow's previous segment, FIFO on a shared WAN link, and at most a window per RTT."""
+        _, rate, key = self.hop(r, dst)
+        begin = max(ready, self.flow_free.get((r, dst), 0.0))
+        end = begin + nbytes * 8.0 / rate
+        if key is not None:
+            begin = max(begin, self.link_free.get(key, 0.0))
+            end = begin + nbytes * 8.0 / rate
+            self.link_free[key] = end
+            if self.flow_cap < math.inf:
+                end = self._window_limited(self.ledgers.setdefault((r, dst), [(-math.inf, 0.0)]),
+                                           nbytes, begin, end)
+        self.flow_free[(r, dst)] = end
+        return begin, end
+
+    def _window_limited(self, ledger: list[tuple[float, float]], nbytes: int, begin: float,
+                        end: float) -> float:
+        """When the last byte leaves on a window-limited flow (window = cap · RTT): byte x leaves
+        no earlier than one RTT after byte x − window left."""
+        sent = ledger[-1][1]
+        window_bytes = self.flow_cap * 2.0 * self.one_way_s / 8.0
+        # the last byte leaves k round trips after byte sent + nbytes − k·window
+        flights = max(1, math.ceil(nbytes / window_bytes))
+        base = sent + nbytes - flights * window_bytes
+        first = max(begin, _time_sent(ledger, base) + 2.0 * self.one_way_s)
+        end = max(end, first + (flights - 1) * 2.0 * self.one_way_s)
+        ledger.append((end, sent + nbytes))
+        return end
