@@ -25,6 +25,7 @@ from test_throughput_protocol import IPERF3_DOC
 
 from wanprobe.errors import ConfigError
 from wanprobe.report.document import Report, schema, shape_schema, validate
+from wanprobe.userfiles import json_objects
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden" / "report_lab.json"
 PEER = "198.18.0.2"
@@ -98,17 +99,6 @@ def written(doc: Any, node: Any, at: str, undeclared: set[str],
         for item in doc:
             out |= written(item, node["items"], f"{at}[]", undeclared, missing)
     return out
-
-
-def walk(node: Any):
-    """Every schema object inside ``node``."""
-    if isinstance(node, dict):
-        yield node
-        for v in node.values():
-            yield from walk(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from walk(v)
 
 
 # -- the writers, run on real inputs ----------------------------------------------------------
@@ -447,7 +437,7 @@ def test_writers_write_what_the_schema_declares_and_nothing_else(name, monkeypat
 
 
 def test_x_always_written_names_only_declared_keys():
-    for node in walk(schema()["$defs"]):
+    for node in json_objects(schema()["$defs"]):
         always = node.get("x-always-written")
         if always is not None:
             assert set(always) <= set(node.get("properties") or {}), always
@@ -464,7 +454,7 @@ def test_the_host_facts_in_host_are_the_same_record():
 # -- 3. the shape-only schema -------------------------------------------------------------------
 def test_shape_schema_keeps_containers_through_refs_and_drops_scalar_types():
     shape = shape_schema()
-    for node in walk(shape):
+    for node in json_objects(shape):
         assert not {"required", "enum", "x-always-written", "minItems"} & set(node)
     doc = with_verify(golden())
     validate(doc, strict=False)

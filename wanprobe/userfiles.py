@@ -18,6 +18,7 @@ import os
 import select
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,19 @@ def _depth_ok(doc: Any) -> bool:
             children = node.values() if isinstance(node, dict) else node
             stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return True
+
+
+def json_objects(doc: Any) -> Iterator[dict]:
+    """Every object in a JSON document, ``doc`` itself first, in document order (depth first;
+    iterative, like ``_depth_ok``)."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(reversed(list(node.values())))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
 
 
 def parse_json(text: str | bytes, what: str) -> Any:

@@ -9,12 +9,13 @@ Pure: takes the parsed JSON document. Keys read (report schema 1.x): ``peer``,
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from wanprobe.errors import ConfigError
 from wanprobe.models.bdp import window_from_buffer_bytes
 from wanprobe.models.impact import Path
+from wanprobe.userfiles import json_objects
 
 _MISSING = object()
 
@@ -48,20 +49,10 @@ def rmem_max_bytes(value: str, source: str = "?") -> int:
     return int(fields[2])
 
 
-def _knobs(node: object) -> Iterator[dict]:
-    if isinstance(node, dict):
-        if "key" in node and "value" in node:
-            yield node
-        for v in node.values():
-            yield from _knobs(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _knobs(v)
-
-
 def planned_settings(doc: dict) -> dict[str, str]:
     """sysctl knobs a report's ``plan`` would set (key → value), possibly empty."""
-    return {str(k["key"]): str(k["value"]) for k in _knobs(doc.get("plan"))}
+    return {str(k["key"]): str(k["value"]) for k in json_objects(doc.get("plan"))
+            if "key" in k and "value" in k}
 
 
 @dataclass(frozen=True)
