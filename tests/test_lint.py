@@ -112,7 +112,7 @@ def test_no_import_cycles():
 LAYERS = (
     ("foundation", ("wanprobe", "wanprobe.errors", "wanprobe.safe_text", "wanprobe.units",
                     "wanprobe.atomic_file", "wanprobe.userfiles", "wanprobe.accept_backoff",
-                    "wanprobe.netns")),
+                    "wanprobe.netns", "wanprobe.json_fields")),
     ("measure", ("collectors", "wanprobe.probe", "wanprobe.throughput", "wanprobe.models")),
     ("judge", ("wanprobe.diagnose",)),
     ("report", ("wanprobe.report",)),

@@ -30,12 +30,13 @@ from wanprobe.diagnose.verify_limit import (
     limit_of,
 )
 from wanprobe.errors import WanprobeError
+from wanprobe.json_fields import Decoded, objects, open_object
 
 RETEST_FACTOR = 2.0  # the re-measure: twice the duration, twice the ramp-up left out
 
 
 @dataclass(frozen=True)
-class Attempt:
+class Attempt(Decoded, json_name="verify attempt"):
     """One TCP test of the loop."""
 
     duration_s: float
@@ -52,10 +53,12 @@ class Attempt:
 
 
 @dataclass(frozen=True)
-class Verification:
+class Verification(Decoded, json_name="verify", json_parts={
+        "evidence": open_object, "attempts": lambda v, at: objects(v, at, Attempt.from_json)}):
     """The loop's answer. ``limit``: full | host | window | cross_traffic | congestion_control
     | unexplained | unknown (verify_limit); ``verdict``: the last test's own throughput
-    verdict; the figures are the last test's."""
+    verdict; the figures are the last test's. ``from_json`` (json_fields.Decoded) recomputes
+    the derived keys (fixed, path_full, share_of_capacity, full_share) rather than read them."""
 
     bits_per_second: float
     bits_per_second_after_omit: float | None

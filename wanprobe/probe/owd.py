@@ -24,8 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from collectors.clock_state import ClockState
+from wanprobe.errors import ConfigError, shown
+from wanprobe.json_fields import fields, quantiles
 from wanprobe.probe.clock_tlvs import FarClock
 from wanprobe.probe.stats import percentiles_sorted
 
@@ -60,6 +63,8 @@ class OwdReport:
     note: str | None = None
     forward_samples_ms: tuple[float, ...] = field(default=(), repr=False)
     reverse_samples_ms: tuple[float, ...] = field(default=(), repr=False)
+    # the number of samples when they were not kept (read back from a report without them)
+    sample_count: int | None = field(default=None, repr=False)
 
     @property
     def forward_spread_ms(self) -> float:
@@ -85,8 +90,14 @@ class OwdReport:
             "clock_source": self.clock_source, "withheld": self.withheld,
             "same_clock": self.clock.far.same_clock, "note": self.note,
             "local_clock": self.clock.local.to_json(), "far_clock": self.clock.far.to_json(),
-            "samples": len(self.forward_samples_ms),
+            "samples": (len(self.forward_samples_ms) if self.sample_count is None
+                        else self.sample_count),
         }
+
+    @classmethod
+    def from_json(cls, doc: dict | None) -> OwdReport | None:
+        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
+        return report_from_json(doc)
 
 
 def _quantiles(values: Sequence[float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -166,3 +177,43 @@ def text_rows(report: OwdReport | None) -> list[tuple[str, str]]:
     if report.note:
         rows.append(("clock note", report.note))
     return rows
+
+
+# -- read back (issue 21, one codec) --------------------------------------------------------
+CLOCK_KEYS = ("source", "synchronized", "error_bound_ms", "sync_source", "detail", "offset_ms",
+              "root_delay_ms", "root_dispersion_ms", "leap")
+
+
+def clock_state(doc: Any) -> ClockState:
+    return ClockState(*fields(doc, "path.owd_ms.local_clock", CLOCK_KEYS))
+
+
+def far_clock(doc: Any, same_clock: bool | None) -> FarClock:
+    words, sync, method = fields(doc, "path.owd_ms.far_clock",
+                                 ("error_estimates", "sync_source", "timestamp_method"))
+    try:
+        error_words = tuple(int(w, 16) for w in words)
+    except (TypeError, ValueError):
+        raise ConfigError("path.owd_ms.far_clock: error_estimates must be hex words, got "
+                          + shown(words)) from None
+    return FarClock(error_words, sync, method, same_clock)
+
+
+OWD_DOC_KEYS = ("forward", "reverse", "variation", "clock_error_bound_ms", "clock_source",
+                "withheld", "same_clock", "note", "local_clock", "far_clock", "samples")
+
+
+def report_from_json(doc: Any) -> OwdReport | None:
+    """``OwdReport.to_json`` read back; the derived clock keys are recomputed."""
+    if doc is None:
+        return None
+    (forward, reverse, variation, bound, source, withheld, same, note, local, far,
+     samples) = fields(doc, "path.owd_ms", OWD_DOC_KEYS)
+    fv, rv = fields(variation, "path.owd_ms.variation", ("forward", "reverse"))
+    where = "path.owd_ms.variation"
+    return OwdReport(quantiles(forward, "path.owd_ms.forward", OWD_KEYS),
+                     quantiles(reverse, "path.owd_ms.reverse", OWD_KEYS),
+                     tuple(fields(fv, where + ".forward", VARIATION_KEYS)),
+                     tuple(fields(rv, where + ".reverse", VARIATION_KEYS)),
+                     bound, source, withheld, OwdClock(clock_state(local), far_clock(far, same)),
+                     note, sample_count=samples)

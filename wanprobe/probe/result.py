@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from wanprobe.errors import ConfigError, shown
+from wanprobe.json_fields import fields, objects, pair, quantiles
 
 if TYPE_CHECKING:
     from wanprobe.probe.owd import OwdReport
@@ -33,6 +36,11 @@ class RttStats:
 
     def to_json(self) -> dict:
         return {k: round(getattr(self, k), 6) for k in RTT_KEYS}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> RttStats | None:
+        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
+        return rtt_stats(doc)
 
 
 @dataclass(frozen=True)
@@ -120,6 +128,11 @@ class LossStats:
             "unattributed": self.unattributed,
         }
 
+    @classmethod
+    def from_json(cls, doc: dict) -> LossStats:
+        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
+        return loss_stats(doc)
+
 
 @dataclass(frozen=True)
 class DscpReport:
@@ -143,6 +156,11 @@ class DscpReport:
             "reflector_refused": self.reflector_refused,
         }
 
+    @classmethod
+    def from_json(cls, doc: dict) -> DscpReport:
+        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
+        return dscp_report(doc)
+
 
 @dataclass(frozen=True)
 class ReflectorInfo:
@@ -156,6 +174,11 @@ class ReflectorInfo:
 
     def to_json(self) -> dict:
         return {"counts": self.counts, "limit_pps": self.limit_pps}
+
+    @classmethod
+    def from_json(cls, doc: dict | None) -> ReflectorInfo | None:
+        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
+        return reflector_info(doc)
 
 
 @dataclass(frozen=True)
@@ -181,6 +204,8 @@ class ProbeResult:
     rtt_samples_ms: tuple[float, ...] = field(default=(), repr=False)
     owd: OwdReport | None = None     # one-way delay per direction (STAMP only; owd.py)
     reflector: ReflectorInfo | None = None
+    # the number of RTT samples when they were not kept (read back from a report without them)
+    sample_count: int | None = field(default=None, repr=False)
 
     def to_json(self, *, samples: bool = False) -> dict:
         r = _r6
@@ -194,13 +219,19 @@ class ProbeResult:
             "jitter_reverse_ms": r(self.jitter_reverse_ms),
             "reordered": self.reordered, "duplicates": self.duplicates,
             "dscp": self.dscp.to_json(), "tx_timestamp": self.tx_timestamp,
-            "samples": len(self.rtt_samples_ms),
+            "samples": (len(self.rtt_samples_ms) if self.sample_count is None
+                        else self.sample_count),
             "owd_ms": self.owd.to_json() if self.owd is not None else None,
             "reflector": self.reflector.to_json() if self.reflector is not None else None,
         }
         if samples:
             doc["rtt_samples_ms"] = [round(x, 6) for x in self.rtt_samples_ms]
         return doc
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ProbeResult:
+        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
+        return probe_result(doc)
 
 
 @dataclass(frozen=True)
@@ -234,3 +265,89 @@ class MtuResult:
             "local_mtu": self.local_mtu, "method": self.method, "found_by": self.found_by,
             "timeout_s": self.timeout_s, "steps": [s.to_json() for s in self.steps],
         }
+
+    @classmethod
+    def from_json(cls, doc: dict) -> MtuResult:
+        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
+        return mtu_result(doc)
+
+
+# -- read back (issue 21, one codec): what ``to_json`` wrote; derived keys are recomputed, keys
+# -- unknown here (a later minor version's, those services/diagnose adds) are left alone.
+def rtt_stats(doc: Any) -> RttStats | None:
+    values = quantiles(doc, "path.rtt_ms", RTT_KEYS)
+    return None if values is None else RttStats(*values)
+
+
+def _count_of(lost: int | None, ratio: float | None, sent: int) -> int | None:
+    """The denominator of a written ``lost / of`` ratio (``of`` is not in the JSON): None when
+    nothing was counted, 0 when the ratio was withheld, else a count that gives the written
+    ratio back (``sent`` when none were lost)."""
+    if lost is None:
+        return None
+    if ratio is None:
+        return 0
+    if lost == 0:
+        return max(sent, 1)
+    guess = max(round(lost / ratio), lost) if ratio > 0 else lost
+    for n in sorted(range(max(guess - 3, 1), guess + 4), key=lambda n: abs(n - guess)):
+        if round(lost / n, 6) == ratio:
+            return n
+    raise ConfigError(f"path.loss: ratio {shown(ratio)} does not follow from {lost} lost")
+
+
+LOSS_KEYS = ("sent", "received", "ci95", "forward_lost", "reverse_lost", "forward_ratio",
+             "reverse_ratio", "forward_ci95", "reverse_ci95", "late", "reflector_rate_limited",
+             "reflector_replays_refused", "reflector_resets", "unattributed")
+
+
+def loss_stats(doc: Any) -> LossStats:
+    (sent, received, ci95, f_lost, r_lost, f_ratio, r_ratio, f_ci, r_ci, late, limited, replays,
+     resets, unattributed) = fields(doc, "path.loss", LOSS_KEYS)
+    return LossStats(sent, received, pair(ci95), f_lost, _count_of(f_lost, f_ratio, sent),
+                     r_lost, _count_of(r_lost, r_ratio, sent), pair(f_ci), pair(r_ci), late,
+                     limited, replays, resets, unattributed)
+
+
+def dscp_report(doc: Any) -> DscpReport:
+    sent, at, returned, ecn, bleached, refused = fields(
+        doc, "path.dscp", ("sent", "at_reflector", "returned", "ecn_at_reflector", "bleached",
+                           "reflector_refused"))
+    return DscpReport(sent, at, returned, ecn, reflector_refused=refused, bleached=bleached)
+
+
+def reflector_info(doc: Any) -> ReflectorInfo | None:
+    if doc is None:
+        return None
+    return ReflectorInfo(*fields(doc, "path.reflector", ("counts", "limit_pps")))
+
+
+PROBE_KEYS = ("method", "peer", "port", "started_at", "duration_s", "interval_s", "size_bytes",
+              "rtt_ms", "loss", "dscp", "jitter_ms", "jitter_forward_ms", "jitter_reverse_ms",
+              "reordered", "duplicates", "tx_timestamp", "samples", "owd_ms", "reflector")
+
+
+def probe_result(doc: Any) -> ProbeResult:
+    from wanprobe.probe.owd import report_from_json as owd_report
+
+    (method, peer, port, started_at, duration_s, interval_s, size_bytes, rtt, loss, dscp, jitter,
+     jitter_f, jitter_r, reordered, duplicates, tx_timestamp, samples, owd,
+     reflector) = fields(doc, "path", PROBE_KEYS)
+    kept = doc.get("rtt_samples_ms")
+    if kept is not None and len(kept) != samples:
+        raise ConfigError(f"path: samples is {shown(samples)} but rtt_samples_ms holds "
+                          f"{len(kept)}")
+    return ProbeResult(method, peer, port, started_at, duration_s, interval_s, size_bytes,
+                       rtt_stats(rtt), loss_stats(loss), dscp_report(dscp), jitter, jitter_f,
+                       jitter_r, reordered, duplicates, tx_timestamp, tuple(kept or ()),
+                       owd_report(owd), reflector_info(reflector),
+                       sample_count=None if kept is not None else samples)
+
+
+MTU_KEYS = ("peer", "port", "path_mtu", "local_mtu", "method", "found_by", "timeout_s", "steps")
+
+
+def mtu_result(doc: Any) -> MtuResult:
+    *head, steps = fields(doc, "mtu", MTU_KEYS)
+    return MtuResult(*head, objects(steps, "mtu.steps", lambda s, at: MtuStep(
+        *fields(s, at, ("size_bytes", "passed", "tries")))))

@@ -16,8 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from wanprobe.errors import WanprobeError
+from wanprobe.json_fields import Decoded, json_object, objects, required
 
 SATURATED = 0.8        # received < 80 % of what was sent: the burst filled the bottleneck
 HELD_BACK = 0.8        # sent < 80 % of the rate asked: the sender itself was held back
@@ -27,7 +29,7 @@ LADDER_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
-class Burst:
+class Burst(Decoded, json_name="capacity burst"):
     sent_bits_per_second: float
     received_bits_per_second: float
     lost_packets: int
@@ -56,6 +58,15 @@ class Capacity:
                 "capacity_source": self.source,
                 "upper_bound_bits_per_second": self.upper_bound_bits_per_second,
                 "bursts": [b.to_json() for b in self.bursts]}
+
+    @classmethod
+    def from_json(cls, d: Any, what: str = "capacity") -> Capacity:
+        """Inverse of :meth:`to_json`, whose keys carry the ``capacity_`` prefix of a report."""
+        d = json_object(d, what)
+        required(d, ("capacity_bits_per_second", "capacity_source"), what)
+        return cls(d["capacity_bits_per_second"], d["capacity_source"],
+                   d.get("upper_bound_bits_per_second"),
+                   objects(d.get("bursts", ()), f"{what}.bursts", Burst.from_json))
 
 
 BurstFn = Callable[[float], Burst]

@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from wanprobe import __version__
+from wanprobe.json_fields import Decoded, dicts, objects, open_object, optional, strings
 from wanprobe.throughput.protocol import DOWN, UP
 from wanprobe.throughput.verdict import (
     Verdict,
@@ -23,7 +24,8 @@ DIRECTION_NAMES = {UP: "client_to_server", DOWN: "server_to_client"}
 
 
 @dataclass(frozen=True)
-class StreamResult:
+class StreamResult(Decoded, json_name="throughput stream",
+                   json_parts={"tcp_info": optional(open_object)}):
     stream_id: int
     direction: str
     bytes_sent: int
@@ -43,7 +45,7 @@ class StreamResult:
 
 
 @dataclass(frozen=True)
-class IntervalResult:
+class IntervalResult(Decoded, json_name="throughput interval", json_parts={"streams": dicts}):
     """One reporting interval. ``partial``: the test's final interval, shorter than half the
     reporting interval; its bytes count in the totals but it has no rate (None), and rate
     figures and plots leave it out (see mark_partial_tail)."""
@@ -79,7 +81,7 @@ def mark_partial_tail(intervals: list[IntervalResult],
 
 
 @dataclass(frozen=True)
-class UdpResult:
+class UdpResult(Decoded):
     target_bits_per_second: float
     bits_per_second: float
     sender_bits_per_second: float
@@ -93,7 +95,7 @@ class UdpResult:
 
 
 @dataclass(frozen=True)
-class DirectionSummary:
+class DirectionSummary(Decoded):
     direction: str
     bits_per_second: float
     sender_bits_per_second: float
@@ -102,8 +104,17 @@ class DirectionSummary:
     retransmits: int | None
 
 
+# What ThroughputResult.from_json (json_fields.Decoded) decodes, for both engines' results:
+# iperf3's streams carry a TCP_INFO summary of other keys; the open parts stay dicts.
+THROUGHPUT_PARTS = {
+    "limited_by": Verdict.from_json, "cpu": open_object, "notes": strings,
+    "streams": lambda v, at: objects(v, at, StreamResult.from_json),
+    "intervals": lambda v, at: objects(v, at, IntervalResult.from_json),
+    "udp": optional(UdpResult.from_json), "reverse": optional(DirectionSummary.from_json)}
+
+
 @dataclass(frozen=True)
-class ThroughputResult:
+class ThroughputResult(Decoded, json_name="throughput", json_parts=THROUGHPUT_PARTS):
     peer: str
     port: int
     engine: str

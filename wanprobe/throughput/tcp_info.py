@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, fields
 
+from wanprobe.json_fields import Decoded
+
 # (name, byte offset, struct code). Units: *_us microseconds, *_ms milliseconds, rates bytes/s,
 # cwnd/ssthresh/retrans in packets (segments), bytes_* in bytes.
 LAYOUT: tuple[tuple[str, int, str], ...] = (
@@ -42,7 +44,7 @@ MAX_MIN_RTT_US = 0xFFFFFFFF  # ~0U: the kernel's "no RTT sample yet" for min_rtt
 
 
 @dataclass(frozen=True)
-class TcpInfo:
+class TcpInfo(Decoded, json_name="tcp_info"):  # from_json: any field may be absent
     """One ``TCP_INFO`` sample; ``None`` means the kernel did not return the field."""
 
     state: int | None = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from wanprobe.json_fields import Decoded, open_object
 from wanprobe.models.bdp import bdp_bytes as _bdp_bytes
 from wanprobe.models.bdp import buffer_needed_bytes
 from wanprobe.models.tcp_rate import mathis_rate_bps
@@ -77,7 +78,7 @@ class VerdictInput:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(Decoded, json_name="limited_by", json_parts={"evidence": open_object}):
     verdict: str
     evidence: dict = field(default_factory=dict)
     summary: str = ""
