@@ -121,21 +121,27 @@ def _edited(doc: dict, value, *path) -> dict:
     return doc
 
 
-def _dropped(doc: dict, *path) -> dict:
-    return _edited(doc, DROP, *path)
+def _key_path(name: str, path: tuple) -> str:
+    """How an error names the place ``path`` below ``name``: ``throughput.streams[0]``."""
+    return name + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in path)
 
 
-BAD = [
-    (ThroughputResult, lambda: _dropped(throughput_docs()[0], "bits_per_second"),
-     "throughput: missing key 'bits_per_second'"),
-    (ThroughputResult, lambda: _dropped(throughput_docs()[0], "streams", 0, "stream_id"),
-     "throughput.streams[0]: missing key 'stream_id'"),
-    (ThroughputResult, lambda: _dropped(throughput_docs()[0], "limited_by", "verdict"),
-     "throughput.limited_by: missing key 'verdict'"),
-    (ThroughputResult, lambda: _dropped(throughput_docs()[1], "udp", "jitter_ms"),
-     "throughput.udp: missing key 'jitter_ms'"),
-    (ThroughputResult, lambda: _dropped(throughput_docs()[2], "reverse", "direction"),
-     "throughput.reverse: missing key 'direction'"),
+# (codec, its name in errors, its recorded documents, which one, the key path to remove):
+# each is refused naming the key.
+MISSING = [
+    (ThroughputResult, "throughput", throughput_docs, 0, ("bits_per_second",)),
+    (ThroughputResult, "throughput", throughput_docs, 0, ("streams", 0, "stream_id")),
+    (ThroughputResult, "throughput", throughput_docs, 0, ("limited_by", "verdict")),
+    (ThroughputResult, "throughput", throughput_docs, 1, ("udp", "jitter_ms")),
+    (ThroughputResult, "throughput", throughput_docs, 2, ("reverse", "direction")),
+    (Capacity, "capacity", capacity_docs, 0, ("capacity_source",)),
+    (Capacity, "capacity", capacity_docs, 0, ("bursts", 0, "lost_packets")),
+    (Verification, "verify", verify_docs, 0, ("next_step",)),
+    (Verification, "verify", verify_docs, 0, ("attempts", 0, "omit_s")),
+]
+BAD = [(codec, lambda d=docs, i=i, p=path: _edited(d()[i], DROP, *p),
+        f"{_key_path(name, path[:-1])}: missing key {path[-1]!r}")
+       for codec, name, docs, i, path in MISSING] + [
     (ThroughputResult, lambda: _edited(throughput_docs()[0], 7, "streams"),
      "throughput.streams: expected a JSON array, got 7"),
     (ThroughputResult, lambda: _edited(throughput_docs()[0], "x", "intervals", 0, "streams", 0),
@@ -146,14 +152,6 @@ BAD = [
      "throughput.notes: expected strings, got [1]"),
     (ThroughputResult, lambda: ["not", "an", "object"],
      "throughput: expected a JSON object, got ['not', 'an', 'object']"),
-    (Capacity, lambda: _dropped(capacity_docs()[0], "capacity_source"),
-     "capacity: missing key 'capacity_source'"),
-    (Capacity, lambda: _dropped(capacity_docs()[0], "bursts", 0, "lost_packets"),
-     "capacity.bursts[0]: missing key 'lost_packets'"),
-    (Verification, lambda: _dropped(verify_docs()[0], "next_step"),
-     "verify: missing key 'next_step'"),
-    (Verification, lambda: _dropped(verify_docs()[0], "attempts", 0, "omit_s"),
-     "verify.attempts[0]: missing key 'omit_s'"),
     (Verification, lambda: _edited(verify_docs()[0], "none", "evidence"),
      "verify.evidence: expected a JSON object, got 'none'"),
 ]
