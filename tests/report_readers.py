@@ -100,9 +100,9 @@ def ask_every_reader(doc: dict) -> set[tuple[str, ...]]:
     from wanprobe.diagnose.engine import run_rules
     from wanprobe.diagnose.host_inputs import Host
     from wanprobe.diagnose.measured import Measured
-    from wanprobe.models.impact_inputs import candidate_from_report, planned_settings
     from wanprobe.pictures.report_html import report_page
     from wanprobe.report.document import Report
+    from wanprobe.report.impact_reader import candidate_from_report
     from wanprobe.report.render_md import render_markdown
     from wanprobe.report.render_rich import render_rich
 
@@ -120,7 +120,6 @@ def ask_every_reader(doc: dict) -> set[tuple[str, ...]]:
     tuners = build_tuners()   # planning reads the live values; nothing is applied
     for side in ("local", "peer"):
         from_report.build_plan(tracked, tuners, host_id="readers-test", side=side)
-    planned_settings(tracked)
     candidate_from_report(tracked, "report")
     report = Report.from_valid(tracked)
     render_rich(report, Console(file=io.StringIO(), width=120))

@@ -1,10 +1,13 @@
 """Training-impact model: step time, idle share, cost and strategies against hand arithmetic."""
 
+import re
+
 import pytest
 
 from wanprobe.errors import ConfigError, UsageError
 from wanprobe.models import impact as m
-from wanprobe.models.impact_inputs import candidate_from_report, planned_settings, slowest
+from wanprobe.models.impact_inputs import slowest
+from wanprobe.report.impact_reader import candidate_from_report, planned_settings
 
 
 def test_gradient_bytes():
@@ -99,7 +102,7 @@ def test_candidate_from_report_uses_p99_and_measured_rate():
     assert c.path.window_bytes == pytest.approx(6291456 / 2)
     assert c.tuned_window_bytes == pytest.approx(268435456 / 2)
     assert c.tuned_cc == "bbr"
-    assert planned_settings({"plan": None}) == {}
+    assert planned_settings(None) == {}
 
 
 def test_report_missing_key_names_it():
@@ -145,3 +148,21 @@ def test_assess_ranks_sites_and_models_the_job_on_the_slowest_path():
     assert result.path.rtt_s == pytest.approx(0.14)
     assert result.path.flow_rate(1) == pytest.approx(50e6)
     assert result.to_json()["candidates"][0]["site"] == "tokyo"
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d["measurements"]["path"]["rtt_ms"].update(p99="130"), "rtt_ms.p99 missing or not a number"),
+    (lambda d: d["measurements"]["path"]["rtt_ms"].update(p99=0), "rtt_ms.p99 missing or not a number > 0"),
+    (lambda d: d["measurements"]["path"]["loss"].update(ratio=1.5), "loss.ratio missing or not a ratio"),
+    (lambda d: d["measurements"]["throughput"].update(bits_per_second=-1), "bits_per_second missing or not"),
+    (lambda d: d["host"]["sysctls"].update({"net.ipv4.tcp_rmem": "4096 x"}), "tcp_rmem missing or not 'min"),
+    (lambda d: d.update(host=["not", "a", "host"]), "net.ipv4.tcp_rmem"),
+    (lambda d: d.pop("peer"), "missing peer"),
+    (lambda d: d["plan"]["changes"][0].update(value="big"), "plan's net.ipv4.tcp_rmem is not"),
+])
+def test_a_figure_of_the_wrong_type_or_range_is_named(edit, needle):
+    """The typed parsers take a wrong-typed figure as absent; the reader names the key either way."""
+    doc = _report()
+    edit(doc)
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        candidate_from_report(doc, "r.json", link_bps=10e9)

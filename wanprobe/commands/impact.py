@@ -13,7 +13,7 @@ from rich.table import Table
 from wanprobe.errors import UsageError
 from wanprobe.models import impact as model
 from wanprobe.models.bdp import window_from_buffer_bytes
-from wanprobe.models.impact_inputs import Candidate, candidate_from_report
+from wanprobe.models.impact_inputs import Candidate
 from wanprobe.models.impact_sites import Assessment, assess
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import (
@@ -50,6 +50,7 @@ def _path_from_flags(rtt: str | None, bandwidth: str | None, loss: str | None, c
 
 def _load_reports(paths: list[FsPath], link_bps: float | None) -> list[Candidate]:
     from wanprobe.report.document import load_json
+    from wanprobe.report.impact_reader import candidate_from_report
 
     return [candidate_from_report(load_json(p, strict=False), str(p), link_bps) for p in paths]
 
