@@ -95,9 +95,21 @@ class OwdReport:
         }
 
     @classmethod
-    def from_json(cls, doc: dict | None) -> OwdReport | None:
-        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
-        return report_from_json(doc)
+    def from_json(cls, doc: Any) -> OwdReport | None:
+        """``to_json`` read back (None: not measured); the derived clock keys are recomputed;
+        ConfigError if malformed."""
+        if doc is None:
+            return None
+        (forward, reverse, variation, bound, source, withheld, same, note, local, far,
+         samples) = fields(doc, "path.owd_ms", OWD_DOC_KEYS)
+        fv, rv = fields(variation, "path.owd_ms.variation", ("forward", "reverse"))
+        where = "path.owd_ms.variation"
+        return cls(quantiles(forward, "path.owd_ms.forward", OWD_KEYS),
+                   quantiles(reverse, "path.owd_ms.reverse", OWD_KEYS),
+                   tuple(fields(fv, where + ".forward", VARIATION_KEYS)),
+                   tuple(fields(rv, where + ".reverse", VARIATION_KEYS)),
+                   bound, source, withheld, OwdClock(clock_state(local), far_clock(far, same)),
+                   note, sample_count=samples)
 
 
 def _quantiles(values: Sequence[float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -203,17 +215,3 @@ OWD_DOC_KEYS = ("forward", "reverse", "variation", "clock_error_bound_ms", "cloc
                 "withheld", "same_clock", "note", "local_clock", "far_clock", "samples")
 
 
-def report_from_json(doc: Any) -> OwdReport | None:
-    """``OwdReport.to_json`` read back; the derived clock keys are recomputed."""
-    if doc is None:
-        return None
-    (forward, reverse, variation, bound, source, withheld, same, note, local, far,
-     samples) = fields(doc, "path.owd_ms", OWD_DOC_KEYS)
-    fv, rv = fields(variation, "path.owd_ms.variation", ("forward", "reverse"))
-    where = "path.owd_ms.variation"
-    return OwdReport(quantiles(forward, "path.owd_ms.forward", OWD_KEYS),
-                     quantiles(reverse, "path.owd_ms.reverse", OWD_KEYS),
-                     tuple(fields(fv, where + ".forward", VARIATION_KEYS)),
-                     tuple(fields(rv, where + ".reverse", VARIATION_KEYS)),
-                     bound, source, withheld, OwdClock(clock_state(local), far_clock(far, same)),
-                     note, sample_count=samples)

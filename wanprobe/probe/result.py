@@ -1,4 +1,6 @@
-"""Probe results: frozen dataclasses whose ``to_json()`` gives the report keys (issue 3)."""
+"""Probe results: frozen dataclasses whose ``to_json()`` gives the report keys (issue 3) and whose
+``from_json()`` reads them back (issue 21, one codec): derived keys are recomputed, keys unknown
+here (a later minor version's, those services/diagnose adds) are left alone."""
 
 from __future__ import annotations
 
@@ -12,6 +14,13 @@ if TYPE_CHECKING:
     from wanprobe.probe.owd import OwdReport
 
 RTT_KEYS = ("min", "p50", "p90", "p99", "max", "mean", "stdev")
+LOSS_KEYS = ("sent", "received", "ci95", "forward_lost", "reverse_lost", "forward_ratio",
+             "reverse_ratio", "forward_ci95", "reverse_ci95", "late", "reflector_rate_limited",
+             "reflector_replays_refused", "reflector_resets", "unattributed")
+PROBE_KEYS = ("method", "peer", "port", "started_at", "duration_s", "interval_s", "size_bytes",
+              "rtt_ms", "loss", "dscp", "jitter_ms", "jitter_forward_ms", "jitter_reverse_ms",
+              "reordered", "duplicates", "tx_timestamp", "samples", "owd_ms", "reflector")
+MTU_KEYS = ("peer", "port", "path_mtu", "local_mtu", "method", "found_by", "timeout_s", "steps")
 
 
 def _r6(x: float | None) -> float | None:
@@ -38,9 +47,11 @@ class RttStats:
         return {k: round(getattr(self, k), 6) for k in RTT_KEYS}
 
     @classmethod
-    def from_json(cls, doc: dict) -> RttStats | None:
-        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
-        return rtt_stats(doc)
+    def from_json(cls, doc: Any) -> RttStats | None:
+        """Read back what ``to_json`` wrote; None when every figure is null (nothing came back);
+        ConfigError if malformed."""
+        values = quantiles(doc, "path.rtt_ms", RTT_KEYS)
+        return None if values is None else cls(*values)
 
 
 @dataclass(frozen=True)
@@ -129,9 +140,14 @@ class LossStats:
         }
 
     @classmethod
-    def from_json(cls, doc: dict) -> LossStats:
-        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
-        return loss_stats(doc)
+    def from_json(cls, doc: Any) -> LossStats:
+        """Read back what ``to_json`` wrote; ConfigError if malformed. ``forward_of`` and
+        ``reverse_of`` are not written: recovered from the written counts and ratios."""
+        (sent, received, ci95, f_lost, r_lost, f_ratio, r_ratio, f_ci, r_ci, late, limited,
+         replays, resets, unattributed) = fields(doc, "path.loss", LOSS_KEYS)
+        return cls(sent, received, pair(ci95), f_lost, _count_of(f_lost, f_ratio, sent), r_lost,
+                   _count_of(r_lost, r_ratio, sent), pair(f_ci), pair(r_ci), late, limited,
+                   replays, resets, unattributed)
 
 
 @dataclass(frozen=True)
@@ -157,9 +173,12 @@ class DscpReport:
         }
 
     @classmethod
-    def from_json(cls, doc: dict) -> DscpReport:
-        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
-        return dscp_report(doc)
+    def from_json(cls, doc: Any) -> DscpReport:
+        """Read back what ``to_json`` wrote; ConfigError if malformed."""
+        sent, at, returned, ecn, bleached, refused = fields(
+            doc, "path.dscp", ("sent", "at_reflector", "returned", "ecn_at_reflector", "bleached",
+                               "reflector_refused"))
+        return cls(sent, at, returned, ecn, reflector_refused=refused, bleached=bleached)
 
 
 @dataclass(frozen=True)
@@ -176,9 +195,9 @@ class ReflectorInfo:
         return {"counts": self.counts, "limit_pps": self.limit_pps}
 
     @classmethod
-    def from_json(cls, doc: dict | None) -> ReflectorInfo | None:
-        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
-        return reflector_info(doc)
+    def from_json(cls, doc: Any) -> ReflectorInfo | None:
+        """Read back what ``to_json`` wrote (None: no reply); ConfigError if malformed."""
+        return None if doc is None else cls(*fields(doc, "path.reflector", ("counts", "limit_pps")))
 
 
 @dataclass(frozen=True)
@@ -229,9 +248,23 @@ class ProbeResult:
         return doc
 
     @classmethod
-    def from_json(cls, doc: dict) -> ProbeResult:
-        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
-        return probe_result(doc)
+    def from_json(cls, doc: Any) -> ProbeResult:
+        """Read back what ``to_json`` wrote, with or without ``rtt_samples_ms`` (without them,
+        ``sample_count`` keeps how many there were); ConfigError if malformed."""
+        from wanprobe.probe.owd import OwdReport
+
+        (method, peer, port, started_at, duration_s, interval_s, size_bytes, rtt, loss, dscp,
+         jitter, jitter_f, jitter_r, reordered, duplicates, tx_timestamp, samples, owd,
+         reflector) = fields(doc, "path", PROBE_KEYS)
+        kept = doc.get("rtt_samples_ms")
+        if kept is not None and len(kept) != samples:
+            raise ConfigError(f"path: samples is {shown(samples)} but rtt_samples_ms holds "
+                              f"{len(kept)}")
+        return cls(method, peer, port, started_at, duration_s, interval_s, size_bytes,
+                   RttStats.from_json(rtt), LossStats.from_json(loss), DscpReport.from_json(dscp),
+                   jitter, jitter_f, jitter_r, reordered, duplicates, tx_timestamp,
+                   tuple(kept or ()), OwdReport.from_json(owd), ReflectorInfo.from_json(reflector),
+                   sample_count=None if kept is not None else samples)
 
 
 @dataclass(frozen=True)
@@ -267,16 +300,11 @@ class MtuResult:
         }
 
     @classmethod
-    def from_json(cls, doc: dict) -> MtuResult:
-        """Read back what ``to_json`` wrote (below); ConfigError if malformed."""
-        return mtu_result(doc)
-
-
-# -- read back (issue 21, one codec): what ``to_json`` wrote; derived keys are recomputed, keys
-# -- unknown here (a later minor version's, those services/diagnose adds) are left alone.
-def rtt_stats(doc: Any) -> RttStats | None:
-    values = quantiles(doc, "path.rtt_ms", RTT_KEYS)
-    return None if values is None else RttStats(*values)
+    def from_json(cls, doc: Any) -> MtuResult:
+        """Read back what ``to_json`` wrote; ConfigError if malformed."""
+        *head, steps = fields(doc, "mtu", MTU_KEYS)
+        return cls(*head, objects(steps, "mtu.steps", lambda s, at: MtuStep(
+            *fields(s, at, ("size_bytes", "passed", "tries")))))
 
 
 def _count_of(lost: int | None, ratio: float | None, sent: int) -> int | None:
@@ -294,60 +322,3 @@ def _count_of(lost: int | None, ratio: float | None, sent: int) -> int | None:
         if round(lost / n, 6) == ratio:
             return n
     raise ConfigError(f"path.loss: ratio {shown(ratio)} does not follow from {lost} lost")
-
-
-LOSS_KEYS = ("sent", "received", "ci95", "forward_lost", "reverse_lost", "forward_ratio",
-             "reverse_ratio", "forward_ci95", "reverse_ci95", "late", "reflector_rate_limited",
-             "reflector_replays_refused", "reflector_resets", "unattributed")
-
-
-def loss_stats(doc: Any) -> LossStats:
-    (sent, received, ci95, f_lost, r_lost, f_ratio, r_ratio, f_ci, r_ci, late, limited, replays,
-     resets, unattributed) = fields(doc, "path.loss", LOSS_KEYS)
-    return LossStats(sent, received, pair(ci95), f_lost, _count_of(f_lost, f_ratio, sent),
-                     r_lost, _count_of(r_lost, r_ratio, sent), pair(f_ci), pair(r_ci), late,
-                     limited, replays, resets, unattributed)
-
-
-def dscp_report(doc: Any) -> DscpReport:
-    sent, at, returned, ecn, bleached, refused = fields(
-        doc, "path.dscp", ("sent", "at_reflector", "returned", "ecn_at_reflector", "bleached",
-                           "reflector_refused"))
-    return DscpReport(sent, at, returned, ecn, reflector_refused=refused, bleached=bleached)
-
-
-def reflector_info(doc: Any) -> ReflectorInfo | None:
-    if doc is None:
-        return None
-    return ReflectorInfo(*fields(doc, "path.reflector", ("counts", "limit_pps")))
-
-
-PROBE_KEYS = ("method", "peer", "port", "started_at", "duration_s", "interval_s", "size_bytes",
-              "rtt_ms", "loss", "dscp", "jitter_ms", "jitter_forward_ms", "jitter_reverse_ms",
-              "reordered", "duplicates", "tx_timestamp", "samples", "owd_ms", "reflector")
-
-
-def probe_result(doc: Any) -> ProbeResult:
-    from wanprobe.probe.owd import report_from_json as owd_report
-
-    (method, peer, port, started_at, duration_s, interval_s, size_bytes, rtt, loss, dscp, jitter,
-     jitter_f, jitter_r, reordered, duplicates, tx_timestamp, samples, owd,
-     reflector) = fields(doc, "path", PROBE_KEYS)
-    kept = doc.get("rtt_samples_ms")
-    if kept is not None and len(kept) != samples:
-        raise ConfigError(f"path: samples is {shown(samples)} but rtt_samples_ms holds "
-                          f"{len(kept)}")
-    return ProbeResult(method, peer, port, started_at, duration_s, interval_s, size_bytes,
-                       rtt_stats(rtt), loss_stats(loss), dscp_report(dscp), jitter, jitter_f,
-                       jitter_r, reordered, duplicates, tx_timestamp, tuple(kept or ()),
-                       owd_report(owd), reflector_info(reflector),
-                       sample_count=None if kept is not None else samples)
-
-
-MTU_KEYS = ("peer", "port", "path_mtu", "local_mtu", "method", "found_by", "timeout_s", "steps")
-
-
-def mtu_result(doc: Any) -> MtuResult:
-    *head, steps = fields(doc, "mtu", MTU_KEYS)
-    return MtuResult(*head, objects(steps, "mtu.steps", lambda s, at: MtuStep(
-        *fields(s, at, ("size_bytes", "passed", "tries")))))
