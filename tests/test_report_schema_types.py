@@ -134,10 +134,9 @@ def probe_docs() -> list[dict]:
     docs = []
     for tlvs in (True, False):
         docs.append(session(tlvs).to_json())
-        doc = session(tlvs).to_json(samples=True)
         opts = DiagnoseOptions(PEER, link_rate_bps=1e8 if tlvs else None, capacity=False)
-        _capacity(opts, {}, doc, [], {}, None, lambda _msg: None)
-        docs.append(doc)
+        capacity_keys, _detail = _capacity(opts, {}, [], None, lambda _msg: None)
+        docs.append({**session(tlvs).to_json(samples=True), **capacity_keys})
     return docs
 
 

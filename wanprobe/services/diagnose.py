@@ -4,6 +4,12 @@ then the rules, and assemble one report.
 Each measurement is optional: a piece that fails (peer without a reflector, a module not built
 yet, a collector error) is recorded in ``measurements.errors`` as "not measured: why" and the
 rules that need it stay silent; the diagnosis itself never crashes on it.
+
+Each measurement stays typed (``ProbeResult``, ``ThroughputResult``, ``Capacity``, ``HostFacts``)
+until ``diagnose`` writes the report's ``measurements`` once, in one place: the path document is
+the probe's plus the capacity keys, the MTU document the search's plus the route's; no function
+edits another's document. The rules then read them through the one typed view
+(``Measured.from_report``), as every reader of a saved report does.
 """
 
 from __future__ import annotations
@@ -15,15 +21,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wanprobe import __version__
 from wanprobe.diagnose.engine import run_rules
 from wanprobe.diagnose.host_config import read_host_config
+from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import OPERATOR_SOURCE, DiagnoseConfig
 from wanprobe.errors import ProbeError, UsageError, WanprobeError
 from wanprobe.probe.peer import check_peer
 from wanprobe.report.document import SCHEMA_VERSION, Report
+
+if TYPE_CHECKING:
+    from collectors.host_facts import HostFacts
+    from wanprobe.probe.result import ProbeResult
+    from wanprobe.throughput.capacity import Capacity
+    from wanprobe.throughput.result import ThroughputResult
 
 STAMP_PORT = 862
 # wanprobe's reflector answers datagrams up to 9216 B (reflector.MAX_DATAGRAM) + IPv4/UDP headers
@@ -102,18 +115,17 @@ def _guard(errors: dict[str, str], part: str, fn: Callable[[], Any]) -> Any:
     return None
 
 
-def measure_path(opts: DiagnoseOptions) -> dict:
+def measure_path(opts: DiagnoseOptions) -> ProbeResult:
     from wanprobe.probe.api import run_probe
 
     key = {"hmac_key": opts.hmac_key} if opts.hmac_key is not None else {}
     res = run_probe(opts.peer, "stamp", port=opts.port, count=opts.probe_count,
                     interval_s=opts.probe_interval_s, dscp=opts.dscp, **key)
-    doc = res.to_json(samples=True)  # the RTT distribution of `report show --format html`
-    if not (doc.get("loss") or {}).get("received"):
+    if not res.loss.received:
         # no reply at all says nothing about the path, only that no reflector answers
         raise ProbeError(f"no STAMP reply from {opts.peer} port {opts.port}: is `wanprobe "
                          "reflect` running there?")
-    return doc
+    return res
 
 
 def measure_mtu(opts: DiagnoseOptions) -> dict:
@@ -121,26 +133,23 @@ def measure_mtu(opts: DiagnoseOptions) -> dict:
 
     from wanprobe.probe.mtu import probe_path_mtu
 
-    doc = asyncio.run(probe_path_mtu(opts.peer, port=opts.port, max_size=REFLECTOR_MAX_IP_BYTES,
-                                     hmac_key=opts.hmac_key)).to_json()
-    doc["search_max_bytes"] = min(REFLECTOR_MAX_IP_BYTES, doc.get("local_mtu") or 0)
+    res = asyncio.run(probe_path_mtu(opts.peer, port=opts.port, max_size=REFLECTOR_MAX_IP_BYTES,
+                                     hmac_key=opts.hmac_key))
+    local_mtu = res.local_mtu or 0
     route = route_to(opts.peer)
-    doc["iface"] = route.get("iface")
-    doc["iface_mtu"] = doc.get("local_mtu")
     route_mtu = route.get("route_mtu")
-    doc["route_mtu"] = route_mtu
     # A PMTU the kernel learned means ICMP came back; a smaller path without one is a black hole.
-    doc["icmp_seen"] = route_mtu is not None and route_mtu < (doc.get("local_mtu") or 0)
-    return doc
+    return {**res.to_json(), "search_max_bytes": min(REFLECTOR_MAX_IP_BYTES, local_mtu),
+            "iface": route.get("iface"), "iface_mtu": res.local_mtu, "route_mtu": route_mtu,
+            "icmp_seen": route_mtu is not None and route_mtu < local_mtu}
 
 
-def measure_throughput(opts: DiagnoseOptions, reverse: bool = False) -> dict:
+def measure_throughput(opts: DiagnoseOptions, reverse: bool = False) -> ThroughputResult:
     from wanprobe.throughput.client import run_throughput
 
-    res = run_throughput(opts.peer, port=opts.port, duration_s=opts.throughput_s, streams=1,
-                         max_bytes=opts.throughput_max_bytes, reverse=reverse,
-                         hmac_key=opts.hmac_key)
-    return res.to_json()
+    return run_throughput(opts.peer, port=opts.port, duration_s=opts.throughput_s, streams=1,
+                          max_bytes=opts.throughput_max_bytes, reverse=reverse,
+                          hmac_key=opts.hmac_key)
 
 
 SCAN_STREAMS = (1, 2, 4, 8)
@@ -162,7 +171,7 @@ def measure_streams_scan(opts: DiagnoseOptions) -> list[dict]:
 
 
 def measure_capacity(opts: DiagnoseOptions, tcp_bps: float | None,
-                     nic_bps: float | None) -> dict:
+                     nic_bps: float | None) -> Capacity:
     """UDP bursts from above what TCP reached up to the NIC speed (an upper bound only)."""
     from wanprobe.throughput.capacity import DEFAULT_MAX_BPS
     from wanprobe.throughput.capacity import measure_capacity as bursts
@@ -170,42 +179,43 @@ def measure_capacity(opts: DiagnoseOptions, tcp_bps: float | None,
     start = max(2 * (tcp_bps or 0.0), 20e6)
     upper = nic_bps or DEFAULT_MAX_BPS
     return bursts(opts.peer, opts.port, start_bps=min(start, upper), max_bps=upper,
-                  max_bytes=opts.throughput_max_bytes, dscp=0, hmac_key=opts.hmac_key).to_json()
+                  max_bytes=opts.throughput_max_bytes, dscp=0, hmac_key=opts.hmac_key)
 
 
-def fetch_peer_facts(opts: DiagnoseOptions) -> dict:
+def fetch_peer_facts(opts: DiagnoseOptions) -> HostFacts:
     from wanprobe.throughput.host_facts_op import fetch
 
-    return fetch(opts.peer, opts.port, hmac_key=opts.hmac_key).to_json()
+    return fetch(opts.peer, opts.port, hmac_key=opts.hmac_key)
 
 
-def local_facts(opts: DiagnoseOptions, proc_root: Path) -> dict:
+def local_facts(opts: DiagnoseOptions, proc_root: Path) -> HostFacts:
     from collectors.host_facts import read_host_facts
 
-    return read_host_facts(opts.peer, proc_root=proc_root).to_json()
+    return read_host_facts(opts.peer, proc_root=proc_root)
 
 
-def _capacity(opts: DiagnoseOptions, errors: dict[str, str], path: dict, tputs: list,
-              host: dict, iface: str | None, say: Progress) -> dict | None:
-    """Fill ``path.capacity_bits_per_second``/``capacity_source``; return the burst detail."""
-    speed = ((host.get("ifaces") or {}).get(iface) or {}).get("speed_mbps") if iface else None
-    nic_bps = speed * 1e6 if speed else None
+def _capacity(opts: DiagnoseOptions, errors: dict[str, str], tputs: list[ThroughputResult | None],
+              nic_bps: float | None, say: Progress) -> tuple[dict[str, Any], Capacity | None]:
+    """The path's capacity keys (``capacity_bits_per_second``, ``capacity_source``: the
+    operator's rate, the UDP bursts' or why not measured) and the burst detail, if measured."""
     if opts.link_rate_bps:
-        path.update(capacity_bits_per_second=opts.link_rate_bps,
-                    capacity_source=OPERATOR_SOURCE)
-        return None
+        return {"capacity_bits_per_second": opts.link_rate_bps,
+                "capacity_source": OPERATOR_SOURCE}, None
     detail = None
     if opts.capacity and opts.throughput:
         say("measuring the path capacity (UDP bursts)")
-        tcp = max((t.get("bits_per_second") or 0.0 for t in tputs if t), default=None)
+        tcp = max((t.bits_per_second for t in tputs if t is not None), default=None)
         detail = _guard(errors, "capacity", lambda: measure_capacity(opts, tcp, nic_bps))
-    if detail:
-        path.update(capacity_bits_per_second=detail["capacity_bits_per_second"],
-                    capacity_source=detail["capacity_source"])
-    else:
-        path.update(capacity_bits_per_second=None,
-                    capacity_source="not measured: " + errors.get("capacity", "skipped"))
-    return detail
+    if detail is not None:
+        return {"capacity_bits_per_second": detail.bits_per_second,
+                "capacity_source": detail.source}, detail
+    return {"capacity_bits_per_second": None,
+            "capacity_source": "not measured: " + errors.get("capacity", "skipped")}, None
+
+
+def _json(result: Any) -> Any:
+    """A typed measurement's report document; None (not measured) stays None."""
+    return None if result is None else result.to_json()
 
 
 def snapshot(sys_root: Path, proc_root: Path) -> Any:
@@ -221,17 +231,19 @@ def counters_json(first: Any, second: Any) -> dict:
     return document(*judge(first, second))
 
 
-def _transfers(opts: DiagnoseOptions, errors: dict[str, str], path: dict | None,
-               say: Progress) -> tuple[Any, Any, Any, Any]:
+def _transfers(opts: DiagnoseOptions, errors: dict[str, str], answered: bool,
+               say: Progress) -> tuple[HostFacts | None, ThroughputResult | None,
+                                       ThroughputResult | None, list[dict] | None]:
     """The peer's host facts and the TCP tests: forward, reverse and (--full) the 1/2/4/8
-    stream scan; each None where not measured (the reason in ``errors``)."""
+    stream scan; each None where not measured (the reason in ``errors``); none when the
+    peer's reflector did not answer the probe (``answered``)."""
     tput = tput_rev = peer_facts = scan = None
-    if path is not None:
+    if answered:
         say("asking the peer for its host facts")
         peer_facts = _guard(errors, "peer_facts", lambda: fetch_peer_facts(opts))
     else:
         errors.setdefault("peer_facts", "skipped: the peer's reflector did not answer")
-    if opts.throughput and path is not None:
+    if opts.throughput and answered:
         say(f"throughput test ({opts.throughput_s:.0f} s, capped)")
         tput = _guard(errors, "throughput", lambda: measure_throughput(opts))
         if opts.reverse:
@@ -240,7 +252,7 @@ def _transfers(opts: DiagnoseOptions, errors: dict[str, str], path: dict | None,
                               lambda: measure_throughput(opts, reverse=True))
     elif opts.throughput:
         errors.setdefault("throughput", "skipped: the peer's reflector did not answer")
-    if opts.throughput and path is not None and opts.mode == "full":
+    if opts.throughput and answered and opts.mode == "full":
         say("per-stream rates at 1, 2, 4, 8 streams")
         scan = _guard(errors, "streams_scan", lambda: measure_streams_scan(opts))
     return peer_facts, tput, tput_rev, scan
@@ -261,24 +273,28 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
     started = now_iso()
     errors: dict[str, str] = {}
     say("reading host configuration")
-    host = read_host_config(proc_root, sys_root).to_json()
     route = route_to(opts.peer)
-    host["address"] = route.get("source_address")
-    host["facts"] = _guard(errors, "host_facts", lambda: local_facts(opts, proc_root))
+    facts = _guard(errors, "host_facts", lambda: local_facts(opts, proc_root))
+    host = {**read_host_config(proc_root, sys_root).to_json(),
+            "address": route.get("source_address"), "facts": _json(facts)}
     before = None
     if opts.counters:
         say("sampling counters")
         before = _guard(errors, "counters", lambda: snapshot(sys_root, proc_root))
     say(f"probing {opts.peer} (STAMP, {opts.probe_count} probes, DSCP {opts.dscp})")
-    path = _guard(errors, "path", lambda: measure_path(opts))
+    probe = _guard(errors, "path", lambda: measure_path(opts))
     say("searching the path MTU")
-    mtu = _guard(errors, "mtu", lambda: measure_mtu(opts)) if path is not None else None
-    if path is None:
+    mtu = _guard(errors, "mtu", lambda: measure_mtu(opts)) if probe is not None else None
+    if probe is None:
         errors.setdefault("mtu", "skipped: the peer's reflector did not answer")
-    peer_facts, tput, tput_rev, scan = _transfers(opts, errors, path, say)
-    capacity = None
-    if path is not None:
-        capacity = _capacity(opts, errors, path, [tput, tput_rev], host, route.get("iface"), say)
+    peer_facts, tput, tput_rev, scan = _transfers(opts, errors, probe is not None, say)
+    path = capacity = None
+    if probe is not None:
+        nic = (Host.from_report(host) or Host()).iface(route.get("iface"))
+        nic_bps = nic.speed_mbps * 1e6 if nic and nic.speed_mbps else None
+        capacity_keys, capacity = _capacity(opts, errors, [tput, tput_rev], nic_bps, say)
+        # the RTT samples go with it: the distribution of `report show --format html`
+        path = {**probe.to_json(samples=True), **capacity_keys}
     counters = None
     if before is not None:
         if tput is None:
@@ -286,9 +302,11 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
         after = _guard(errors, "counters", lambda: snapshot(sys_root, proc_root))
         if after is not None:
             counters = _guard(errors, "counters", lambda: counters_json(before, after))
-    measurements = {"path": path, "mtu": mtu, "throughput": tput,
-                    "throughput_reverse": tput_rev, "capacity": capacity, "streams_scan": scan,
-                    "peer_facts": peer_facts, "counters": counters, "errors": errors}
+    # each measurement written once, here: no function edits another's document
+    measurements = {"path": path, "mtu": mtu, "throughput": _json(tput),
+                    "throughput_reverse": _json(tput_rev), "capacity": _json(capacity),
+                    "streams_scan": scan, "peer_facts": _json(peer_facts), "counters": counters,
+                    "errors": errors}
     say("evaluating rules")
     findings = run_rules(measurements, host, DiagnoseConfig(
         link_rate_bps=opts.link_rate_bps, dscp=opts.dscp, concurrent_flows=opts.concurrent_flows))
