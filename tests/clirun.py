@@ -100,3 +100,31 @@ def run_forked(argv: list[str], workdir: Path, timeout_s: float = 20.0) -> dict:
         return {"timeout": True}
     data = b"".join(chunks)
     return json.loads(data) if data else {"no result": True}
+
+
+MAX_LINE = 500  # characters in one stderr line of a refusal
+
+
+def problems(doc: dict) -> str | None:
+    """What is wrong with one case's outcome, or None."""
+    if doc.get("timeout"):
+        return "did not finish within its timeout"
+    if doc.get("no result"):
+        return "the child died without a result"
+    err_lines = [ln for ln in doc["stderr"].splitlines() if ln.strip()]
+    out = doc["stdout"] + doc["stderr"]
+    if doc["exception"]:
+        return f"exception escaped: {doc['exception']}"
+    if "Traceback" in out:
+        return "traceback: " + doc["stderr"][-300:]
+    if doc["code"] == 0:
+        return "exit 0 (accepted)" + (" after network activity" if doc["net"] else "")
+    if "internal error" in doc["stderr"]:
+        return err_lines[0][:300]
+    if len(err_lines) > 3:
+        return f"{len(err_lines)} lines on stderr: " + " | ".join(err_lines[:4])[:300]
+    if any(len(ln) > MAX_LINE for ln in err_lines):
+        return f"a stderr line of {max(len(ln) for ln in err_lines)} characters"
+    if doc["net"]:
+        return f"network activity before the refusal: {doc['net'][0]}"
+    return None

@@ -356,3 +356,13 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call" and report.failed and steal is not None:
         report.sections.append(("host CPU steal", f"{steal:.1f} % of this host's CPU time was "
                                 "stolen by the hypervisor while the test ran (/proc/stat)"))
+
+
+@pytest.fixture(scope="module")
+def closed_port() -> int:
+    """A loopback port nothing listens on (the hostile-CLI cases point peers there)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there: TCP is refused, UDP gets ICMP port unreachable
+    return port
