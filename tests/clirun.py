@@ -66,7 +66,7 @@ def _child(argv: list[str], w: int, workdir: str) -> None:
 
 def run_forked(argv: list[str], workdir: Path, timeout_s: float = 20.0) -> dict:
     """Run ``wanprobe ARGV`` through CliRunner in a forked child (in ``workdir``), killed after
-    ``timeout_s``: {"code", "stdout", "stderr", "net", "exception"} or {"timeout": True}. An audit
+    ``timeout_s``: {"code", "stdout", "stderr", "net", "exception"} or {"timeout": timeout_s}. An audit
     hook lists the IPv4/IPv6 sockets bound, connected or sent from ("net"), so a test can assert
     that a refusal came before any network activity. Fork from a warmed process (PREBUILT run
     once) and each case costs milliseconds."""
@@ -97,7 +97,7 @@ def run_forked(argv: list[str], workdir: Path, timeout_s: float = 20.0) -> dict:
             os.killpg(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     if timed_out:
-        return {"timeout": True}
+        return {"timeout": timeout_s}
     data = b"".join(chunks)
     return json.loads(data) if data else {"no result": True}
 
@@ -108,7 +108,7 @@ MAX_LINE = 500  # characters in one stderr line of a refusal
 def problems(doc: dict) -> str | None:
     """What is wrong with one case's outcome, or None."""
     if doc.get("timeout"):
-        return "did not finish within its timeout"
+        return f"did not finish within {doc['timeout']:g} s"
     if doc.get("no result"):
         return "the child died without a result"
     err_lines = [ln for ln in doc["stderr"].splitlines() if ln.strip()]

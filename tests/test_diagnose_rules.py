@@ -299,6 +299,7 @@ def test_typed_host_from_report_and_from_facts():
     assert t.tcp_notsent_lowat_bytes is None and t.cc_current == "bbr"  # absent is None
     assert t.iface("wan0").mtu_bytes == 1500 and t.iface("eth9") is None
     assert Host.from_report(None) is None and Host.from_report({}) is None
+    assert Host.from_report(["not", "a", "host"]) is None and Host.from_report("x") is None
     p = Host.from_facts(Host.from_report(dict(h, facts=peer_facts("cubic"))).facts)
     assert p.which == "peer" and p.cc_current == "cubic" and p.default_qdisc is None
     assert p.iface("wan0").qdisc == "pfifo_fast" and p.tcp_rmem_bytes == (4096, 131072, 6291456)

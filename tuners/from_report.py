@@ -62,9 +62,8 @@ def slow_nic(report: Mapping[str, Any]) -> str | None:
 def _typed(report: Mapping[str, Any]) -> tuple[Measured, Host | None]:
     """The report's measurements and host through the one parser (diagnose/measured.py,
     diagnose/host_inputs.py), which tolerates the hand-written and 1.0 reports a plan accepts."""
-    host = report.get("host")
     return (Measured.from_report(report.get("measurements")),
-            Host.from_report(host if isinstance(host, Mapping) else None))
+            Host.from_report(report.get("host")))
 
 
 def knob_host(knob: Mapping[str, Any]) -> str | None:

@@ -137,7 +137,7 @@ def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
         return PathFacts()
     m = Measured.from_report(report.get("measurements"))
     path = m.path
-    host = Host.from_report(report.get("host") if isinstance(report.get("host"), dict) else None)
+    host = Host.from_report(report.get("host"))
     iface = m.egress_iface
     if not iface and host:
         real = [i.name for i in host.ifaces if i.name != "lo"]

@@ -54,9 +54,10 @@ class Host:
         return next((i for i in self.ifaces if i.name == name), None) if name else None
 
     @classmethod
-    def from_report(cls, host: Mapping[str, Any] | None) -> Host | None:
-        """This host from the report's ``host`` dict; None when the report has none."""
-        if not host:
+    def from_report(cls, host: Any) -> Host | None:
+        """This host from the report's ``host`` dict; None when the report has none (absent,
+        empty or not an object: a hand-written or damaged report)."""
+        if not isinstance(host, Mapping) or not host:
             return None
         sysctls = host.get("sysctls") or {}
 

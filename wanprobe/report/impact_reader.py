@@ -41,9 +41,8 @@ def candidate_from_report(doc: object, source: str, link_bps: float | None = Non
     """Read one report document (whole or partial) through the typed parsers."""
     if not isinstance(doc, Mapping):
         raise ConfigError(f"report {source}: not a JSON object")
-    host = doc.get("host")
     return candidate(Measured.from_report(doc.get("measurements")),
-                     Host.from_report(host if isinstance(host, Mapping) else None),
+                     Host.from_report(doc.get("host")),
                      _peer_name(doc.get("peer"), source), doc.get("plan"), source, link_bps)
 
 
@@ -88,7 +87,7 @@ def candidate(measured: Measured, host: Host | None, name: str, plan: Any, sourc
 
 
 def _peer_name(peer: Any, source: str) -> str:
-    if peer is None or peer == {}:
+    if peer is None:
         raise ConfigError(f"report {source}: missing peer")
     return str(peer.get("address", peer)) if isinstance(peer, Mapping) else str(peer)
 
