@@ -19,7 +19,7 @@ from wanprobe.errors import ConfigError
 from wanprobe.probe.owd import OwdReport
 from wanprobe.probe.result import LossStats, MtuResult, ProbeResult
 
-DIAGNOSE_PATH_KEYS = {"capacity_bits_per_second", "capacity_source"}
+DIAGNOSE_PATH_KEYS = {"capacity_bits_per_second", "capacity_source", "capacity_is_lower_bound"}
 DIAGNOSE_MTU_KEYS = {"search_max_bytes", "iface", "iface_mtu", "route_mtu", "icmp_seen"}
 
 

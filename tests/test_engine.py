@@ -208,6 +208,6 @@ def test_a_raising_verdict_rule_is_passed_over_and_named_in_the_evidence(monkeyp
 def test_the_verdict_table_is_the_documented_order():
     names = [fn.rule_id for fn in verify_limit.RULES]
     assert names == ["verify.unknown", "verify.full", "verify.host_or_window", "verify.cwnd",
-                     "verify.cpu_steal", "verify.cross_traffic", "verify.loss",
+                     "verify.cpu_steal", "verify.duration", "verify.cross_traffic", "verify.loss",
                      "verify.sender_process", "verify.cc_rate", "verify.unexplained"]
     assert set(engine.RULES[-len(names):]) == set(verify_limit.RULES)

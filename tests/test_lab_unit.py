@@ -7,7 +7,7 @@ import random
 import struct
 
 import pytest
-from scapy.layers.inet import IP, TCP
+from scapy.layers.inet import IP, TCP, UDP
 
 from wanprobe.errors import UsageError
 from wanprobe.lab import PROFILES, packet
@@ -19,6 +19,7 @@ from wanprobe.lab.shaping import tbf_burst_bytes, tbf_commands, tbf_limit_bytes
 from wanprobe.lab.tun import (
     VIRTIO_NET_HDR_F_NEEDS_CSUM,
     VIRTIO_NET_HDR_GSO_TCPV4,
+    VIRTIO_NET_HDR_GSO_UDP_L4,
     VNET_HDR,
     VnetHdr,
 )
@@ -56,6 +57,10 @@ def test_required_profiles_exist_and_are_documented():
     assert PROFILES["subsea-degraded"].loss == pytest.approx(0.01)
     assert rtts["subsea-degraded"] > rtts["taipei-uswest"]
     assert "https://" in mod.__doc__ and all(p.description for p in PROFILES.values())
+    # issue 35: the routes at line rate, 1-5 Gbit/s
+    for name, route in (("taipei-tokyo-dci", "taipei-tokyo"), ("taipei-uswest-dci", "taipei-uswest")):
+        assert PROFILES[name].rtt_ms == PROFILES[route].rtt_ms
+        assert 1e9 <= PROFILES[name].rate_bps <= 5e9
 
 
 @pytest.mark.parametrize("flags", [
@@ -147,6 +152,41 @@ def test_segment_tcp4_matches_kernel_rules_and_scapy_checksums():
     assert payload == orig[hl:]
 
 
+def udp4_gso_packet(payload_len: int) -> bytes:
+    """A UDP/IPv4 packet as a UDP_SEGMENT sender hands it down: one header over all of it."""
+    return bytes(IP(src="198.18.0.1", dst="198.18.0.2", id=65534, tos=26 << 2)
+                 / UDP(sport=40000, dport=862) / bytes(i % 253 for i in range(payload_len)))
+
+
+def test_segment_udp4_matches_the_kernels_datagrams_and_scapy_checksums():
+    orig = udp4_gso_packet(3 * 1400 + 123)
+    assert packet.headers_len(orig) == 28
+    assert packet.segment_sizes(orig, 1400) == [1428, 1428, 1428, 151]
+    payload = b""
+    for i, (vnet, seg) in enumerate(packet.segment(orig, 1400)):
+        h = VnetHdr.unpack(vnet)
+        assert h.flags == VIRTIO_NET_HDR_F_NEEDS_CSUM and h.gso_type == 0
+        assert (h.csum_start, h.csum_offset) == (20, 6)
+        ip = IP(complete_partial_checksum(seg, h.csum_start, h.csum_offset))
+        assert ip.len == len(seg) and ip.id == (65534 + i) % 2**16 and ip.tos == 26 << 2
+        assert ip[UDP].len == len(seg) - 20 and ip[UDP].dport == 862
+        ref = IP(bytes(ip))
+        del ref.chksum, ref[UDP].chksum
+        ref = IP(bytes(ref))  # scapy recomputes both checksums
+        assert ip.chksum == ref.chksum and ip[UDP].chksum == ref[UDP].chksum
+        payload += bytes(ip[UDP].payload)
+    assert payload == orig[28:]
+
+
+def test_gso_size_is_read_for_tcp_and_udp_super_packets_only():
+    udp, tcp = udp4_gso_packet(5000), tcp4_packet(5000)
+    uso = VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_UDP_L4, 28, 1400, 20, 6)
+    tso = VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_TCPV4, 52, 1448, 20, 16)
+    assert packet.gso_size_of(uso, udp) == 1400 and packet.gso_size_of(tso, tcp) == 1448
+    assert packet.gso_size_of(uso, tcp) == 0  # the header and the packet disagree: one unit
+    assert packet.gso_size_of(bytes(10), udp) == 0
+
+
 def test_bleach_zeroes_dscp_keeps_ecn_and_fixes_checksum():
     orig = tcp4_packet(10, tos=(26 << 2) | 0b01)
     out = packet.bleach_dscp(orig)
@@ -214,6 +254,21 @@ def test_loss_and_black_hole_act_on_wire_segments():
     frames = sent[FD_B][before:]
     assert [len(f) - 10 for f in frames] == [152]
     assert line.ab.counters["black_holed"] == 3
+
+
+def test_loss_acts_on_each_datagram_of_a_udp_super_packet():
+    line, sent = delay_line(LinkSettings(rtt_ms=0, loss_ab=0.3), offload=True, seed=11)
+    vnet = VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_UDP_L4, 28, 1400, 20, 6)
+    for _ in range(40):
+        line.receive(line.ab, vnet + udp4_gso_packet(45 * 1400), 0)
+    line.release_due(1)
+    c = line.ab.counters
+    assert c["segments"] == 40 * 45
+    kept = sum(len(packet.segment_sizes(f[10:], 1400)) if VnetHdr.unpack(f[:10]).gso_type
+               else 1 for f in sent[FD_B])
+    assert kept == c["segments"] - c["lost"] and 0.2 < c["lost"] / c["segments"] < 0.4
+    assert all(IP(f[10:])[UDP].len == len(f) - 30 for f in sent[FD_B]
+               if not VnetHdr.unpack(f[:10]).gso_type)
 
 
 # -- calibration ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from conftest import FIXTURE_TREES
 from test_throughput_capacity import fake_path
 from test_throughput_protocol import IPERF3_DOC
 
+from collectors.host_drops import HostDrops, read_host_drops
 from wanprobe.errors import ConfigError
 from wanprobe.report.document import Report, schema, shape_schema, validate
 from wanprobe.userfiles import json_objects
@@ -113,7 +114,7 @@ def probe_docs() -> list[dict]:
     from wanprobe.probe.probe_summary import Reply, summarize
     from wanprobe.probe.reflector_report import ReportLog
     from wanprobe.probe.stamp_packet import ClassOfService
-    from wanprobe.services.diagnose import DiagnoseOptions, _capacity
+    from wanprobe.services.diagnose import DiagnoseOptions, _capacity_keys
 
     t0, ms = 1_800_000_000 * 10**9, 10**6
     tx = {s: t0 + s * 10 * ms for s in range(20)}
@@ -135,8 +136,7 @@ def probe_docs() -> list[dict]:
     for tlvs in (True, False):
         docs.append(session(tlvs).to_json())
         opts = DiagnoseOptions(PEER, link_rate_bps=1e8 if tlvs else None, capacity=False)
-        capacity_keys, _detail = _capacity(opts, {}, [], None, lambda _msg: None)
-        docs.append({**session(tlvs).to_json(samples=True), **capacity_keys})
+        docs.append({**session(tlvs).to_json(samples=True), **_capacity_keys(opts, {}, None)})
     return docs
 
 
@@ -185,10 +185,11 @@ def throughput_results():
     from wanprobe.throughput.iperf3_engine import parse_iperf3_json
     from wanprobe.throughput.result import DirectionSummary, UdpResult, _Side, assemble
     from wanprobe.throughput.tcp_info import SIZE_BYTES, parse_tcp_info, tcp_info_summary
+    from wanprobe.throughput.udp import far_end_drops
 
     info = tcp_info_summary(replace(parse_tcp_info(bytes(SIZE_BYTES)), rtt_us=21_000,
                                     min_rtt_us=20_000, snd_cwnd=400, snd_mss=1448,
-                                    delivery_rate=12_000_000, busy_time_us=1_000_000))
+                                    delivery_rate=12_000_000, busy_time_us=1_000_000), 9.6e7)
     spans = [(k * 1.0, k + 1.0) for k in range(6)] + [(6.0, 6.004)]
     size = 12_000_000
 
@@ -207,13 +208,20 @@ def throughput_results():
     server = _Side(records(False), {(proto.UP, 0): {**final, "sending": False,
                                                     "tcp_info": None}}, [5.0, 7.0], engine)
 
-    def run(**kw):
+    # the far end's totals (server_udp.run_udp), host drops from a captured /proc, as read
+    drops = read_host_drops(proc_root=FIXTURE_TREES / "node_exporter" / "proc")
+    end = {"host_drops": drops.since(HostDrops(0, 0, 0, 0, 0)).to_json(), "socket_drops": 0,
+           "receiver": "gro", "rcvbuf_bytes": 4 * 2**20}
+    udp = UdpResult(1e8, 9.5e7, 1e8, 1400, 8929, 8500, 429, 4.8, 0, 0.05, **far_end_drops(end, 429),
+                    sender_host_drops=drops.since(drops).to_json(), sender_segments=46,
+                    sender_cpu_ratio=0.21, seconds=0.5)
+
+    def run(omit_s=0.0, **kw):
         return assemble(peer=PEER, port=862, request=proto.TestRequest(duration_s=6.0, **kw),
                         client=client, server=server, keys={(proto.UP, 0)}, partial_reason=None,
-                        udp=UdpResult(1e8, 9.5e7, 1e8, 1400, 8929, 8500, 429, 4.8, 0, 0.05)
-                        if kw.get("udp") else None)
+                        udp=udp if kw.get("udp") else None, omit_s=omit_s)
 
-    tcp = run()
+    tcp = run(omit_s=2.0)
     bidir = replace(tcp, mode="bidir", reverse=DirectionSummary("server_to_client", 9e7, 9.1e7,
                                                                67_500_000, 68_000_000, 3))
     iperf3 = parse_iperf3_json(IPERF3_DOC, peer=PEER, port=5201, requested_duration_s=1.0,
@@ -228,12 +236,13 @@ def throughput_docs() -> list[dict]:
 
 def streams_scan_docs(monkeypatch, _tmp: Path) -> list[list]:
     """services/diagnose.measure_streams_scan over the throughput client's result."""
+    from wanprobe.models.tcp_ramp import tcp_test_time
     from wanprobe.services import diagnose
     from wanprobe.throughput import client
 
-    res = throughput_results()[0]
+    res, time = throughput_results()[0], tcp_test_time(1e8, 0.02, measure_min_s=8.0)
     monkeypatch.setattr(client, "run_throughput", lambda *_a, **_kw: res)
-    return [diagnose.measure_streams_scan(diagnose.DiagnoseOptions(PEER))]
+    return [diagnose.measure_streams_scan(diagnose.DiagnoseOptions(PEER), time)]
 
 
 def host_facts_docs() -> list[dict]:

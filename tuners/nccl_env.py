@@ -27,9 +27,9 @@ from tuners import sysfs_path
 from tuners.nccl_xdc import Flow, JobSites, qps_for_paths, xdc_settings
 from tuners.rdma_sysfs import RdmaPort, best_gid_for_netdev, nccl_gid_index, read_ports
 from wanprobe.errors import UsageError
+from wanprobe.models.collectives import MAX_SOCKETS, split_sockets
 
 FORMATS = ("env", "nccl.conf", "shell", "systemd", "k8s")
-MAX_SOCKETS = 64  # NCCL MAX_SOCKETS (net_socket.cc); NTHREADS ≤ 16
 IB_TIMEOUT_UNIT_S = 4.096e-6
 IB_TIMEOUT_DEFAULT = 20
 DEFAULT_ROCE_DSCP = 26  # AF31: priority 3 with the default dscp>>3 map (roce-nccl.md §2.6)
@@ -225,13 +225,6 @@ def sockets_needed(f: PathFacts) -> tuple[int, float] | None:
     if ceiling <= 0:
         return MAX_SOCKETS + 1, 0.0
     return max(1, math.ceil(f.link_bps / ceiling)), ceiling
-
-
-def split_sockets(n: int) -> tuple[int, int]:
-    """NTHREADS ≤ 16 helper threads × NSOCKS_PERTHREAD sockets ≥ n, product ≤ 64."""
-    threads = min(16, max(1, math.ceil(n / 4)))
-    per = min(MAX_SOCKETS // threads, math.ceil(n / threads))
-    return threads, per
 
 
 def _ecn_on(sys_root: Path, netdev: str, prio: int) -> bool | None:

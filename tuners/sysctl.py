@@ -160,15 +160,24 @@ class SysctlTuner(WrittenValue):
         return nv[-1] < lv[-1]  # for tcp_rmem/tcp_wmem compare the max field
 
     # -- planning --------------------------------------------------------------------------
+    def unavailable(self, key: str) -> str | None:
+        """Why ``key`` cannot be set here (absent, or host-global and read-only in this
+        namespace), or None: a plan made on another host skips it here as this host's own plan
+        would (transaction.prepare)."""
+        if self.current(key) is None:
+            return "absent in this network namespace"
+        if not self.writable(key):
+            return "read-only in this network namespace (set it on the host)"
+        return None
+
     def plan(self, key: str, value: Any, reason: str) -> Change | Skip:
         spec = SPECS.get(key)
         if spec is None:
             return Skip(self.name, key, "not a key wanprobe manages")
+        why = self.unavailable(key)
+        if why is not None:
+            return Skip(self.name, key, why)
         live = self.current(key)
-        if live is None:
-            return Skip(self.name, key, "absent in this network namespace")
-        if not self.writable(key):
-            return Skip(self.name, key, "read-only in this network namespace (set it on the host)")
         text = normalise(str(value)) or ""
         if spec.kind in ("int", "triple"):
             nums = _ints(text, key)

@@ -42,6 +42,11 @@ def prepare(plan: Plan, tuners: Mapping[str, Tuner], *, host_id: str) -> Prepare
         tuner = tuners.get(c.tuner)
         if tuner is None:
             raise ConfigError(f"tuner {c.tuner!r} is not available here (key {c.key!r})")
+        unavailable = getattr(tuner, "unavailable", None)
+        why = unavailable(c.key) if unavailable is not None and not plan.host_id else None
+        if why is not None:  # a plan made elsewhere: skipped here as a local plan would skip it
+            skipped.append(Skip(c.tuner, c.key, why))
+            continue
         tuner.validate(c)
         lowers = getattr(tuner, "lowers_admin_value", None)
         if lowers is not None and lowers(c.key, c.new):

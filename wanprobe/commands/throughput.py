@@ -59,7 +59,10 @@ def render(result, console: Console) -> None:
                         "-" if dr is None else format_rate(dr))
     if j["protocol"] == "tcp":
         console.print(streams)
-    line = (f"[bold]receiver {format_rate(j['bits_per_second'])}[/], sender "
+    omitted = (f" after the first {j['omit_s']:g} s (whole test "
+               f"{format_rate(j['bits_per_second_with_ramp'])})"
+               if j.get("omit_s") and j.get("bits_per_second_with_ramp") is not None else "")
+    line = (f"[bold]receiver {format_rate(j['bits_per_second'])}[/]{omitted}, sender "
             f"{format_rate(j['sender_bits_per_second'])}, retransmits {j['retransmits']}")
     if j["bdp_bytes"]:
         line += (f", BDP {format_bytes(j['bdp_bytes'])} at min RTT {_ms(j['min_rtt_ms'])} ms "
@@ -114,6 +117,9 @@ def throughput(
     host: Annotated[str, typer.Argument(help="Peer running `wanprobe reflect` (or iperf3 -s).")],
     port: Annotated[str, typer.Option(help="Peer port (wanprobe 862; iperf3 engine 5201).")] = "862",
     duration: Annotated[str, typer.Option(help="Test length, e.g. 10s.")] = "10s",
+    omit: Annotated[str, typer.Option(
+        help="As iperf3 -O: run this much longer first and leave it (slow start) out of the "
+             "rate and verdict, e.g. 2s.")] = "0s",
     streams: Annotated[int, typer.Option(help="Parallel TCP streams.")] = 1,
     reverse: Annotated[bool, typer.Option("--reverse", help="Peer sends, we receive.")] = False,
     bidir: Annotated[bool, typer.Option("--bidir", help="Both directions at once.")] = False,
@@ -153,7 +159,8 @@ def throughput(
         max_duration_s=parse_duration_s(max_duration, default_unit="s", allow_zero=False,
                                         maximum_s=MAX_TEST_S),
         max_bytes=parse_bytes(max_bytes),
-        hmac_key=read_hmac_key_file(hmac_key_file), cpus=cpus)
+        hmac_key=read_hmac_key_file(hmac_key_file), cpus=cpus,
+        omit_s=parse_duration_s(omit, default_unit="s", allow_zero=True, maximum_s=MAX_TEST_S))
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     result = _run(host, kwargs, err, quiet=as_json)
     if as_json:
@@ -174,10 +181,11 @@ def _run(host: str, kwargs: dict, err: Console, *, quiet: bool):
     with Progress(TextColumn("[bold]throughput[/]"), BarColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
                   console=err, transient=True) as bar:
-        task = bar.add_task("test", total=kwargs["duration_s"], rate="")
+        total = kwargs["duration_s"] + kwargs["omit_s"]
+        task = bar.add_task("test", total=total, rate="")
 
         def progress(elapsed_s: float, bps: float | None) -> None:
-            bar.update(task, completed=min(elapsed_s, kwargs["duration_s"]),
+            bar.update(task, completed=min(elapsed_s, total),
                        rate="" if bps is None else format_rate(bps))
 
         return run_throughput(host, progress=progress, **kwargs)

@@ -18,6 +18,7 @@ from wanprobe.diagnose.rules_transfer import (
     DEFAULT_TRIPLE,
     MAX_BUFFER_BYTES,
     send_buffer_limited,
+    streams_needed,
     window_limited,
 )
 from wanprobe.models.tcp_rate import bbr_rate_bps, cc_limited_rate_bps, mathis_rate_bps
@@ -214,5 +215,5 @@ def mtu_black_hole(m: Measured, host: Host | None, config: DiagnoseConfig) -> Fi
 
 # Order breaks ties in the ranking: a black hole or an unusable path makes the TCP figures
 # measured through it meaningless, so those come first.
-RULES = (mtu_black_hole, loss_excessive, window_limited, send_buffer_limited, lossy_loss_based_cc,
-         dscp_bleached)
+RULES = (mtu_black_hole, loss_excessive, window_limited, send_buffer_limited, streams_needed,
+         lossy_loss_based_cc, dscp_bleached)

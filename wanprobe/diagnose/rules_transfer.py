@@ -7,7 +7,15 @@ evidence quotes that host's buffers (from its :class:`HostFacts`), never the oth
 
 Buffer size: ``models.bdp.tuned_buffer_bytes`` (BDP × cc gain × loss-recovery headroom ÷ the
 window scaling ratio measured on this transfer), capped by 1 GiB (R-3), 16 × BDP and the
-receiver's per-flow TCP memory budget (``tcp_mem[1]`` ÷ expected concurrent flows).
+receiver's per-flow TCP memory budget (``tcp_mem[1]`` ÷ expected concurrent flows). Where a host's
+``net.core.rmem_max``/``wmem_max`` is below that size, they are raised with it: an application
+that sizes its own socket buffers (SO_RCVBUF: ``iperf3 -w``, the UDP capacity test's far end) is
+capped there, whatever tcp_rmem says (bpftune#188, tcp_rmem grown past rmem_max).
+
+When one stream cannot fill the path even so — the capped buffer's window per RTT, or the rate
+one stream reached while its host's CPU was the limit, is below the path's rate — the plan says
+how many streams it takes and the NCCL socket settings that open them (``path.streams_needed``,
+nccl-tests#83: NCCL moves every socket at the slowest one's pace).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from wanprobe.models.bdp import (
     tuned_buffer_bytes,
     window_limited_rate_bps,
 )
+from wanprobe.models.collectives import MAX_SOCKETS, split_sockets
 
 LIMITED_SHARE = 0.1          # R-7: rwnd_limited / busy_time > 0.1
 MAX_BUFFER_BYTES = 2**30     # R-3: clamp tcp_rmem[2] <= 1 GiB
@@ -183,13 +192,28 @@ def _app_limited(t: Transfer, evidence: dict[str, Any], window: float, cap: floa
         direction=t.direction)
 
 
-def _buffer_plan(t: Transfer, s: dict[str, Any], rmem, wmem, ratio: float
+def _core_max_knob(name: str, hs: Hosts, which: str, size: int) -> Knob | None:
+    """net.core.rmem_max/wmem_max up to ``size`` where host ``which`` reported less."""
+    facts = hs.facts(which)
+    current = getattr(facts, f"{name}_bytes", None) if facts else None
+    if current is None or current >= size:
+        return None
+    return Knob("sysctl", f"net.core.{name}", str(size),
+                f"{name} {current} B caps an application's own SO_{'RCV' if name[0] == 'r' else 'SND'}"
+                f"BUF below the {mib(size)} the plan sets (bpftune#188)",
+                side="local" if which == "local" else "peer", host=which)
+
+
+def _buffer_plan(t: Transfer, s: dict[str, Any], rmem, wmem, ratio: float, hs: Hosts
                  ) -> tuple[list[Knob], list[str]]:
-    """The receiver's tcp_rmem and the sender's tcp_wmem knobs, and the prose for them."""
+    """The receiver's tcp_rmem and the sender's tcp_wmem knobs (with rmem_max/wmem_max where
+    they are below), and the prose for them."""
     why = (f"{s['need'] / s['bdp']:.1f}×BDP for {mbit(s['target'])} × {ms(s['rtt'])} "
            f"({s['cc'] or 'cc unknown'}, loss {s['loss']:.2%}, window ratio {ratio:.2f})")
     knobs = [k for k in (_buffer_knob("tcp_rmem", rmem, s["size"], t.receiver, why),
-                         _buffer_knob("tcp_wmem", wmem, s["size"], t.sender, why)) if k]
+                         _buffer_knob("tcp_wmem", wmem, s["size"], t.sender, why),
+                         _core_max_knob("rmem_max", hs, t.receiver, s["size"]),
+                         _core_max_knob("wmem_max", hs, t.sender, s["size"])) if k]
     parts = [f"set tcp_rmem max on the {t.receiver} host to {mib(s['size'])} = "
              f"{s['size'] / s['bdp']:.1f}×BDP at {ms(s['rtt'])} (≥ 2×BDP: BDP × cc gain × "
              f"loss recovery ÷ window ratio, {s['cap_src']} cap)"]
@@ -237,7 +261,7 @@ def window_finding(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Hosts) 
     if s:
         evidence.update(bdp_bytes=s["bdp"], buffer_needed_bytes=s["need"],
                         buffer_bytes=s["size"], buffer_cap=s["cap_src"])
-        knobs, more = _buffer_plan(t, s, rmem, wmem, ratio)
+        knobs, more = _buffer_plan(t, s, rmem, wmem, ratio, hs)
         parts += more
     got = measured if measured is not None else cap
     return Finding(
@@ -293,6 +317,54 @@ def _per_direction(fn, m: Measured, host: Host | None, config: DiagnoseConfig):
     if not out:
         return None
     return out[0] if len(out) == 1 else out
+
+
+def streams_finding(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Hosts
+                    ) -> Finding | None:
+    """One direction where one stream cannot carry the path's measured rate: the window its
+    capped buffer allows per RTT, or what one stream reached while a host's CPU was the limit."""
+    rmem, _ = _triple(hs, t.receiver, "tcp_rmem")
+    ratio, _ = _window_ratio(t, rmem)
+    s = _sizing(t, m, config, hs, ratio)
+    if s is None or s["assumed"]:
+        return None  # a guessed link rate sizes no streams
+    target, rtt = s["target"], s["rtt"]
+    window = max(s["size"], rmem[2] if rmem else 0) * ratio
+    ceilings = [(window_limited_rate_bps(window, rtt),
+                 f"a {mib(window)} window ({mib(s['size'])} buffer, {s['cap_src']} cap, ratio "
+                 f"{ratio:.2f}) carries ≈ {{rate}} per stream at {ms(rtt)}")]
+    if t.verdict == "host_cpu" and t.bits_per_second:
+        ceilings.append((t.bits_per_second / t.streams,
+                         f"one stream reached {{rate}} while a host's CPU was its limit "
+                         f"({t.direction} throughput verdict host_cpu)"))
+    ceiling, why = min(ceilings, key=lambda c: c[0])
+    if ceiling <= 0 or ceiling >= target:
+        return None
+    n = math.ceil(target / ceiling)
+    threads, per = split_sockets(min(n, MAX_SOCKETS))
+    reason = (f"{why.format(rate=mbit(ceiling))}; the path carries {mbit(target)} "
+              f"({s['target_src']}): {n} streams, NCCL {threads}×{per} sockets")
+    return Finding(
+        id="path.streams_needed", severity="warning",
+        title=f"One stream cannot fill this path: use {n} streams ({t.direction})",
+        evidence={"direction": t.direction, "streams_needed": n,
+                  "per_stream_ceiling_bps": ceiling, "link_rate_bps": target,
+                  "rtt_ms": rtt * 1e3, "buffer_bytes": s["size"], "window_bytes": window,
+                  "nccl_socket_nthreads": threads, "nccl_nsocks_perthread": per,
+                  "sources": {"link_rate_bps": s["target_src"], "buffer_cap": s["cap_src"]}},
+        recommendation=(f"Spread transfers over ≥ {n} parallel streams; for NCCL set "
+                        f"NCCL_SOCKET_NTHREADS={threads} NCCL_NSOCKS_PERTHREAD={per} "
+                        "(`wanprobe nccl-env`)."),
+        expected_effect=reason,
+        knobs=(Knob("nccl", "NCCL_SOCKET_NTHREADS", str(threads), reason, side="both"),
+               Knob("nccl", "NCCL_NSOCKS_PERTHREAD", str(per), reason, side="both")),
+        impact=1 - ceiling / target, direction=t.direction)
+
+
+@rule("path.streams_needed")
+def streams_needed(m: Measured, host: Host | None, config: DiagnoseConfig):
+    """Each measured direction where one stream cannot fill the path."""
+    return _per_direction(streams_finding, m, host, config)
 
 
 @rule("path.window_limited")

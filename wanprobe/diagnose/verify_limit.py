@@ -21,6 +21,9 @@ evidence the test carries, in this order, each with the figures it rests on:
   time during the test (/proc/stat steal, at either end). Checked after a CPU verdict, a window
   and a cwnd clamp (each explains the rate by itself) and before the queue, loss, sender and
   pacing evidence that steal itself causes;
+- ``duration``: the rate was still climbing when the test ended (the last interval after the
+  ramp-up RISING above the first and at the top): slow start or the control's probing had not
+  reached the path within the test, which says nothing yet about the path (issue 35);
 - ``unexplained``: none of the above; said as such, with the figures.
 """
 
@@ -42,6 +45,8 @@ QUEUE_SHARE = 0.5           # srtt >= 1.5 x min RTT: a standing queue (as verdic
 QUEUE_MIN_MS = 1.0          # and at least 1 ms of it: host scheduling noise on short paths
 RETRANS_EXPLAINS = 0.05     # retransmissions would eat the missing share themselves
 CC_BOUND_SHARE = 0.8        # the rate reaches 80 % of what cwnd or pacing allowed
+RISING = 1.15               # the last interval ≥ 15 % above the first after the ramp-up ...
+AT_THE_TOP = 0.95           # ... and within 5 % of the best: still climbing at the end
 
 NEXT_STEP = {
     "full": "none: the path is full; what remains is the network's own capacity and loss",
@@ -66,6 +71,8 @@ NEXT_STEP = {
              "(`ip route show` metrics `lock cwnd`) or a congestion control that holds it"),
     "cc_rate": ("the congestion control's rate stayed below the capacity: a longer transfer "
                 "gives it time to probe up; parallel streams reach the capacity sooner"),
+    "duration": ("the test ended while the rate was still climbing: measure longer, with more "
+                 "of the start left out (`wanprobe throughput --duration 20s --omit 5s`)"),
     "unexplained": ("no host, window, queue or loss evidence explains the gap: run `wanprobe "
                     "diagnose --full` and compare with iperf3 on the same path"),
     "unknown": "the capacity could not be measured, so whether the path is full is unknown",
@@ -77,7 +84,7 @@ LIMIT = {"full": "full", "unknown": "unknown", "unexplained": "unexplained",
          "cpu": "host", "pacing": "host", "cpu_steal": "host", "sender_process": "host",
          "receive_window": "window", "send_buffer": "window", "cross_traffic": "cross_traffic",
          "loss": "congestion_control", "cwnd": "congestion_control",
-         "cc_rate": "congestion_control"}
+         "cc_rate": "congestion_control", "duration": "duration"}
 
 
 def limit_of(f: Finding) -> str:
@@ -154,6 +161,10 @@ def evidence_of(result: Mapping[str, Any], omit_s: float) -> dict[str, Any]:
         "sender_thread_busy_ratio": cpu.get("sender_thread_busy_ratio"),
         "receiver_thread_busy_ratio": cpu.get("receiver_thread_busy_ratio"),
         "samples": len(infos),
+        "kept_rates_bits_per_second": [round(float(iv["bytes_received"]) * 8 / span)
+                                       for iv in kept
+                                       if (span := iv.get("end_s", 0.0) - iv.get("start_s", 0.0))
+                                       > 0],
     }
 
 
@@ -248,6 +259,22 @@ def cpu_steal(v: VerifyRun) -> Finding | None:
                   {**base, "steal_percent": steal})
 
 
+@rule("verify.duration", needs=("verify",))
+def duration(v: VerifyRun) -> Finding | None:
+    """Still climbing at the end: the last interval after the ramp-up RISING above the first and
+    within AT_THE_TOP of the best one."""
+    base, rates = _below(v), v.evidence.get("kept_rates_bits_per_second") or []
+    if base is None or len(rates) < 2 or rates[0] <= 0:
+        return None
+    if rates[-1] < RISING * rates[0] or rates[-1] < AT_THE_TOP * max(rates):
+        return None
+    return _limit("duration", f"the rate was still climbing when the test ended "
+                  f"({format_rate(rates[0])} → {format_rate(rates[-1])} after the ramp-up): "
+                  "the test was too short for this path", {
+                      **base, "first_rate_bits_per_second": rates[0],
+                      "last_rate_bits_per_second": rates[-1], "intervals": len(rates)})
+
+
 @rule("verify.cross_traffic", needs=("verify",))
 def cross_traffic(v: VerifyRun) -> Finding | None:
     """A standing queue (smoothed RTT ≥ 1.5 × min RTT, ≥ 1 ms) that retransmissions do not
@@ -325,6 +352,7 @@ def unexplained(v: VerifyRun) -> Finding | None:
 
 # The verdict's table: the first rule that answers names the limit (engine.judge first=True).
 # A CPU verdict, a window or a cwnd clamp explain the rate by themselves; then the host's CPU
-# steal; then a queue, loss, the sender and the pacing rate.
-RULES = (unknown, full, host_or_window, cwnd, cpu_steal, cross_traffic, loss, sender_process,
-         cc_rate, unexplained)
+# steal; then a rate still climbing at the end; then a queue, loss, the sender and the pacing
+# rate.
+RULES = (unknown, full, host_or_window, cwnd, cpu_steal, duration, cross_traffic, loss,
+         sender_process, cc_rate, unexplained)

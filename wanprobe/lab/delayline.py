@@ -99,8 +99,8 @@ class DelayLine:
             vnet, pkt = frame[:VNET_HDR_LEN], frame[VNET_HDR_LEN:]
         else:
             vnet, pkt = b"", frame
-        gso, gso_size = packet.is_tcp4_gso(vnet) if vnet else (False, 0)
-        sizes = packet.segment_sizes(pkt, gso_size) if gso and gso_size else [len(pkt)]
+        gso_size = packet.gso_size_of(vnet, pkt) if vnet else 0
+        sizes = packet.segment_sizes(pkt, gso_size) if gso_size else [len(pkt)]
         c["segments"] += len(sizes)
         keep = [True] * len(sizes)
         if d.loss > 0:
@@ -125,7 +125,7 @@ class DelayLine:
         elif not any(keep):
             return
         else:
-            out = [v + seg for (v, seg), k in zip(packet.segment_tcp4(pkt, gso_size), keep, strict=True) if k]
+            out = [v + seg for (v, seg), k in zip(packet.segment(pkt, gso_size), keep, strict=True) if k]
         for data in out:
             self._schedule(d, data, now_ns)
 

@@ -1,12 +1,14 @@
 """Pure per-packet operations of the delay line: header checksums, DSCP bleaching and the
-software segmentation of TCP/IPv4 GSO super-packets into wire segments.
+software segmentation of TCP/IPv4 and UDP/IPv4 GSO super-packets into wire segments.
 
 Segmentation follows the kernel's tcp_gso_segment()/inet_gso_segment() (net/ipv4/tcp_offload.c,
 net/ipv4/af_inet.c): each segment carries ``gso_size`` payload bytes, the IPv4 total length and
 header checksum are rewritten, the IP id increases by one per segment, the TCP sequence number
 advances by the payload offset, CWR stays only on the first segment and FIN/PSH only on the last.
-The TCP checksum is left to the receiver as CHECKSUM_PARTIAL (virtio NEEDS_CSUM) with the
-pseudo-header sum in the check field, exactly as the kernel hands such packets to a device.
+UDP (``UDP_SEGMENT`` senders, __udp_gso_segment() in net/ipv4/udp_offload.c) cuts the payload the
+same way into datagrams, each with its own UDP length. The TCP or UDP checksum is left to the
+receiver as CHECKSUM_PARTIAL (virtio NEEDS_CSUM) with the pseudo-header sum in the check field,
+exactly as the kernel hands such packets to a device.
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from wanprobe.lab.tun import (
     VIRTIO_NET_HDR_GSO_ECN,
     VIRTIO_NET_HDR_GSO_NONE,
     VIRTIO_NET_HDR_GSO_TCPV4,
+    VIRTIO_NET_HDR_GSO_UDP_L4,
     VNET_HDR,
 )
 
 TCP_FIN, TCP_PSH, TCP_CWR = 0x01, 0x08, 0x80
 IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+UDP_HEADER_LEN = 8
 
 
 def ones_sum(data: bytes | bytearray | memoryview) -> int:
@@ -74,18 +79,66 @@ def tcp4_headers_len(packet: bytes) -> int:
     return ihl + (packet[ihl + 12] >> 4) * 4
 
 
-def is_tcp4_gso(vnet: bytes) -> tuple[bool, int]:
-    """(is a TCP/IPv4 GSO super-packet, gso_size) from a raw virtio_net_hdr."""
+def headers_len(packet: bytes) -> int:
+    """IPv4 + transport header length of a TCP or UDP ``packet``."""
+    if packet[9] == IPPROTO_UDP:
+        return (packet[0] & 0x0F) * 4 + UDP_HEADER_LEN
+    return tcp4_headers_len(packet)
+
+
+def gso_size_of(vnet: bytes, packet: bytes) -> int:
+    """``gso_size`` of a TCP/IPv4 or UDP/IPv4 GSO super-packet (its raw virtio_net_hdr and the
+    packet), 0 for anything else (one wire packet, or a kind the delay line does not cut)."""
     _, gso_type, _, gso_size, _, _ = VNET_HDR.unpack_from(vnet)
-    return (gso_type & ~VIRTIO_NET_HDR_GSO_ECN) == VIRTIO_NET_HDR_GSO_TCPV4, gso_size
+    kind = gso_type & ~VIRTIO_NET_HDR_GSO_ECN
+    if not packet or packet[0] >> 4 != 4:
+        return 0
+    if kind == VIRTIO_NET_HDR_GSO_TCPV4 or (kind == VIRTIO_NET_HDR_GSO_UDP_L4
+                                             and packet[9] == IPPROTO_UDP):
+        return gso_size
+    return 0
 
 
 def segment_sizes(packet: bytes, gso_size: int) -> list[int]:
-    """Wire sizes (IP total length) of the segments a TCP/IPv4 GSO packet becomes."""
-    hl = tcp4_headers_len(packet)
+    """Wire sizes (IP total length) of the segments a TCP/IPv4 or UDP/IPv4 GSO packet becomes."""
+    hl = headers_len(packet)
     payload = len(packet) - hl
     full, rest = divmod(payload, gso_size)
     return [hl + gso_size] * full + ([hl + rest] if rest else [])
+
+
+def segment(packet: bytes, gso_size: int) -> Iterator[tuple[bytes, bytes]]:
+    """Split a TCP/IPv4 or UDP/IPv4 GSO super-packet into (virtio_net_hdr, segment) pairs."""
+    if packet[9] == IPPROTO_UDP:
+        return segment_udp4(packet, gso_size)
+    return segment_tcp4(packet, gso_size)
+
+
+def _ip_segment(packet: bytes, ihl: int, ip_id: int, total_len: int) -> bytearray:
+    """The IPv4 header of one segment: its total length, id and header checksum."""
+    ip = bytearray(packet[:ihl])
+    struct.pack_into("!HH", ip, 2, total_len, ip_id & 0xFFFF)
+    ip[10:12] = ipv4_header_checksum(ip).to_bytes(2, "big")
+    return ip
+
+
+def segment_udp4(packet: bytes, gso_size: int) -> Iterator[tuple[bytes, bytes]]:
+    """Split a UDP/IPv4 GSO super-packet into (virtio_net_hdr, datagram) pairs."""
+    ihl = (packet[0] & 0x0F) * 4
+    hl = ihl + UDP_HEADER_LEN
+    payload = memoryview(packet)[hl:]
+    n = max(1, -(-len(payload) // gso_size))
+    ip_id = struct.unpack_from("!H", packet, 4)[0]
+    addrs = packet[12:20]
+    vnet = VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, hl, 0, ihl, 6)
+    for i in range(n):
+        chunk = payload[i * gso_size:(i + 1) * gso_size]
+        ip = _ip_segment(packet, ihl, ip_id + i, hl + len(chunk))
+        udp = bytearray(packet[ihl:hl])
+        udp_len = UDP_HEADER_LEN + len(chunk)
+        pseudo = ones_sum(addrs + struct.pack("!BBH", 0, IPPROTO_UDP, udp_len))
+        struct.pack_into("!HH", udp, 4, udp_len, pseudo)
+        yield vnet, bytes(ip) + bytes(udp) + bytes(chunk)
 
 
 def segment_tcp4(packet: bytes, gso_size: int) -> Iterator[tuple[bytes, bytes]]:
@@ -101,9 +154,7 @@ def segment_tcp4(packet: bytes, gso_size: int) -> Iterator[tuple[bytes, bytes]]:
     vnet = VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, hl, 0, ihl, 16)
     for i in range(n):
         chunk = payload[i * gso_size:(i + 1) * gso_size]
-        ip = bytearray(packet[:ihl])
-        struct.pack_into("!HH", ip, 2, hl + len(chunk), (ip_id + i) & 0xFFFF)
-        ip[10:12] = ipv4_header_checksum(ip).to_bytes(2, "big")
+        ip = _ip_segment(packet, ihl, ip_id + i, hl + len(chunk))
         tcp = bytearray(packet[ihl:hl])
         struct.pack_into("!I", tcp, 4, (seq + i * gso_size) & 0xFFFFFFFF)
         f = flags

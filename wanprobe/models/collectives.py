@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from wanprobe.errors import UsageError
 
 GLOO_MAX_SEGMENT_BYTES = 1024 * 1024   # gloo AllreduceOptionsImpl::kMaxSegmentSize
+MAX_SOCKETS = 64  # NCCL MAX_SOCKETS (src/transport/net_socket.cc); NTHREADS ≤ 16
 
 BUSBW_FACTORS = {
     "allreduce": lambda n: 2.0 * (n - 1) / n,
@@ -297,3 +298,11 @@ class _GlooRing:
         end = max(end, first + (flights - 1) * 2.0 * self.one_way_s)
         ledger.append((end, sent + nbytes))
         return end
+
+
+def split_sockets(n: int) -> tuple[int, int]:
+    """NCCL's socket settings for ``n`` sockets per peer: NCCL_SOCKET_NTHREADS ≤ 16 helper
+    threads × NCCL_NSOCKS_PERTHREAD sockets ≥ n, the product ≤ MAX_SOCKETS."""
+    threads = min(16, max(1, math.ceil(n / 4)))
+    per = min(MAX_SOCKETS // threads, math.ceil(n / threads))
+    return threads, per

@@ -26,10 +26,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 from wanprobe.errors import UsageError
+from wanprobe.models.collectives import MAX_SOCKETS
 from wanprobe.preflight.history import History
 from wanprobe.preflight.measure import HostMeasure
-
-NCCL_MAX_SOCKETS = 64
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,7 @@ def _capacity(m: HostMeasure, job: Job, th: Thresholds) -> list[Reason]:
     maxima = [t[2] for t in (f.tcp_rmem_bytes, f.tcp_wmem_bytes) if t]
     if maxima:
         per = window_limited_rate_bps(window_from_buffer_bytes(min(maxima)), rtt_s)
-        if per * NCCL_MAX_SOCKETS < th.rate_bps:
+        if per * MAX_SOCKETS < th.rate_bps:
             out.append(Reason("buffers_below_need", f"tcp_rmem/tcp_wmem max {min(maxima):,} B "
                               f"allow ~{per / 1e6:.0f} Mbit/s per socket at the job's longest RTT "
                               f"({job.longest_rtt_ms:.3g} ms, to {job.longest_to}); NCCL's 64 "
@@ -146,7 +145,7 @@ def _capacity(m: HostMeasure, job: Job, th: Thresholds) -> list[Reason]:
             per = cc_limited_rate_bps(f.cc_current, th.rate_bps, mss, rtt_s, loss)
         except UsageError:
             return out  # a cc without a model here (e.g. dctcp): not judged
-        if per * NCCL_MAX_SOCKETS < th.rate_bps:
+        if per * MAX_SOCKETS < th.rate_bps:
             better = " (bbr is allowed here)" if "bbr" in f.cc_allowed else ""
             out.append(Reason("cc_below_need", f"{f.cc_current} at {_pct(loss)} loss and "
                               f"{job.longest_rtt_ms:.3g} ms reaches ~{per / 1e6:.3g} Mbit/s per "

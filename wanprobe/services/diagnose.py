@@ -27,8 +27,10 @@ from wanprobe import __version__
 from wanprobe.diagnose.engine import run_rules
 from wanprobe.diagnose.host_config import read_host_config
 from wanprobe.diagnose.host_inputs import Host
-from wanprobe.diagnose.inputs import OPERATOR_SOURCE, DiagnoseConfig
+from wanprobe.diagnose.inputs import ASSUMED_LINK_BPS, OPERATOR_SOURCE, DiagnoseConfig
+from wanprobe.diagnose.tcp_verdict import against_capacity
 from wanprobe.errors import ProbeError, UsageError, WanprobeError
+from wanprobe.models.tcp_ramp import TestTime, tcp_test_time
 from wanprobe.probe.peer import check_peer
 from wanprobe.report.document import SCHEMA_VERSION, Report
 
@@ -46,7 +48,9 @@ TRAINING_DSCP = 26  # AF31: the RoCE/NCCL convention (NCCL_IB_TC=106, roce-nccl.
 
 @dataclass(frozen=True)
 class DiagnoseOptions:
-    """What to measure. ``quick``: ~2 s of probes and a 2 s single-stream test; ``full``: 10 s."""
+    """What to measure. ``quick``: ~2 s of probes and a single-stream test of 2 s measured after
+    its ramp-up; ``full``: 10 s of probes, 8 s measured and the 1/2/4/8 stream scan. The ramp-up
+    left out is sized from the path (models/tcp_ramp.py)."""
 
     peer: str
     port: int = STAMP_PORT
@@ -70,7 +74,8 @@ class DiagnoseOptions:
 
     @property
     def throughput_s(self) -> float:
-        return 2.0 if self.mode == "quick" else 10.0
+        """The least a TCP test measures after its ramp-up."""
+        return 2.0 if self.mode == "quick" else 8.0
 
     @property
     def throughput_max_bytes(self) -> int:
@@ -144,41 +149,43 @@ def measure_mtu(opts: DiagnoseOptions) -> dict:
             "icmp_seen": route_mtu is not None and route_mtu < local_mtu}
 
 
-def measure_throughput(opts: DiagnoseOptions, reverse: bool = False) -> ThroughputResult:
-    from wanprobe.throughput.client import run_throughput
+def measure_throughput(opts: DiagnoseOptions, time: TestTime,
+                       reverse: bool = False) -> ThroughputResult:
+    from wanprobe.throughput.client import MAX_TEST_S, run_throughput
 
-    return run_throughput(opts.peer, port=opts.port, duration_s=opts.throughput_s, streams=1,
+    return run_throughput(opts.peer, port=opts.port, duration_s=time.measure_s, streams=1,
                           max_bytes=opts.throughput_max_bytes, reverse=reverse,
-                          hmac_key=opts.hmac_key)
+                          hmac_key=opts.hmac_key, omit_s=time.omit_s,
+                          interval_s=time.interval_s, max_duration_s=MAX_TEST_S)
 
 
 SCAN_STREAMS = (1, 2, 4, 8)
 
 
-def measure_streams_scan(opts: DiagnoseOptions) -> list[dict]:
-    """Per-stream rates at 1, 2, 4 and 8 parallel streams (full mode): the measured per-stream
-    ceiling that nccl-env sizes NCCL's socket count from (nccl-tests#83: the slowest socket ×
-    the socket count)."""
-    from wanprobe.throughput.client import run_throughput
+def measure_streams_scan(opts: DiagnoseOptions, time: TestTime) -> list[dict]:
+    """Per-stream rates at 1, 2, 4 and 8 parallel streams (full mode), each after its ramp-up:
+    the measured per-stream ceiling that nccl-env sizes NCCL's socket count from (nccl-tests#83:
+    the slowest socket × the socket count)."""
+    from wanprobe.throughput.client import MAX_TEST_S, run_throughput
 
     out = []
     for n in SCAN_STREAMS:
-        res = run_throughput(opts.peer, port=opts.port, duration_s=opts.throughput_s / 2,
-                             streams=n, max_bytes=opts.throughput_max_bytes, hmac_key=opts.hmac_key)
+        res = run_throughput(opts.peer, port=opts.port, duration_s=time.measure_s / 2,
+                             streams=n, max_bytes=opts.throughput_max_bytes,
+                             hmac_key=opts.hmac_key, omit_s=time.omit_s,
+                             interval_s=time.interval_s, max_duration_s=MAX_TEST_S)
         out.append({"streams": n, "bits_per_second": res.bits_per_second,
                     "per_stream_bits_per_second": res.bits_per_second / n})
     return out
 
 
-def measure_capacity(opts: DiagnoseOptions, tcp_bps: float | None,
-                     nic_bps: float | None) -> Capacity:
-    """UDP bursts from above what TCP reached up to the NIC speed (an upper bound only)."""
-    from wanprobe.throughput.capacity import DEFAULT_MAX_BPS
+def measure_capacity(opts: DiagnoseOptions, nic_bps: float | None) -> Capacity:
+    """UDP bursts up the ladder to the NIC speed (an upper bound only)."""
+    from wanprobe.throughput.capacity import DEFAULT_MAX_BPS, DEFAULT_START_BPS
     from wanprobe.throughput.capacity import measure_capacity as bursts
 
-    start = max(2 * (tcp_bps or 0.0), 20e6)
     upper = nic_bps or DEFAULT_MAX_BPS
-    return bursts(opts.peer, opts.port, start_bps=min(start, upper), max_bps=upper,
+    return bursts(opts.peer, opts.port, start_bps=min(DEFAULT_START_BPS, upper), max_bps=upper,
                   max_bytes=opts.throughput_max_bytes, dscp=0, hmac_key=opts.hmac_key)
 
 
@@ -194,23 +201,39 @@ def local_facts(opts: DiagnoseOptions, proc_root: Path) -> HostFacts:
     return read_host_facts(opts.peer, proc_root=proc_root)
 
 
-def _capacity(opts: DiagnoseOptions, errors: dict[str, str], tputs: list[ThroughputResult | None],
-              nic_bps: float | None, say: Progress) -> tuple[dict[str, Any], Capacity | None]:
-    """The path's capacity keys (``capacity_bits_per_second``, ``capacity_source``: the
-    operator's rate, the UDP bursts' or why not measured) and the burst detail, if measured."""
+def _capacity(opts: DiagnoseOptions, errors: dict[str, str], nic_bps: float | None,
+              say: Progress) -> Capacity | None:
+    """The UDP bursts' capacity, measured before the TCP tests so that they can be sized from
+    it; None when the operator gave the rate or it was not measured (why, in ``errors``)."""
+    if opts.link_rate_bps or not (opts.capacity and opts.throughput):
+        return None
+    say("measuring the path capacity (UDP bursts of 0.5 s, from 50 Mbit/s up by 4x)")
+    return _guard(errors, "capacity", lambda: measure_capacity(opts, nic_bps))
+
+
+def _capacity_keys(opts: DiagnoseOptions, errors: dict[str, str],
+                   capacity: Capacity | None) -> dict[str, Any]:
+    """The path's capacity keys: the operator's rate, the measured figure (a lower bound named
+    so) or why it was not measured."""
     if opts.link_rate_bps:
         return {"capacity_bits_per_second": opts.link_rate_bps,
-                "capacity_source": OPERATOR_SOURCE}, None
-    detail = None
-    if opts.capacity and opts.throughput:
-        say("measuring the path capacity (UDP bursts)")
-        tcp = max((t.bits_per_second for t in tputs if t is not None), default=None)
-        detail = _guard(errors, "capacity", lambda: measure_capacity(opts, tcp, nic_bps))
-    if detail is not None:
-        return {"capacity_bits_per_second": detail.bits_per_second,
-                "capacity_source": detail.source}, detail
+                "capacity_source": OPERATOR_SOURCE, "capacity_is_lower_bound": False}
+    if capacity is not None:
+        return {"capacity_bits_per_second": capacity.bits_per_second,
+                "capacity_source": capacity.source,
+                "capacity_is_lower_bound": capacity.lower_bound}
     return {"capacity_bits_per_second": None,
-            "capacity_source": "not measured: " + errors.get("capacity", "skipped")}, None
+            "capacity_source": "not measured: " + errors.get("capacity", "skipped")}
+
+
+def _test_time(opts: DiagnoseOptions, probe: ProbeResult, capacity: Capacity | None,
+               nic_bps: float | None) -> TestTime:
+    """The TCP tests' length from the path: its RTT and the rate to reach (the operator's, the
+    measured capacity, the NIC speed, else the 10 Gbit/s tier)."""
+    rtt_s = (probe.rtt.min if probe.rtt else 0.0) / 1e3 or 0.001
+    rate = (opts.link_rate_bps or (capacity.bits_per_second if capacity else None) or nic_bps
+            or ASSUMED_LINK_BPS)
+    return tcp_test_time(rate, rtt_s, measure_min_s=opts.throughput_s)
 
 
 def _json(result: Any) -> Any:
@@ -231,31 +254,61 @@ def counters_json(first: Any, second: Any) -> dict:
     return document(*judge(first, second))
 
 
-def _transfers(opts: DiagnoseOptions, errors: dict[str, str], answered: bool,
-               say: Progress) -> tuple[HostFacts | None, ThroughputResult | None,
-                                       ThroughputResult | None, list[dict] | None]:
-    """The peer's host facts and the TCP tests: forward, reverse and (--full) the 1/2/4/8
-    stream scan; each None where not measured (the reason in ``errors``); none when the
-    peer's reflector did not answer the probe (``answered``)."""
-    tput = tput_rev = peer_facts = scan = None
-    if answered:
-        say("asking the peer for its host facts")
-        peer_facts = _guard(errors, "peer_facts", lambda: fetch_peer_facts(opts))
-    else:
+def _before_the_tests(opts: DiagnoseOptions, errors: dict[str, str], probe: ProbeResult | None,
+                      host: dict, route: dict, say: Progress
+                      ) -> tuple[HostFacts | None, Capacity | None, TestTime | None]:
+    """The peer's host facts, the path's capacity and the TCP tests' length from both; none
+    when the peer's reflector did not answer the probe."""
+    if probe is None:
         errors.setdefault("peer_facts", "skipped: the peer's reflector did not answer")
-    if opts.throughput and answered:
-        say(f"throughput test ({opts.throughput_s:.0f} s, capped)")
-        tput = _guard(errors, "throughput", lambda: measure_throughput(opts))
+        return None, None, None
+    say("asking the peer for its host facts")
+    peer_facts = _guard(errors, "peer_facts", lambda: fetch_peer_facts(opts))
+    nic = (Host.from_report(host) or Host()).iface(route.get("iface"))
+    nic_bps = nic.speed_mbps * 1e6 if nic and nic.speed_mbps else None
+    capacity = _capacity(opts, errors, nic_bps, say)
+    return peer_facts, capacity, _test_time(opts, probe, capacity, nic_bps)
+
+
+def _transfers(opts: DiagnoseOptions, errors: dict[str, str], time: TestTime | None,
+               say: Progress) -> tuple[ThroughputResult | None, ThroughputResult | None,
+                                       list[dict] | None]:
+    """The TCP tests, each ``time`` long with its ramp-up left out: forward, reverse and
+    (--full) the 1/2/4/8 stream scan; each None where not measured (the reason in ``errors``);
+    none when the peer's reflector did not answer the probe (``time`` None)."""
+    tput = tput_rev = scan = None
+    if opts.throughput and time is not None:
+        say(f"throughput test, {time.said()} (capped)")
+        tput = _guard(errors, "throughput", lambda: measure_throughput(opts, time))
         if opts.reverse:
-            say(f"reverse throughput test ({opts.throughput_s:.0f} s, capped)")
+            say(f"reverse throughput test, {time.total_s:.1f} s (capped)")
             tput_rev = _guard(errors, "throughput_reverse",
-                              lambda: measure_throughput(opts, reverse=True))
+                              lambda: measure_throughput(opts, time, reverse=True))
     elif opts.throughput:
         errors.setdefault("throughput", "skipped: the peer's reflector did not answer")
-    if opts.throughput and answered and opts.mode == "full":
-        say("per-stream rates at 1, 2, 4, 8 streams")
-        scan = _guard(errors, "streams_scan", lambda: measure_streams_scan(opts))
-    return peer_facts, tput, tput_rev, scan
+    if opts.throughput and time is not None and opts.mode == "full":
+        say(f"per-stream rates at 1, 2, 4, 8 streams ({len(SCAN_STREAMS)} x "
+            f"{time.omit_s + time.measure_s / 2:.1f} s)")
+        scan = _guard(errors, "streams_scan", lambda: measure_streams_scan(opts, time))
+    return tput, tput_rev, scan
+
+
+def _checked(opts: DiagnoseOptions, capacity: Capacity | None,
+             tputs: tuple[ThroughputResult | None, ...]
+             ) -> tuple[Capacity | None, tuple[ThroughputResult | None, ...]]:
+    """The capacity never below what TCP delivered in the same run, and each TCP verdict
+    checked against it (diagnose/tcp_verdict.py)."""
+    if capacity is not None:
+        capacity = capacity.at_least(max((t.bits_per_second for t in tputs if t is not None),
+                                         default=None))
+    if opts.link_rate_bps:
+        bps, source, trusted, why = opts.link_rate_bps, OPERATOR_SOURCE, True, ""
+    elif capacity is not None:
+        bps, source, trusted = capacity.bits_per_second, capacity.source, not capacity.lower_bound
+        why = capacity.reason
+    else:
+        bps, source, trusted, why = None, "not measured", False, "the capacity was not measured"
+    return capacity, tuple(against_capacity(t, bps, source, trusted, why) for t in tputs)
 
 
 def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
@@ -287,14 +340,12 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
     mtu = _guard(errors, "mtu", lambda: measure_mtu(opts)) if probe is not None else None
     if probe is None:
         errors.setdefault("mtu", "skipped: the peer's reflector did not answer")
-    peer_facts, tput, tput_rev, scan = _transfers(opts, errors, probe is not None, say)
-    path = capacity = None
-    if probe is not None:
-        nic = (Host.from_report(host) or Host()).iface(route.get("iface"))
-        nic_bps = nic.speed_mbps * 1e6 if nic and nic.speed_mbps else None
-        capacity_keys, capacity = _capacity(opts, errors, [tput, tput_rev], nic_bps, say)
-        # the RTT samples go with it: the distribution of `report show --format html`
-        path = {**probe.to_json(samples=True), **capacity_keys}
+    peer_facts, capacity, time_ = _before_the_tests(opts, errors, probe, host, route, say)
+    tput, tput_rev, scan = _transfers(opts, errors, time_, say)
+    capacity, (tput, tput_rev) = _checked(opts, capacity, (tput, tput_rev))
+    # the RTT samples go with it: the distribution of `report show --format html`
+    path = (None if probe is None else
+            {**probe.to_json(samples=True), **_capacity_keys(opts, errors, capacity)})
     counters = None
     if before is not None:
         if tput is None:

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from collectors.host_drops import read_host_drops
 from wanprobe.errors import ProbeError, UsageError, shown
 from wanprobe.probe.peer import check_peer
 from wanprobe.throughput import protocol as proto
@@ -28,13 +29,14 @@ from wanprobe.throughput.sockopts import (
     buffer_sizes,
     check_cc,
 )
-from wanprobe.throughput.udp import UdpSendState, send_paced
+from wanprobe.throughput.udp import UdpSendState, enable_gso, far_end_drops, send_paced
 
 DEFAULT_PORT = 862
 DEFAULT_DURATION_S = 10.0
 MAX_STREAMS = 128
 MAX_CPUS = 4096
 _CONNECT_TIMEOUT_S = 5.0
+SO_SNDBUFFORCE = 32  # include/uapi/asm-generic/socket.h
 _END_WAIT_S = 10.0
 
 Progress = Callable[[float, float], None]  # (elapsed_s, live bits per second)
@@ -81,12 +83,18 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
                    engine: str = "wanprobe", max_duration_s: float = DEFAULT_MAX_DURATION_S,
                    max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
                    udp_packet_bytes: int = 1400,
-                   hmac_key: bytes | None = None, cpus: int | None = None) -> ThroughputResult:
+                   hmac_key: bytes | None = None, cpus: int | None = None,
+                   omit_s: float = 0.0) -> ThroughputResult:
     """Run one throughput test against ``peer`` and return its result (see result.py).
     ``hmac_key``: the reflector's shared key (gate.py challenge-response; wanprobe engine only).
-    ``cpus``: the most cores this end's data path may use (default: all it may run on)."""
+    ``cpus``: the most cores this end's data path may use (default: all it may run on).
+    ``omit_s``: as iperf3 --omit, the test runs ``omit_s`` longer and leaves those first
+    seconds (slow start) out of its rate and verdict (TCP, wanprobe engine)."""
     if cpus is not None and not 1 <= cpus <= MAX_CPUS:
         raise UsageError(f"--cpus must be 1-{MAX_CPUS}")
+    if not 0 <= omit_s <= MAX_TEST_S or (omit_s and (udp or engine != "wanprobe")):
+        raise UsageError("--omit must be >= 0 and applies to TCP tests of the wanprobe engine")
+    duration_s += omit_s
     validate(duration_s=duration_s, streams=streams, reverse=reverse, bidir=bidir, cc=cc,
              udp=udp, udp_rate_bps=udp_rate_bps, interval_s=interval_s,
              max_duration_s=max_duration_s, max_bytes=max_bytes)
@@ -111,7 +119,7 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
         window_bytes=window_bytes, dscp=dscp, pacing_rate_bps=pacing_rate_bps, udp=udp,
         udp_rate_bps=udp_rate_bps, udp_packet_bytes=udp_packet_bytes, interval_s=interval_s,
         max_bytes=max_bytes)
-    return _Client(peer, port, request, progress, hmac_key, cpus).run()
+    return _Client(peer, port, request, progress, hmac_key, cpus, omit_s).run()
 
 
 def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> tuple[str, ...]:
@@ -133,9 +141,9 @@ def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> t
 class _Client:
     def __init__(self, peer: str, port: int, request: proto.TestRequest,
                  progress: Progress | None, hmac_key: bytes | None = None,
-                 cpus: int | None = None) -> None:
+                 cpus: int | None = None, omit_s: float = 0.0) -> None:
         self.peer, self.port, self.req, self.progress = peer, port, request, progress
-        self.hmac_key, self.cpus = hmac_key, cpus
+        self.hmac_key, self.cpus, self.omit_s = hmac_key, cpus, omit_s
         check_peer(peer)
         try:
             infos = socket.getaddrinfo(peer, port, type=socket.SOCK_STREAM)
@@ -150,6 +158,7 @@ class _Client:
         self.abort = threading.Event()
         self.wake = threading.Event()  # the streams finished or the control connection closed
         self.buffers: tuple[int, int] | None = None
+        self.udp_segments = 1
 
     # ---- control connection ----------------------------------------------------------------
     def _connect(self, sock: socket.socket) -> None:
@@ -215,15 +224,16 @@ class _Client:
                 if not workers.wait_ready():
                     raise ProbeError("the data workers did not start on this host")
                 payload = Payload() if proto.UP in req.directions() else None
+            if req.udp:  # first: the request names its source port (udp_sink.py)
+                udp_sock = self._udp_socket()
+                req = self.req = dataclasses.replace(req, udp_port=udp_sock.getsockname()[1])
             self._connect(ctrl)
             rfile = ctrl.makefile("rb")
             reply = client_request(ctrl, lambda what: self._readline(rfile, what), self.peer,
                                    self.hmac_key, "test", {"test": req.to_json()})
             cookie = self._accepted(reply)
             req = self.req
-            if req.udp:
-                udp_sock = self._udp_socket()
-            else:
+            if not req.udp:
                 self._open_streams(cookie, data)
             ready = self._readline(rfile, "ready")
             if ready["op"] == "refused":
@@ -263,7 +273,9 @@ class _Client:
         return cookie
 
     def _udp_socket(self) -> socket.socket:
-        """The UDP test's socket, connected to the peer, marked with the request's DSCP."""
+        """The UDP test's socket, connected to the peer, marked with the request's DSCP, with
+        UDP GSO where the kernel has it (udp.enable_gso) and a send buffer for ~20 ms of the
+        rate (SO_SNDBUFFORCE where this process may, else up to net.core.wmem_max)."""
         sock = socket.socket(self.family, socket.SOCK_DGRAM)
         try:
             if self.req.dscp:
@@ -271,10 +283,17 @@ class _Client:
                     sock.setsockopt(socket.IPPROTO_IPV6, IPV6_TCLASS, self.req.dscp << 2)
                 else:
                     sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.req.dscp << 2)
+            want = int(min(max((self.req.udp_rate_bps or 0) / 8 * 0.02, 2**20), 64 * 2**20))
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, want)
+            except OSError:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, want)
             sock.connect(self.addr)
-        except OSError:
+            self.udp_segments = enable_gso(sock, self.req.udp_packet_bytes)
+        except OSError as exc:
             sock.close()
-            raise
+            raise ProbeError(f"{self.peer} port {self.port}: UDP socket: "
+                             f"{exc.strerror or exc}") from None
         return sock
 
     def _open_streams(self, cookie: bytes, data: list[Stream]) -> None:
@@ -351,11 +370,13 @@ class _Client:
                        else None)
         return assemble(peer=self.peer, port=self.port, request=self.req, client=client,
                         server=server, keys=keys, partial_reason=partial,
-                        notes=window_notes(self.req.window_bytes, self.buffers))
+                        notes=window_notes(self.req.window_bytes, self.buffers),
+                        omit_s=self.omit_s)
 
     def _run_udp(self, ctrl: socket.socket, usock: socket.socket, cookie: bytes) -> ThroughputResult:
         req = self.req
-        state = UdpSendState()
+        state = UdpSendState(segments=self.udp_segments)
+        drops0 = read_host_drops()
         t0 = time.monotonic()
         sender = threading.Thread(target=send_paced, args=(usock, cookie), kwargs=dict(
             rate_bps=req.udp_rate_bps, duration_s=req.duration_s,
@@ -395,8 +416,13 @@ class _Client:
             packet_bytes=req.udp_packet_bytes, packets_sent=state.packets,
             packets_received=end["packets"], lost_packets=lost,
             lost_percent=round(100.0 * lost / state.packets, 4) if state.packets else 0.0,
-            out_of_order=end.get("out_of_order") or 0, jitter_ms=end.get("jitter_ms") or 0.0)
+            out_of_order=end.get("out_of_order") or 0, jitter_ms=end.get("jitter_ms") or 0.0,
+            **far_end_drops(end, lost), sender_host_drops=read_host_drops().since(drops0).to_json(),
+            sender_segments=state.segments,
+            sender_cpu_ratio=round(state.cpu_s / sent_secs, 4) if sent_secs > 0 else None,
+            seconds=end.get("seconds"))
         client = _Side([], {}, [])
         server = _Side(self.remote_records, {}, [])
         return assemble(peer=self.peer, port=self.port, request=req, client=client,
-                        server=server, keys={(proto.UP, 0)}, partial_reason=partial, udp=udp)
+                        server=server, keys={(proto.UP, 0)}, partial_reason=partial, udp=udp,
+                        notes=(state.gso_note,) if state.gso_note else ())

@@ -80,6 +80,8 @@ def request_refusal(req: TestRequest, limits: ServerLimits) -> str | None:
         _outside("dscp", req.dscp, 0, 63, ""),
         _outside("udp_packet_bytes", req.udp_packet_bytes, UDP_HEADER_BYTES, 65000, "B"),
     ]
+    if req.udp_port is not None:
+        checks.append(_outside("udp_port", req.udp_port, 1, 65535, ""))
     if req.window_bytes is not None:
         checks.append(_outside("window_bytes", req.window_bytes, *WINDOW_RANGE_BYTES, "B"))
     if req.pacing_rate_bps is not None:

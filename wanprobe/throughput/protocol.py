@@ -11,8 +11,8 @@ Every TCP connection starts with a 4-byte magic:
   server ``end{streams, cpu, udp}``.
 - ``WPTD`` data connection: cookie (8 bytes), stream id (u16, big-endian), direction (u8:
   0 client→server, 1 server→client), then raw payload.
-UDP test datagrams (sent to the same port number): ``WPTU``, cookie (8), sequence (u64),
-sender CLOCK_MONOTONIC ns (u64), padding.
+UDP test datagrams (sent to the same port number, from the ``udp_port`` the request names):
+``WPTU``, cookie (8), sequence (u64), sender CLOCK_MONOTONIC ns (u64), padding.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ class TestRequest:
     udp_packet_bytes: int = 1400
     interval_s: float = 1.0
     max_bytes: int = 2**30
+    # UDP: the client's source port, so the server can give the test a socket of its own
+    # (udp_sink.py); a client that does not say is read through the reflector's socket
+    udp_port: int | None = None
 
     def directions(self) -> list[int]:
         """Directions the test carries data in."""
@@ -100,7 +103,7 @@ def _typed(name: str, value: object, kind: type, nullable: bool) -> object:
 _FIELD_TYPES = {"duration_s": float, "streams": int, "reverse": bool, "bidir": bool, "cc": str,
                 "window_bytes": int, "dscp": int, "pacing_rate_bps": float, "udp": bool,
                 "udp_rate_bps": float, "udp_packet_bytes": int, "interval_s": float,
-                "max_bytes": int}
+                "max_bytes": int, "udp_port": int}
 
 
 def encode(op: str, **body) -> bytes:
@@ -133,6 +136,12 @@ def unpack_data_header(raw: bytes) -> tuple[bytes, int, int]:
 
 def pack_udp_header(cookie: bytes, seq: int, send_ns: int) -> bytes:
     return _UDP_HEADER.pack(MAGIC_UDP, cookie, seq, send_ns)
+
+
+def pack_udp_header_into(buf: bytearray, offset: int, cookie: bytes, seq: int,
+                         send_ns: int) -> None:
+    """Write one datagram's header at ``offset`` of ``buf`` (a GSO sender's many datagrams)."""
+    _UDP_HEADER.pack_into(buf, offset, MAGIC_UDP, cookie, seq, send_ns)
 
 
 def unpack_udp_header(data: bytes) -> tuple[bytes, int, int] | None:

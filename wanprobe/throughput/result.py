@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from wanprobe import __version__
 from wanprobe.json_fields import Decoded, dicts, objects, open_object, optional, strings
 from wanprobe.throughput.protocol import DOWN, UP
+from wanprobe.throughput.udp import UdpResult
 from wanprobe.throughput.verdict import (
     Verdict,
     VerdictInput,
@@ -81,20 +82,6 @@ def mark_partial_tail(intervals: list[IntervalResult],
 
 
 @dataclass(frozen=True)
-class UdpResult(Decoded):
-    target_bits_per_second: float
-    bits_per_second: float
-    sender_bits_per_second: float
-    packet_bytes: int
-    packets_sent: int
-    packets_received: int
-    lost_packets: int
-    lost_percent: float
-    out_of_order: int
-    jitter_ms: float
-
-
-@dataclass(frozen=True)
 class DirectionSummary(Decoded):
     direction: str
     bits_per_second: float
@@ -145,6 +132,10 @@ class ThroughputResult(Decoded, json_name="throughput", json_parts=THROUGHPUT_PA
     partial_reason: str | None = None
     notes: tuple[str, ...] = ()
     engine_version: str | None = None  # "wanprobe 0.1.0", "iperf3 3.12": what ran
+    # iperf3 --omit: the first omit_s seconds (slow start) are left out of bits_per_second and
+    # of the verdict's goodput; bits_per_second_with_ramp is the whole test's (1.2, issue 35)
+    omit_s: float = 0.0
+    bits_per_second_with_ramp: float | None = None
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -409,15 +400,31 @@ def summarize_direction(direction: int, keys, sender: _Side, receiver: _Side, *,
     return streams, intervals, summary, vin, r_secs
 
 
+def after_omit_bps(intervals: list[IntervalResult], omit_s: float) -> float | None:
+    """Received bits per second over the full intervals that start at or after ``omit_s``
+    (iperf3 --omit); None when none does."""
+    kept = [iv for iv in intervals if iv.start_s >= omit_s - 1e-9 and not iv.partial]
+    secs = sum(iv.end_s - iv.start_s for iv in kept)
+    return sum(iv.bytes_received for iv in kept) * 8.0 / secs if kept and secs > 0 else None
+
+
 def assemble(*, peer: str, port: int, request, client: _Side, server: _Side, keys,
              partial_reason: str | None, udp: UdpResult | None = None,
-             notes: tuple[str, ...] = ()) -> ThroughputResult:
-    """Build the ThroughputResult of a wanprobe-engine test from both ends' reports."""
+             notes: tuple[str, ...] = (), omit_s: float = 0.0) -> ThroughputResult:
+    """Build the ThroughputResult of a wanprobe-engine test from both ends' reports; with
+    ``omit_s`` its rate and verdict leave out the ramp-up (iperf3 --omit)."""
     main = DOWN if request.reverse else UP
     ends = {UP: (client, server), DOWN: (server, client)}
     streams, intervals, summ, vin, secs = summarize_direction(
         main, keys, *ends[main], window_bytes=request.window_bytes,
         pacing_rate_bps=request.pacing_rate_bps, interval_s=request.interval_s)
+    with_ramp = None
+    if omit_s > 0 and udp is None:
+        steady = after_omit_bps(intervals, omit_s)
+        if steady is not None:
+            with_ramp = summ.bits_per_second
+            summ = replace(summ, bits_per_second=steady)
+            vin = replace(vin, goodput_bps=steady)
     reverse = None
     all_streams = list(streams)
     if request.bidir:
@@ -462,7 +469,8 @@ def assemble(*, peer: str, port: int, request, client: _Side, server: _Side, key
              "server_core_busy_max_percent": server.cpu_max_percent},
         udp=udp, reverse=reverse, partial=partial_reason is not None,
         partial_reason=partial_reason, notes=tuple(notes),
-        engine_version=f"wanprobe {__version__}")
+        engine_version=f"wanprobe {__version__}",
+        omit_s=omit_s if with_ramp is not None else 0.0, bits_per_second_with_ramp=with_ramp)
 
 
 def _cc_of(sender: _Side) -> str | None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import psutil
 
 from wanprobe.throughput.datapath import Stream
-from wanprobe.throughput.sockopts import read_tcp_info
+from wanprobe.throughput.sockopts import read_bbr_bandwidth_bps, read_tcp_info
 from wanprobe.throughput.tcp_info import tcp_info_summary
 
 
@@ -74,8 +74,12 @@ class IntervalSampler:
             info = read_tcp_info(s.sock) if s.sending and not s.done.is_set() else None
             if info is None and s.sending and s.done.is_set():
                 info = s.final_tcp_info
+            # BBR's bottleneck estimate beside TCP_INFO: a cross-check of the path's capacity
+            bbr = read_bbr_bandwidth_bps(s.sock) if info is not None and not s.done.is_set() \
+                else None
             rows.append({"id": s.stream_id, "direction": s.direction, "sending": s.sending,
-                         "bytes": total - self._last[id(s)], "tcp_info": tcp_info_summary(info)})
+                         "bytes": total - self._last[id(s)],
+                         "tcp_info": tcp_info_summary(info, bbr)})
             self._last[id(s)] = total
         busy = self.cpu.sample()
         if not self.cpu_max_percent:

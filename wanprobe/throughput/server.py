@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import ipaddress
 import os
 import socket
 import threading
@@ -49,23 +48,16 @@ from wanprobe.throughput.datapath_pool import DataWorkers, worker_count
 from wanprobe.throughput.gate import Refused, Session, read_request
 from wanprobe.throughput.limits import Quota, ServerLimits, request_refusal
 from wanprobe.throughput.sampler import IntervalSampler
+from wanprobe.throughput.server_udp import norm_ip, open_sink, run_udp
 from wanprobe.throughput.sockopts import apply_stream_options, check_cc
-from wanprobe.throughput.stall import wait_unless_stalled
-from wanprobe.throughput.udp import UdpReceiverStats, udp_interval_record
+from wanprobe.throughput.stall import flush, wait_unless_stalled
+from wanprobe.throughput.udp import UdpReceiverStats
+from wanprobe.throughput.udp_sink import UdpSink
 
 DEFAULT_MAX_DURATION_S = ServerLimits.max_duration_s
 DEFAULT_MAX_BYTES = ServerLimits.max_bytes_per_test
 MAX_STREAMS = ServerLimits.max_streams
-_UDP_LINGER_S = 1.0
-_UDP_DONE_GRACE_S = 5.0  # the client sends udp_done as soon as its sender stops
 MAX_UNSENT_REPORT_BYTES = 256 * 2**10  # a client that lets this much pile up is not reading
-
-
-def _norm_ip(host: str) -> str:
-    ip = ipaddress.ip_address(host.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return str(ip)
 
 
 @dataclass
@@ -80,6 +72,8 @@ class _Test:
     udp: UdpReceiverStats | None = None
     udp_started: bool = False
     workers: DataWorkers | None = None
+    sink: UdpSink | None = None       # the UDP test's own socket (None: the reflector's tap)
+    local: tuple = ()                  # the control connection's (address, port) at this end
 
 
 class ThroughputServer:
@@ -135,6 +129,7 @@ class ThroughputServer:
         self.port = lsock.getsockname()[1]
         if udp:  # the same address and port (and IPv6 scope) as the TCP listener
             usock = socket.socket(lsock.family, socket.SOCK_DGRAM)
+            usock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # beside a test's own
             usock.bind(lsock.getsockname())
             usock.setblocking(False)
             self._usock = usock
@@ -168,7 +163,7 @@ class ThroughputServer:
         if test is None or test.udp is None:
             return False
         try:
-            if _norm_ip(addr[0]) != test.peer_ip:
+            if norm_ip(addr[0]) != test.peer_ip:
                 return False
         except ValueError:
             return False
@@ -243,7 +238,7 @@ class ThroughputServer:
     def _attach_data(self, sock: socket.socket, addr: tuple, header: bytes) -> bool:
         cookie, stream_id, direction = proto.unpack_data_header(header)
         test = self._tests.get(cookie)
-        if test is None or test.udp is not None or _norm_ip(addr[0]) != test.peer_ip:
+        if test is None or test.udp is not None or norm_ip(addr[0]) != test.peer_ip:
             return False
         if direction not in test.request.directions() or len(test.streams) >= test.expected:
             return False
@@ -271,7 +266,7 @@ class ThroughputServer:
                 op = self._ops.get(msg["op"])
                 if op is None:
                     raise Refused("malformed", f"unknown op {msg['op'][:32]!r}")
-                await op(session, msg, reader, writer, _norm_ip(addr[0]))
+                await op(session, msg, reader, writer, norm_ip(addr[0]))
             except Refused as exc:
                 self._refused[exc.reason] += 1
                 writer.write(proto.encode("refused", error=str(exc), reason=exc.reason))
@@ -328,10 +323,13 @@ class ThroughputServer:
         req = dataclasses.replace(req, max_bytes=max(cap, 1))
         cookie = os.urandom(proto.COOKIE_BYTES)
         n = 0 if req.udp else req.streams * len(req.directions())
-        test = _Test(cookie, req, client, n, udp=UdpReceiverStats() if req.udp else None)
+        test = _Test(cookie, req, client, n, udp=UdpReceiverStats() if req.udp else None,
+                     local=writer.get_extra_info("sockname") or ())
         self._tests[cookie] = test
         entry = self.quota.reserve(client, req.max_bytes)
         try:
+            if req.udp:
+                test.sink = open_sink(test, self.port)
             writer.write(proto.encode(**session.sign({
                 "op": "accepted", "cookie": cookie.hex(),
                 "limits": {**self.limits.to_json(), "max_bytes": req.max_bytes}})))
@@ -351,12 +349,15 @@ class ThroughputServer:
             if start.get("op") != "start":
                 return
             if req.udp:
-                await self._run_udp(test, reader, writer)
+                await run_udp(test, reader, writer,
+                              lambda line: self._report(test, writer, line))
             else:
                 await self._run_tcp(test, reader, writer)
         finally:
             test.abort.set()
             self._tests.pop(test.cookie, None)
+            if test.sink is not None:
+                await asyncio.get_running_loop().run_in_executor(None, test.sink.stop)
             if test.workers is not None:
                 await asyncio.get_running_loop().run_in_executor(None, test.workers.close)
             for s in test.streams:
@@ -431,55 +432,10 @@ class ThroughputServer:
             writer.write(proto.encode("end", streams=[stream_final(s) for s in test.streams],
                                       cpu_max_percent=sampler.cpu_max_percent,
                                       engine=await loop.run_in_executor(None, test.workers.summary)))
-            await _flush(writer)
+            await flush(writer)
         finally:
             stop.set()
             eof.cancel()
-
-    async def _run_udp(self, test: _Test, reader, writer) -> None:
-        req = test.request
-        stats = test.udp
-        t0 = time.monotonic()
-        k = 0
-        last = {"packets": 0, "bytes": 0}
-        done_msg: dict | None = None
-        read = asyncio.ensure_future(reader.readline())
-        hard_end = t0 + req.duration_s + _UDP_DONE_GRACE_S
-        try:
-            while time.monotonic() < hard_end and not test.abort.is_set():
-                boundary = min(t0 + (k + 1) * req.interval_s, hard_end)
-                waited = await asyncio.wait({read}, timeout=max(boundary - time.monotonic(), 0))
-                if waited[0]:
-                    line = read.result()
-                    if not line:
-                        return
-                    msg = proto.decode(line)
-                    if msg.get("op") == "udp_done":
-                        done_msg = msg
-                        break
-                    read = asyncio.ensure_future(reader.readline())
-                    continue
-                snap = stats.snapshot()
-                self._report(test, writer, proto.encode(
-                    "interval", **udp_interval_record(k, req.interval_s, snap, last)))
-                last = {"packets": snap["packets"], "bytes": snap["bytes"]}
-                k += 1
-            await asyncio.sleep(_UDP_LINGER_S if done_msg else 0)  # late datagrams
-            sent = int(done_msg["packets_sent"]) if done_msg else None
-            span = ((stats.t_last_ns - stats.t_first_ns) / 1e9
-                    if stats.t_first_ns is not None and stats.t_last_ns is not None else None)
-            writer.write(proto.encode("end", streams=[], cpu_max_percent=[],
-                                      udp={**stats.snapshot(sent), "seconds": span}))
-            await _flush(writer)
-        finally:
-            read.cancel()
-
-
-async def _flush(writer: asyncio.StreamWriter) -> None:
-    """Drain, but never wait on a client that does not read for longer than a few seconds."""
-    async with asyncio.timeout(5.0):
-        await writer.drain()
-
 
 if __name__ == "__main__":  # the older spelling of ``python -m wanprobe.throughput.server_cli``
     import runpy

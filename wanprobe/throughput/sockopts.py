@@ -80,6 +80,27 @@ def read_tcp_info(sock: socket.socket) -> TcpInfo | None:
     return parse_tcp_info(raw)
 
 
+TCP_CC_INFO = 26                 # include/uapi/linux/tcp.h
+_BBR_INFO = struct.Struct("=IIIII")  # struct tcp_bbr_info (include/uapi/linux/inet_diag.h)
+
+
+def read_bbr_bandwidth_bps(sock: socket.socket) -> float | None:
+    """BBR's own estimate of the path's bottleneck rate (bits per second): its windowed-max
+    delivery rate ``bbr_bw_hi:bbr_bw_lo`` in bytes per second (TCP_CC_INFO, bbr_get_info in
+    net/ipv4/tcp_bbr.c); None when the socket's congestion control is not BBR."""
+    try:
+        cc = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16).split(b"\0", 1)[0]
+        if not cc.startswith(b"bbr"):
+            return None
+        raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_CC_INFO, _BBR_INFO.size)
+    except OSError:
+        return None
+    if len(raw) < _BBR_INFO.size:
+        return None
+    lo, hi, _min_rtt_us, _pacing_gain, _cwnd_gain = _BBR_INFO.unpack_from(raw)
+    return float(((hi << 32) | lo) * 8)
+
+
 def buffer_sizes(sock: socket.socket) -> tuple[int, int]:
     """(SO_SNDBUF, SO_RCVBUF) as the kernel reports them (already doubled)."""
     return (sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),

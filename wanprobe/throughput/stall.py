@@ -37,3 +37,9 @@ async def wait_unless_stalled(aws: set[asyncio.Future], streams: Iterable[Any], 
         if sending and moved == last:
             return set()
         last = moved
+
+
+async def flush(writer: asyncio.StreamWriter) -> None:
+    """Drain, but never wait on a client that does not read for longer than a few seconds."""
+    async with asyncio.timeout(5.0):
+        await writer.drain()

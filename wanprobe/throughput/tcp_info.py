@@ -161,8 +161,10 @@ def pack_tcp_info(info: TcpInfo, length: int = SIZE_BYTES) -> bytes:
 MAX_U64 = 2**64 - 1
 
 
-def tcp_info_summary(info: TcpInfo | None) -> dict | None:
-    """The TCP_INFO fields a throughput report carries, converted to unit-carrying names."""
+def tcp_info_summary(info: TcpInfo | None, bbr_bandwidth_bps: float | None = None
+                     ) -> dict | None:
+    """The TCP_INFO fields a throughput report carries, converted to unit-carrying names, with
+    BBR's own bottleneck estimate when the sampler read one (sockopts.read_bbr_bandwidth_bps)."""
     if info is None:
         return None
 
@@ -192,4 +194,5 @@ def tcp_info_summary(info: TcpInfo | None) -> dict | None:
         "ca_state": info.ca_state,
         # the sender ran out of data to send within the last round trip (tcp_rate.c)
         "delivery_rate_app_limited": info.delivery_rate_app_limited,
+        "bbr_bandwidth_bits_per_second": bbr_bandwidth_bps,
     }
