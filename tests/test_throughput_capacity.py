@@ -90,7 +90,9 @@ def test_random_path_loss_is_not_saturation_and_a_full_path_is():
 
 def test_a_capacity_is_never_below_what_tcp_delivered_in_the_same_run():
     c = ladder_capacity(lambda r: counted_burst(r, bottleneck=500e6), start_bps=50e6)
-    assert c.at_least(400e6) is c and c.at_least(None) is c
+    assert c.at_least(400e6, 480e6).bits_per_second == c.bits_per_second == c.at_least(None).bits_per_second
+    kept = c.at_least(400e6, 480e6).to_json()["tcp_cross_check"]
+    assert kept == {"tcp_bits_per_second": 400e6, "bbr_bits_per_second": 480e6}
     raised = c.at_least(900e6)
     assert (raised.bits_per_second, raised.source, raised.lower_bound) == (900e6, "tcp_goodput",
                                                                            True)

@@ -299,7 +299,9 @@ def _checked(opts: DiagnoseOptions, capacity: Capacity | None,
     """The capacity never below what TCP delivered in the same run, and each TCP verdict
     checked against it (diagnose/tcp_verdict.py)."""
     if capacity is not None:
-        capacity = capacity.at_least(max((t.bits_per_second for t in tputs if t is not None),
+        done = [t for t in tputs if t is not None]
+        capacity = capacity.at_least(max((t.bits_per_second for t in done), default=None),
+                                     max((b for t in done if (b := t.bbr_bandwidth_max_bps())),
                                          default=None))
     if opts.link_rate_bps:
         bps, source, trusted, why = opts.link_rate_bps, OPERATOR_SOURCE, True, ""

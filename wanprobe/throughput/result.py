@@ -137,6 +137,15 @@ class ThroughputResult(Decoded, json_name="throughput", json_parts=THROUGHPUT_PA
     omit_s: float = 0.0
     bits_per_second_with_ramp: float | None = None
 
+    def bbr_bandwidth_max_bps(self) -> float | None:
+        """BBR's largest bottleneck estimate after the ramp-up (the streams' sum per interval;
+        None unless the streams ran BBR)."""
+        sums = [sum(v for r in iv.streams
+                    if isinstance(v := (r.get("tcp_info") or {}).get("bbr_bandwidth_bits_per_second"),
+                                  int | float))
+                for iv in self.intervals if iv.start_s >= self.omit_s - 1e-9 and not iv.partial]
+        return max(sums) if sums and max(sums) > 0 else None
+
     def to_json(self) -> dict:
         out = asdict(self)
         out["limited_by"] = self.limited_by.to_json()
