@@ -135,3 +135,23 @@ def test_datagrams_that_are_not_the_tests_are_counted_and_left_out(garbage):
         sink.stop()
         tx.close()
     assert stats.packets == 1 and sink.foreign == 1
+
+
+@pytest.mark.parametrize("end", [None, [], {"packets": "9", "bytes": 1}, {"packets": -1, "bytes": 1},
+                                 {"packets": 1, "bytes": True}, {"bytes": 5}])
+def test_malformed_udp_totals_from_a_server_are_one_line(end):
+    from wanprobe.errors import ProbeError
+    from wanprobe.throughput.udp import udp_totals
+
+    with pytest.raises(ProbeError, match="malformed UDP totals"):
+        udp_totals(end, "198.18.0.2")
+
+
+def test_udp_totals_keep_what_is_sound_and_drop_the_rest():
+    from wanprobe.throughput.udp import udp_totals
+
+    got = udp_totals({"packets": 3, "bytes": 4200, "seconds": float("inf"), "jitter_ms": "x",
+                      "lost_packets": -2, "out_of_order": None}, "p")
+    assert (got["seconds"], got["jitter_ms"], got["lost_packets"], got["out_of_order"]) == \
+        (None, 0.0, None, 0)
+    assert udp_totals({"packets": 3, "bytes": 4200, "seconds": 0.5}, "p")["seconds"] == 0.5

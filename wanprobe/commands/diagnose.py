@@ -46,8 +46,8 @@ app = typer.Typer()
 @app.command("diagnose")
 def diagnose(
     peer: Annotated[str, typer.Argument(help="Peer running `wanprobe reflect`.")],
-    quick: Annotated[bool, typer.Option("--quick", help="~5 s: 200 probes, 2 s throughput (default).")] = False,
-    full: Annotated[bool, typer.Option("--full", help="~25 s: 1000 probes, 10 s throughput.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="200 probes, the path's capacity, TCP tests of 2 s after a ramp-up sized from the path (default; 12-22 s on the lab's 50-130 ms paths).")] = False,
+    full: Annotated[bool, typer.Option("--full", help="1000 probes, the capacity, TCP tests of 8 s after the ramp-up and the 1/2/4/8 stream scan.")] = False,
     netns: Annotated[str | None, typer.Option("--netns", help="Run inside this network namespace.")] = None,
     port: Annotated[str, typer.Option(help="Peer's STAMP/throughput port.")] = "862",
     link_rate: Annotated[str | None, typer.Option("--link-rate", help="Rate the path should carry, e.g. 10gbit (sizes buffers).")] = None,

@@ -73,6 +73,10 @@ def render(result, console: Console) -> None:
         console.print(f"UDP: received {format_rate(u['bits_per_second'])} of "
                       f"{format_rate(u['target_bits_per_second'])}, lost {u['lost_packets']}/"
                       f"{u['packets_sent']} ({u['lost_percent']:.3f} %), jitter {u['jitter_ms']:.3f} ms")
+        if u.get("host_drop_events"):
+            console.print(f"[yellow]the far end dropped {u['host_drop_events']} buffers itself "
+                          f"(receive buffer {u.get('receiver_rcvbuf_bytes')} B): that loss is "
+                          "the host's, not the path's, and the rate a lower bound[/]")
     if j["reverse"]:
         r = j["reverse"]
         console.print(f"reverse direction: receiver {format_rate(r['bits_per_second'])}, "

@@ -65,7 +65,8 @@ def summary_rows(report: Report, m: Measured) -> list[tuple[str, str]]:
             _tput_row("throughput forward", m.throughput),
             _tput_row("throughput reverse", m.throughput_reverse)]
     if m.path is not None and m.path.capacity is not None:
-        rows.append(("path capacity", f"{_rate(m.path.capacity.bits_per_second)} "
+        rows.append(("path capacity", f"{'≥ ' if m.path.capacity.lower_bound else ''}"
+                                      f"{_rate(m.path.capacity.bits_per_second)} "
                                       f"({m.path.capacity.source})"))
     return rows
 

@@ -65,8 +65,12 @@ def render_rich(report: Report, console: Console, total_findings: int | None = N
             head.add_row(name, format_rate(t.bits_per_second), "limited by", _t(t.verdict))
     if m.path is not None and m.path.capacity_source:
         cap = m.path.capacity
-        head.add_row("path capacity", format_rate(cap.bits_per_second) if cap else "unknown",
-                     "from", _t(m.path.capacity_source))
+        shown = (("≥ " if cap.lower_bound else "") + format_rate(cap.bits_per_second)
+                 if cap else "unknown")
+        head.add_row("path capacity", shown, "from", _t(m.path.capacity_source
+                                                        + (" (a lower bound: a host held the "
+                                                           "bursts)" if cap and cap.lower_bound
+                                                           else "")))
     console.print(Panel(head, title="wanprobe diagnose", title_align="left"))
     for part, why in m.errors.items():
         console.print(_t(f"not measured: {part}: {why}", style="dim"))

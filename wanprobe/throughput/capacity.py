@@ -47,8 +47,7 @@ DEFAULT_MAX_BPS = 10e9
 LADDER_FACTOR = 4.0
 AGREE = 0.03           # UDP bursts and a TCP test of one path agree within 3 % (headers, timing)
 
-# How each figure was obtained; the lower bounds name what held them.
-EXACT_SOURCES = ("udp_burst", "udp_burst_sender_held")
+# The lower bounds, each with what held it (the exact sources: udp_burst, udp_burst_sender_held).
 LIMITS = {"udp_burst_receiver_limited": "the receiving host",
           "udp_burst_sender_cpu": "the sending host's CPU",
           "udp_burst_lower_bound": "the ladder's upper bound (the NIC speed)",
@@ -121,7 +120,9 @@ class Capacity:
 
     @property
     def lower_bound(self) -> bool:
-        return self.source not in EXACT_SOURCES
+        """The figure is a lower bound of the path (a host or the ladder held the bursts, or
+        the TCP test passed them); the operator's rate and the exact sources are not."""
+        return self.source in LIMITS
 
     @property
     def limit(self) -> str | None:

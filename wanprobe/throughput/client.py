@@ -29,7 +29,13 @@ from wanprobe.throughput.sockopts import (
     buffer_sizes,
     check_cc,
 )
-from wanprobe.throughput.udp import UdpSendState, enable_gso, far_end_drops, send_paced
+from wanprobe.throughput.udp import (
+    UdpSendState,
+    enable_gso,
+    far_end_drops,
+    send_paced,
+    udp_totals,
+)
 
 DEFAULT_PORT = 862
 DEFAULT_DURATION_S = 10.0
@@ -405,6 +411,7 @@ class _Client:
                    "bytes": sum(r["streams"][0]["bytes"] for r in self.remote_records),
                    "lost_packets": None, "out_of_order": snaps[-1].get("out_of_order", 0) if snaps else 0,
                    "jitter_ms": snaps[-1].get("jitter_ms") if snaps else None, "seconds": None}
+        end = udp_totals(end, self.peer)
         lost = end.get("lost_packets")
         if lost is None:
             lost = max(state.packets - end["packets"], 0)

@@ -220,6 +220,24 @@ def far_end_drops(end: dict, lost: int) -> dict:
             "host_drop_events": events, "path_lost_packets": None if events else max(lost, 0)}
 
 
+def udp_totals(end: object, peer: str) -> dict:
+    """The far end's UDP totals, checked: packets and bytes non-negative integers, the arrival
+    span a positive number or None, lost packets a count or None; ProbeError (one line) for a
+    peer that sends anything else."""
+    from wanprobe.errors import ProbeError
+
+    if not isinstance(end, dict) or _count(end.get("packets")) is None \
+            or _count(end.get("bytes")) is None:
+        raise ProbeError(f"{peer}: malformed UDP totals from the server")
+    secs = end.get("seconds")
+    ok = isinstance(secs, int | float) and not isinstance(secs, bool) and 0 < secs < 1e6
+    jitter = end.get("jitter_ms")
+    return {**end, "seconds": secs if ok else None, "lost_packets": _count(end.get("lost_packets")),
+            "out_of_order": _count(end.get("out_of_order")) or 0,
+            "jitter_ms": jitter if isinstance(jitter, int | float) and not isinstance(jitter, bool)
+            and 0 <= jitter < 1e9 else 0.0}
+
+
 def _count(value: object) -> int | None:
     """A non-negative integer counter from a peer's report, else None (a hostile or old peer)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
