@@ -1,5 +1,5 @@
 """What the benchmark scripts share: their command line, the root check, timing a call over
-several runs, and how a range over runs is printed.
+several runs, how a range over runs is printed, and a bare veth pair between two namespaces.
 
 A script run as ``python bench/x.py`` has bench/ first on sys.path and imports this as
 ``common``; one a test loads by file (importlib) puts its own folder on sys.path first.
@@ -8,10 +8,12 @@ A script run as ``python bench/x.py`` has bench/ first on sys.path and imports t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -60,3 +62,24 @@ def span(values: Iterable[float], fmt: str = ".2f", sep: str = "-",
     e.g. left-aligned in a column), joined by ``sep``."""
     values = list(values)
     return f"{min(values):{fmt}}{sep}{max(values):{hi_fmt or fmt}}"
+
+
+@contextlib.contextmanager
+def veth_pair(tag: str, addr_a: str, addr_b: str, prefix: int = 24) -> Iterator[tuple[str, str]]:
+    """Two fresh namespaces ``<tag>a`` and ``<tag>b`` joined by a veth pair (``wp0``/``wp1``)
+    with ``addr_a``/``addr_b``: the host's own floor, no delay line. Both are deleted on exit,
+    also on error (CalledProcessError when one cannot be made)."""
+    a, b = f"{tag}a", f"{tag}b"
+    try:
+        for cmd in (["ip", "netns", "add", a], ["ip", "netns", "add", b],
+                    ["ip", "link", "add", "wp0", "netns", a, "type", "veth", "peer", "name",
+                     "wp1", "netns", b],
+                    ["ip", "-n", a, "addr", "add", f"{addr_a}/{prefix}", "dev", "wp0"],
+                    ["ip", "-n", b, "addr", "add", f"{addr_b}/{prefix}", "dev", "wp1"],
+                    ["ip", "-n", a, "link", "set", "wp0", "up"],
+                    ["ip", "-n", b, "link", "set", "wp1", "up"]):
+            subprocess.run(cmd, check=True, capture_output=True)
+        yield a, b
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)

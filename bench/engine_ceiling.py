@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from common import lacks_root, parser, span
+from common import lacks_root, parser, span, veth_pair
 
 from wanprobe.lab import Lab, measure
 from wanprobe.lab.netns import entered
@@ -40,36 +40,24 @@ def _server(popen, addr: str) -> subprocess.Popen:
 
 
 def veth_ceilings(runs: int) -> tuple[list[float], list[float], list[int | None]]:
-    a, b = f"wpceil{os.getpid()}a", f"wpceil{os.getpid()}b"
-    server = None
-    try:
-        for cmd in (["ip", "netns", "add", a], ["ip", "netns", "add", b],
-                    ["ip", "link", "add", "vc0", "netns", a, "type", "veth", "peer", "name",
-                     "vc1", "netns", b],
-                    ["ip", "-n", a, "addr", "add", f"{ADDR_A}/24", "dev", "vc0"],
-                    ["ip", "-n", b, "addr", "add", f"{ADDR_B}/24", "dev", "vc1"],
-                    ["ip", "-n", a, "link", "set", "vc0", "up"],
-                    ["ip", "-n", b, "link", "set", "vc1", "up"]):
-            subprocess.run(cmd, check=True, capture_output=True)
+    with veth_pair(f"wpceil{os.getpid()}", ADDR_A, ADDR_B) as (a, b):
         server = _server(lambda argv, **kw: subprocess.Popen(["ip", "netns", "exec", b, *argv],
                                                              **kw), ADDR_B)
-        udp, tcp, drops = [], [], []
-        with entered(a):
-            for _ in range(runs):
-                r = run_throughput(ADDR_B, port=PORT, udp=True, udp_rate_bps=60e9,
-                                   duration_s=0.5, interval_s=0.5, max_bytes=2**40)
-                udp.append(r.udp.bits_per_second)
-                drops.append(r.udp.host_drop_events)
-                time.sleep(0.5)
-                tcp.append(run_throughput(ADDR_B, port=PORT, duration_s=3.0,
-                                          max_bytes=2**40).bits_per_second)
-        return udp, tcp, drops
-    finally:
-        if server is not None:
+        try:
+            udp, tcp, drops = [], [], []
+            with entered(a):
+                for _ in range(runs):
+                    r = run_throughput(ADDR_B, port=PORT, udp=True, udp_rate_bps=60e9,
+                                       duration_s=0.5, interval_s=0.5, max_bytes=2**40)
+                    udp.append(r.udp.bits_per_second)
+                    drops.append(r.udp.host_drop_events)
+                    time.sleep(0.5)
+                    tcp.append(run_throughput(ADDR_B, port=PORT, duration_s=3.0,
+                                              max_bytes=2**40).bits_per_second)
+            return udp, tcp, drops
+        finally:
             server.kill()
             server.wait()
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
 def lab_carries(runs: int) -> list[float]:

@@ -17,6 +17,8 @@ import os
 import subprocess
 import sys
 
+from common import veth_pair
+
 from wanprobe.lab import Lab, measure
 
 TARGET_MBIT = 500.0
@@ -25,25 +27,13 @@ TARGET_RTT_ERR_MS = 0.2
 
 def veth_floor_ms(count: int) -> float | None:
     """ping median over a bare veth pair between two fresh namespaces (no delay line)."""
-    tag = f"wpbench{os.getpid()}"
-    a, b = f"{tag}a", f"{tag}b"
     try:
-        for cmd in (["ip", "netns", "add", a], ["ip", "netns", "add", b],
-                    ["ip", "link", "add", "vb0", "netns", a, "type", "veth", "peer", "vb1",
-                     "netns", b],
-                    ["ip", "-n", a, "addr", "add", "198.19.255.1/30", "dev", "vb0"],
-                    ["ip", "-n", b, "addr", "add", "198.19.255.2/30", "dev", "vb1"],
-                    ["ip", "-n", a, "link", "set", "vb0", "up"],
-                    ["ip", "-n", b, "link", "set", "vb1", "up"]):
-            subprocess.run(cmd, check=True, capture_output=True)
-        r = subprocess.run(["ip", "netns", "exec", a, "ping", "-n", "-c", str(count), "-i",
-                            "0.001", "198.19.255.2"], capture_output=True, text=True)
-        return measure.median(measure.parse_ping_rtts_ms(r.stdout))
+        with veth_pair(f"wpbench{os.getpid()}", "198.19.255.1", "198.19.255.2", 30) as (a, _b):
+            r = subprocess.run(["ip", "netns", "exec", a, "ping", "-n", "-c", str(count), "-i",
+                                "0.001", "198.19.255.2"], capture_output=True, text=True)
+            return measure.median(measure.parse_ping_rtts_ms(r.stdout))
     except subprocess.CalledProcessError:
         return None
-    finally:
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
 
 
 def main() -> int:

@@ -19,11 +19,10 @@ import os
 import resource
 import socket
 import statistics
-import subprocess
 import sys
 import time
 
-from common import parser, span
+from common import parser, span, veth_pair
 
 from wanprobe.lab.netns import entered
 
@@ -134,24 +133,12 @@ def report(results: dict[str, list[tuple[float, float]]], duration_s: float) -> 
 
 def main() -> int:
     args = parser(__doc__, ("--rounds", 5), ("--duration", 2.0), first_line=True).parse_args()
-    a, b = f"wpsend{os.getpid()}a", f"wpsend{os.getpid()}b"
     results: dict[str, list[tuple[float, float]]] = {m: [] for m in METHODS}
-    try:
-        for cmd in (["ip", "netns", "add", a], ["ip", "netns", "add", b],
-                    ["ip", "link", "add", "ws0", "netns", a, "type", "veth", "peer", "name",
-                     "ws1", "netns", b],
-                    ["ip", "-n", a, "addr", "add", f"{ADDR_A}/24", "dev", "ws0"],
-                    ["ip", "-n", b, "addr", "add", f"{ADDR_B}/24", "dev", "ws1"],
-                    ["ip", "-n", a, "link", "set", "ws0", "up"],
-                    ["ip", "-n", b, "link", "set", "ws1", "up"]):
-            subprocess.run(cmd, check=True, capture_output=True)
+    with veth_pair(f"wpsend{os.getpid()}", ADDR_A, ADDR_B) as (a, b):
         for n in range(args.rounds):
             order = METHODS[n % len(METHODS):] + METHODS[:n % len(METHODS)]
             for method in order:
                 results[method].append(one_round(a, b, method, args.duration))
-    finally:
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     report(results, args.duration)
     return 0
 

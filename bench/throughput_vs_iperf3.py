@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from common import veth_pair
+
 from wanprobe.lab import Lab
 from wanprobe.lab.netns import entered
 from wanprobe.throughput.client import run_throughput
@@ -84,31 +86,22 @@ def _compare(ns_a: str, addr_b: str, *, streams: int, rounds: int, duration_s: f
 
 
 def veth_case(rounds: int, duration_s: float) -> list[Row]:
-    a, b = f"wptput{os.getpid()}a", f"wptput{os.getpid()}b"
     procs: list[subprocess.Popen] = []
-    try:
-        for cmd in (["ip", "netns", "add", a], ["ip", "netns", "add", b],
-                    ["ip", "link", "add", "vb0", "netns", a, "type", "veth", "peer", "name", "vb1",
-                     "netns", b],
-                    ["ip", "-n", a, "addr", "add", f"{ADDR_A}/24", "dev", "vb0"],
-                    ["ip", "-n", b, "addr", "add", f"{ADDR_B}/24", "dev", "vb1"],
-                    ["ip", "-n", a, "link", "set", "vb0", "up"],
-                    ["ip", "-n", b, "link", "set", "vb1", "up"]):
-            subprocess.run(cmd, check=True, capture_output=True)
-        procs = _servers(lambda argv, **kw: subprocess.Popen(["ip", "netns", "exec", b, *argv],
-                                                             **kw), ADDR_B)
-        out = []
-        for streams in VETH_STREAMS:
-            w, i, r, lo, hi, cw, ci = _compare(a, ADDR_B, streams=streams, rounds=rounds,
-                                               duration_s=duration_s)
-            out.append((f"veth unshaped, {streams} stream(s)", w, i, r, lo, hi, cw, ci, r >= 1.0))
-        return out
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-        for ns in (a, b):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    with veth_pair(f"wptput{os.getpid()}", ADDR_A, ADDR_B) as (a, b):
+        try:
+            procs = _servers(lambda argv, **kw: subprocess.Popen(["ip", "netns", "exec", b,
+                                                                  *argv], **kw), ADDR_B)
+            out = []
+            for streams in VETH_STREAMS:
+                w, i, r, lo, hi, cw, ci = _compare(a, ADDR_B, streams=streams, rounds=rounds,
+                                                   duration_s=duration_s)
+                out.append((f"veth unshaped, {streams} stream(s)", w, i, r, lo, hi, cw, ci,
+                            r >= 1.0))
+            return out
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
 
 
 def lab_case(rounds: int, duration_s: float) -> list[Row]:

@@ -122,40 +122,44 @@ def _ip_segment(packet: bytes, ihl: int, ip_id: int, total_len: int) -> bytearra
     return ip
 
 
-def segment_udp4(packet: bytes, gso_size: int) -> Iterator[tuple[bytes, bytes]]:
-    """Split a UDP/IPv4 GSO super-packet into (virtio_net_hdr, datagram) pairs."""
+def _cut(packet: bytes, gso_size: int, hl: int, proto: int, csum_offset: int,
+         fix) -> Iterator[tuple[bytes, bytes]]:
+    """The segments of a GSO super-packet whose headers (IPv4 + transport) are ``hl`` bytes:
+    each gets its IPv4 header (length, id, checksum) and its transport header, which
+    ``fix(header, i, n, length, pseudo)`` completes for segment ``i`` of ``n`` (``length``: its
+    transport length; ``pseudo``: the pseudo-header sum over it, left in the checksum field for
+    CHECKSUM_PARTIAL)."""
     ihl = (packet[0] & 0x0F) * 4
-    hl = ihl + UDP_HEADER_LEN
     payload = memoryview(packet)[hl:]
     n = max(1, -(-len(payload) // gso_size))
     ip_id = struct.unpack_from("!H", packet, 4)[0]
     addrs = packet[12:20]
-    vnet = VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, hl, 0, ihl, 6)
+    vnet = VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, hl, 0, ihl,
+                         csum_offset)
     for i in range(n):
         chunk = payload[i * gso_size:(i + 1) * gso_size]
         ip = _ip_segment(packet, ihl, ip_id + i, hl + len(chunk))
-        udp = bytearray(packet[ihl:hl])
-        udp_len = UDP_HEADER_LEN + len(chunk)
-        pseudo = ones_sum(addrs + struct.pack("!BBH", 0, IPPROTO_UDP, udp_len))
-        struct.pack_into("!HH", udp, 4, udp_len, pseudo)
-        yield vnet, bytes(ip) + bytes(udp) + bytes(chunk)
+        header = bytearray(packet[ihl:hl])
+        length = hl - ihl + len(chunk)
+        fix(header, i, n, length, ones_sum(addrs + struct.pack("!BBH", 0, proto, length)))
+        yield vnet, bytes(ip) + bytes(header) + bytes(chunk)
+
+
+def segment_udp4(packet: bytes, gso_size: int) -> Iterator[tuple[bytes, bytes]]:
+    """Split a UDP/IPv4 GSO super-packet into (virtio_net_hdr, datagram) pairs."""
+    def fix(udp: bytearray, _i: int, _n: int, length: int, pseudo: int) -> None:
+        struct.pack_into("!HH", udp, 4, length, pseudo)
+
+    return _cut(packet, gso_size, (packet[0] & 0x0F) * 4 + UDP_HEADER_LEN, IPPROTO_UDP, 6, fix)
 
 
 def segment_tcp4(packet: bytes, gso_size: int) -> Iterator[tuple[bytes, bytes]]:
     """Split a TCP/IPv4 GSO super-packet into (virtio_net_hdr, segment) pairs."""
     ihl = (packet[0] & 0x0F) * 4
-    hl = tcp4_headers_len(packet)
-    payload = memoryview(packet)[hl:]
-    n = max(1, -(-len(payload) // gso_size))
-    ip_id = struct.unpack_from("!H", packet, 4)[0]
     seq = struct.unpack_from("!I", packet, ihl + 4)[0]
     flags = packet[ihl + 13]
-    addrs = packet[12:20]
-    vnet = VNET_HDR.pack(VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_HDR_GSO_NONE, hl, 0, ihl, 16)
-    for i in range(n):
-        chunk = payload[i * gso_size:(i + 1) * gso_size]
-        ip = _ip_segment(packet, ihl, ip_id + i, hl + len(chunk))
-        tcp = bytearray(packet[ihl:hl])
+
+    def fix(tcp: bytearray, i: int, n: int, _length: int, pseudo: int) -> None:
         struct.pack_into("!I", tcp, 4, (seq + i * gso_size) & 0xFFFFFFFF)
         f = flags
         if i > 0:
@@ -163,7 +167,6 @@ def segment_tcp4(packet: bytes, gso_size: int) -> Iterator[tuple[bytes, bytes]]:
         if i < n - 1:
             f &= ~(TCP_FIN | TCP_PSH)
         tcp[13] = f
-        tcp_len = hl - ihl + len(chunk)
-        pseudo = ones_sum(addrs + struct.pack("!BBH", 0, IPPROTO_TCP, tcp_len))
         struct.pack_into("!H", tcp, 16, pseudo)
-        yield vnet, bytes(ip) + bytes(tcp) + bytes(chunk)
+
+    return _cut(packet, gso_size, tcp4_headers_len(packet), IPPROTO_TCP, 16, fix)

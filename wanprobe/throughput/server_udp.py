@@ -41,7 +41,7 @@ def open_sink(test: Any, port: int | None) -> UdpSink | None:
     sink = UdpSink(test.udp, test.cookie)
     try:
         sink.open((norm_ip(test.local[0]), port or test.local[1]), (test.peer_ip, req.udp_port),
-                  rcvbuf_for(req.udp_rate_bps or 0.0, req.duration_s))
+                  rcvbuf_for(req.udp_rate_bps or 0.0, req.duration_s, req.max_bytes))
     except (OSError, ValueError):
         return None
     sink.start()

@@ -49,9 +49,10 @@ _TIMESPEC = struct.Struct("qq")
 _ANC_BYTES = 256
 
 
-def rcvbuf_for(rate_bps: float, duration_s: float) -> int:
-    """A receive buffer that holds the whole burst (as kernel skbs), within bounds."""
-    burst = rate_bps * duration_s / 8 * RCVBUF_OVERHEAD
+def rcvbuf_for(rate_bps: float, duration_s: float, max_bytes: int | None = None) -> int:
+    """A receive buffer that holds the whole burst (as kernel skbs; never more than the test's
+    byte cap allows), within RCVBUF_MIN_BYTES..RCVBUF_MAX_BYTES."""
+    burst = min(rate_bps * duration_s / 8, max_bytes or float("inf")) * RCVBUF_OVERHEAD
     return int(min(max(burst, RCVBUF_MIN_BYTES), RCVBUF_MAX_BYTES))
 
 
