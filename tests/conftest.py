@@ -16,6 +16,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -47,6 +48,19 @@ def netns_unavailable_reason() -> str | None:
     if not Path("/dev/net/tun").exists():
         return "needs /dev/net/tun"
     return None
+
+
+def load_bench(name: str):
+    """bench/NAME.py as a module, for a test that runs a bench's own measurement (one
+    implementation for both). Registered in sys.modules: dataclasses resolve annotations
+    through it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def require(reason: str | None) -> None:

@@ -41,7 +41,7 @@ def test_daemon_in_lab_matches_rtt_and_reports_loss_regression(lab_factory, tmp_
         {"state_dir": state, "metrics_listen": "127.0.0.1:9862",
          "reflector_listen": [f"{lab.a.addr}:862"]},
         probe=LAB_PROBE, counters={"interval": "2s"},
-        baseline={"min_samples": 6, "recent": 3, "loss_increase": "2%"},
+        baseline={"min_samples": 6, "recent": 3, "loss_increase": "2%", "loss_window": 5},
         auto_apply={"enabled": True, "tuners": ["sysctl"], "plan": plan, "plan_sha256": digest},
         peers=[{"name": "lab-b", "address": lab.b.addr, "site": "tokyo",
                 "methods": ["stamp", "icmp", "tcp"]}]))
@@ -74,7 +74,7 @@ def test_daemon_in_lab_matches_rtt_and_reports_loss_regression(lab_factory, tmp_
     assert rc == 0, log
 
     # /metrics scraped from inside namespace a
-    p50_s = _metric(metrics, "wanprobe_rtt_seconds", peer="lab-b", quantile="0.5", method="stamp")
+    p50_s = _metric(metrics, "wanprobe_rtt_seconds", peer="lab-b", stat="p50", method="stamp")
     assert p50_s is not None, metrics
     ping_avg_ms = float(ping.strip().splitlines()[-1].split("=")[1].split("/")[1])
     # the store: per-session medians before the loss step
@@ -104,7 +104,7 @@ def test_daemon_in_lab_matches_rtt_and_reports_loss_regression(lab_factory, tmp_
     assert len(rows) >= 12 and all(r[2] == 20 for r in rows)
     # counters of namespace a sampled every 2 s: rates stored and exported
     assert counter_samples >= 3, log
-    assert 'wanprobe_counter_rate_per_second{counter="rx_packets",source="netdevs.' in metrics
+    assert 'wanprobe_host_stat_rate_per_second{counter="rx_packets",source="netdevs.' in metrics
 
     assert reports, f"no loss regression report; log:\n{log}"
     doc = json.loads(reports[0].read_text())

@@ -224,7 +224,7 @@ def test_history_command_reads_the_store_with_a_real_throughput_test(tmp_path, d
     d.wait_message(b"READY=1")
     d.wait_log("throughput test", timeout=40)
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
-    assert any(line.startswith("wanprobe_throughput_bits_per_second{") and 'peer="self-0"' in line
+    assert any(line.startswith("wanprobe_throughput_bytes_per_second{") and 'peer="self-0"' in line
                for line in metrics.splitlines()), metrics
     wait_sessions(mport, 4)  # the throughput test may finish before the 4th probe session
     d.proc.send_signal(signal.SIGTERM)
@@ -237,6 +237,11 @@ def test_history_command_reads_the_store_with_a_real_throughput_test(tmp_path, d
     assert len(doc["probes"]) >= 4
     p = doc["probes"][-1]
     assert p["sent"] == 5 and p["received"] == 5 and 0 < p["rtt_p50_ms"] < 5  # loopback
+    assert p["loss_forward_lost"] == 0 and 4 <= p["loss_forward_of"] <= 5  # the sample, kept
+    r = subprocess.run([sys.executable, "-m", "wanprobe", "history", "self-0", "--state-dir",
+                        str(tmp_path / "state"), "--since", "5m"],
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert r.returncode == 0 and "0.00% (0/5)" in r.stdout, r.stdout
     (t,) = doc["throughput"]  # one: the day's budget, however long the daemon runs
     assert t["error"] is None and t["bits_per_second"] > 1e8 and t["bytes"] > 0
     r = subprocess.run([sys.executable, "-m", "wanprobe", "history", "self-0", "--state-dir",

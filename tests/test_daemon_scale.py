@@ -8,20 +8,11 @@ forever. Runs bench/daemon_scale.py (one namespace, a real reflector answering e
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-from conftest import REPO, netns_unavailable_reason, require
+from conftest import load_bench, netns_unavailable_reason, require
 
 from wanprobe.daemon import budget
 from wanprobe.daemon.config import Peer
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("daemon_scale", REPO / "bench" / "daemon_scale.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.netns
@@ -30,7 +21,7 @@ def _bench():
 def test_largest_accepted_mesh_holds_memory_max_with_five_scrapers_not_reading():
     require(netns_unavailable_reason())
     largest = (budget.MAX_SERIES - budget.SERIES_PER_HOST) // budget.peer_series(Peer("p", "::1"))
-    bench = _bench()
+    bench = load_bench("daemon_scale")
     r = bench.run(largest + 129, scrapers=5, seconds=10.0)  # a mesh over the budget: sampled
     print(f"\n{r}")
     assert r["peers"] == largest, r["peers"]

@@ -188,7 +188,8 @@ def test_metrics_exposition_names_units_and_forgetting_a_peer():
         return name, tuple(sorted(path + extra))
 
     lab = (("method", "stamp"),)
-    assert value[key("wanprobe_rtt_seconds", ("quantile", "0.99"), *lab)] == 0.040
+    assert value[key("wanprobe_rtt_seconds", ("stat", "p99"), *lab)] == 0.040
+    assert value[key("wanprobe_rtt_seconds", ("stat", "min"), *lab)] == 0.035
     assert value[key("wanprobe_loss_ratio", ("direction", "forward"), *lab)] == 0.01
     assert value[key("wanprobe_jitter_seconds", *lab)] == 0.0005
     # raw counters, summed over sessions (Prometheus takes the rate)
@@ -199,11 +200,11 @@ def test_metrics_exposition_names_units_and_forgetting_a_peer():
     assert value[key("wanprobe_probe_packets_lost_total", ("direction", "round_trip"), *lab)] == 6
     assert value[key("wanprobe_probe_sessions_total", *lab)] == 3
     assert value[key("wanprobe_probe_errors_total")] == 1
-    assert value[key("wanprobe_throughput_bits_per_second")] == 9.4e8
+    assert value[key("wanprobe_throughput_bytes_per_second")] == 9.4e8 / 8  # base unit bytes
     assert value[key("wanprobe_peer_info", ("address", "198.18.0.2"), ("methods", "stamp"))] == 1
     assert value[("wanprobe_findings", (("severity", "warning"),))] == 2
-    assert value[("wanprobe_counter_rate_per_second", (("counter", "rx_bytes"),
-                                                        ("source", "netdevs.eth0.stats")))] == 1250
+    assert value[("wanprobe_host_stat_rate_per_second", (("counter", "rx_bytes"),
+                                                          ("source", "netdevs.eth0.stats")))] == 1250
     assert not any(name.endswith("_created") for name, _ in value), "no _created twins"
     for name in fams:  # Prometheus conventions: prefix, base units, no ms/percent
         assert name.startswith("wanprobe_") and not re.search(r"_(ms|milliseconds|percent)\b", name)
@@ -221,6 +222,7 @@ def test_series_per_host_is_linear_in_peers_as_documented(peers, methods):
 
     from wanprobe.daemon.config import METHODS, Peer
     from wanprobe.daemon.metrics import DaemonMetrics, series_per_host
+    from wanprobe.probe.loss_window import PeerLossWindows
 
     m = DaemonMetrics(site="a", host="a-1")
     ps = tuple(Peer(f"p{i}", f"198.18.{i // 250}.{1 + i % 250}", site=f"s{i % 4}",
@@ -228,15 +230,19 @@ def test_series_per_host_is_linear_in_peers_as_documented(peers, methods):
     m.set_peers(ps)
     doc = {"rtt_ms": {"min": 1, "p50": 2, "p90": 3, "p99": 4, "max": 5}, "jitter_ms": 0.1,
            "loss": {"sent": 10, "received": 8, "ratio": 0.2, "forward_ratio": 0.1,
-                    "reverse_ratio": 0.1, "forward_lost": 1, "reverse_lost": 1}}
+                    "reverse_ratio": 0.1, "forward_lost": 1, "reverse_lost": 1,
+                    "forward_of": 10, "reverse_of": 9}}
+    windows = PeerLossWindows(300, 3600)
     for p in ps:
         for method in p.methods:
             m.observe_probe(p, method, doc)
             m.observe_probe_error(p, method)
+        windows.add(p.name, 1000.0, doc)
+        m.loss_window.observe(m.path_labels(p), windows.loss(p.name, "short", 1000.0))
         m.observe_throughput(p, {"bits_per_second": 1e9, "bytes_sent": 10, "bytes_received": 10})
     series = [s for f in text_string_to_metric_families(m.exposition().decode()) for s in f.samples]
     assert len(series) == series_per_host(peers, methods)
-    assert series_per_host(1000, 1) == 7 + 1000 * 20  # the figure docs/fleet.md quotes
+    assert series_per_host(1000, 1) == 7 + 1000 * 28  # the figure docs/fleet.md quotes
 
 
 def test_counter_rates_keep_children_and_drop_vanished_counters():
@@ -246,7 +252,7 @@ def test_counter_rates_keep_children_and_drop_vanished_counters():
     m.observe_rates({("netdevs.eth0.stats", "rx_bytes"): 1.0, ("netdevs.eth1.stats", "rx_bytes"): 2.0})
     m.observe_rates({("netdevs.eth0.stats", "rx_bytes"): 3.0})
     text = m.exposition().decode()
-    assert 'wanprobe_counter_rate_per_second{counter="rx_bytes",source="netdevs.eth0.stats"} 3.0' in text
+    assert 'wanprobe_host_stat_rate_per_second{counter="rx_bytes",source="netdevs.eth0.stats"} 3.0' in text
     assert "eth1" not in text
 
 
@@ -262,12 +268,12 @@ def test_host_counters_are_exported_raw_as_read():
     counters = CounterSampler(Path("/sys"), Path("/proc"))
     m = DaemonMetrics()
     m.watch_host_counters(lambda: counters.raw)
-    assert "wanprobe_host_counter_total{" not in m.exposition().decode()  # nothing read yet
+    assert "wanprobe_host_stat_total{" not in m.exposition().decode()  # nothing read yet
     before = int(sysfs.read_text())
     counters.sample()
     after = int(sysfs.read_text())
     line = next(ln for ln in m.exposition().decode().splitlines()
-                if ln.startswith('wanprobe_host_counter_total{counter="rx_packets",'
+                if ln.startswith('wanprobe_host_stat_total{counter="rx_packets",'
                                  'source="netdevs.lo.'))
     assert before <= float(line.rsplit(" ", 1)[1]) <= after
 

@@ -24,6 +24,9 @@ def run(*args):
     (["127.0.0.1", "--link-rate", "fast"], "rate"),
     (["no-such-host.invalid"], "cannot resolve"),
     (["127.0.0.1", "--netns", "no-such-ns-wanprobe"], "no network namespace"),
+    (["127.0.0.1", "--loss-slo", "0"], "loss-slo"),
+    (["127.0.0.1", "--loss-slo", "80%"], "loss-slo"),
+    (["127.0.0.1", "--loss-slo", "lots"], "ratio"),
 ])
 def test_bad_input_is_one_line_error(args, needle):
     r = run(*args)
@@ -50,6 +53,24 @@ def test_peer_without_reflector_is_not_measured_not_a_crash(tmp_path):
     assert doc["measurements"]["path"] is None and doc["measurements"]["throughput"] is None
     assert all(not f["id"].startswith("path.") for f in doc["findings"])
     assert all(f["id"] != "engine.rule_error" for f in doc["findings"])
+
+
+@pytest.mark.slow
+def test_a_silent_peer_writes_its_report_and_exits_5(tmp_path):
+    """README exit codes: 5 is "peer unreachable" — the report is written first, saying what
+    was not measured and why."""
+    import socket
+
+    out = tmp_path / "r.json"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))  # bound by us and never answered
+        r = run("127.0.0.1", "--port", str(s.getsockname()[1]), "--no-throughput", "-o", str(out),
+                "--json")
+    assert r.returncode == 5, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "no STAMP reply" in lines[0] and "--hmac-key-file" in lines[0]
+    doc = json.loads(out.read_text())
+    assert doc["measurements"]["path"] is None and "path" in doc["measurements"]["errors"]
 
 
 def test_parse_route_get():

@@ -38,7 +38,7 @@ def test_readme_table_matches_the_error_classes():
     classes = {cls.exit_code for cls in vars(errors).values()
                if isinstance(cls, type) and issubclass(cls, errors.WanprobeError)}
     assert classes - {1} <= set(table), f"codes without a README row: {classes - set(table)}"
-    assert set(table) == {0, 1, 2, 3, 4, 5, 6, 7, 8, 70, 74, 130}
+    assert set(table) == {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 70, 74, 130}
     documented = {int(m.group(1)) for m in re.finditer(r"^(\d+) {2,}", errors.__doc__, re.M)}
     assert documented == set(table), "errors.py's table and the README's differ"
 
@@ -76,6 +76,54 @@ def test_tuning_failure_is_6(tmp_path):
     r = invoke("tune", "apply", str(plan), "--yes", "--proc-root", str(proc),
                "--state-dir", str(tmp_path / "st"))
     assert r.returncode == 6 and "cannot read net.ipv4.tcp_rmem" in one_line_error(r)
+
+
+def applied_plan(tmp_path) -> tuple[Path, list[str]]:
+    """Two sysctls applied on a /proc tree in tmp_path; (that proc root, the common flags)."""
+    from tuners.plan import host_id
+
+    proc = make_proc(tmp_path / "proc")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"plan_version": 1, "host_id": host_id(), "changes": [
+        {"tuner": "sysctl", "key": "net.ipv4.tcp_rmem", "old": None,
+         "new": "4096 131072 67108864"},
+        {"tuner": "sysctl", "key": "net.ipv4.tcp_mtu_probing", "old": None, "new": "1"}]}))
+    common = ["--proc-root", str(proc), "--state-dir", str(tmp_path / "st")]
+    assert invoke("tune", "apply", str(plan), "--yes", *common).returncode == 0
+    return proc, common
+
+
+def test_drift_is_9_and_the_status_still_prints(tmp_path):
+    """Issue 36: `tune status` said "drift" and exited 0, so no script or timer could act on it."""
+    proc, common = applied_plan(tmp_path)
+    r = invoke("tune", "status", "--json", *common)
+    assert r.returncode == 0 and json.loads(r.stdout)["drift"] is False
+    (proc / "sys/net/ipv4/tcp_mtu_probing").write_text("2\n")  # someone else's write
+    r = invoke("tune", "status", "--json", *common)
+    assert r.returncode == 9 and json.loads(r.stdout)["drift"] is True
+    assert "net.ipv4.tcp_mtu_probing live '2', applied '1'" in one_line_error(r)
+    r = invoke("tune", "status", *common)
+    assert r.returncode == 9 and "drift" in r.stdout  # the table first (its key column folds)
+    assert "tcp_mtu_probing live '2'" in one_line_error(r)
+
+
+def test_a_partial_rollback_is_6_and_names_what_happened_to_each_key(tmp_path):
+    """Issue 36: a retried rollback once exited 0 with a key left as someone else set it, and a
+    --force retry printed "restored ... (left alone)" from the earlier run's note."""
+    proc, common = applied_plan(tmp_path)
+    probing = proc / "sys/net/ipv4/tcp_mtu_probing"
+    probing.write_text("2\n")
+    for _ in range(2):  # the retry is as partial as the first run
+        r = invoke("tune", "rollback", *common)
+        assert r.returncode == 6 and "incomplete" in one_line_error(r)
+        assert "NOT restored sysctl net.ipv4.tcp_mtu_probing (old value 0)" in r.stdout
+        assert "restored sysctl net.ipv4.tcp_rmem = 4096 131072 6291456" in r.stdout
+        assert probing.read_text().strip() == "2"
+    r = invoke("tune", "rollback", "--force", *common)
+    assert r.returncode == 0, r.stderr
+    assert "restored sysctl net.ipv4.tcp_mtu_probing = 0 (--force: over live '2'" in r.stdout
+    assert "left alone" not in r.stdout and "NOT" not in r.stdout
+    assert probing.read_text().strip() == "0"
 
 
 def test_permission_is_4(tmp_path):

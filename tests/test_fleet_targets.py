@@ -99,3 +99,59 @@ def test_daemon_check_refuses_a_site_the_mesh_does_not_declare(capsys, tmp_path)
                    f'hostname = "tpe-1"\nsite = "taipei"\n')
     rc, out, err = run(capsys, "daemon", "--config", str(cfg), "--check")
     assert rc == 0 and "host tpe-1 in site taipei" in out and "tyo-1=2001:db8::1 (tokyo)" in out, err
+
+
+@pytest.mark.parametrize("listen, warned", [
+    (None, "127.0.0.1:9862 answers on loopback only"),          # the default
+    ("127.0.0.1:9200", "127.0.0.1:9200 answers on loopback only"),
+    ("0.0.0.0:9200", None), ("10.1.0.1:9200", None), ("[::]:9200", None),
+    ("10.1.0.9:9200", "10.1.0.9:9200 is bound to another address"),
+    ("0.0.0.0:9862", "0.0.0.0:9862 listens on port 9862"),
+    ("[::1]:9100", "answers on loopback only and listens on port 9100")])
+def test_daemon_check_warns_when_prometheus_could_not_scrape_it(capsys, tmp_path, listen, warned):
+    """`fleet targets` has Prometheus scrape tpe-1 at 10.1.0.1:9200 (its mesh address and
+    port): a daemon whose /metrics listens elsewhere is fine itself, but every scrape of it
+    fails. `daemon --check` says so in one warning line and still exits 0."""
+    mesh = tmp_path / "mesh.toml"
+    mesh.write_text(MESH)
+    rc, out, _ = run(capsys, "fleet", "targets", "--mesh", str(mesh), "--site", "taipei")
+    assert json.loads(out)[0] == {"targets": ["10.1.0.1:9200"],
+                                  "labels": {"site": "taipei", "host": "tpe-1"}}
+    cfg = tmp_path / "wanprobe.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\nmesh_file = "{mesh}"\n'
+                   f'hostname = "tpe-1"\n' + (f'metrics_listen = "{listen}"\n' if listen else ""))
+    rc, out, err = run(capsys, "daemon", "--config", str(cfg), "--check")
+    assert rc == 0 and "host tpe-1 in site taipei" in out, err
+    if warned is None:
+        assert err == ""
+        return
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"wanprobe: warning: {cfg}: daemon.metrics_listen ") and warned in line
+    assert "Prometheus scrapes this host at 10.1.0.1:9200" in line
+    assert "listen on 10.1.0.1:9200 or 0.0.0.0:9200" in line
+
+
+def test_daemon_check_warns_for_an_ipv6_mesh_address_on_an_ipv4_wildcard(capsys, tmp_path):
+    mesh = tmp_path / "mesh.toml"
+    mesh.write_text(MESH)
+    cfg = tmp_path / "wanprobe.toml"
+    said = {}
+    for listen in ("0.0.0.0:9100", "[::]:9100", "[2001:db8::1]:9100"):
+        cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\nmesh_file = "{mesh}"\n'
+                       f'hostname = "tyo-1"\nmetrics_listen = "{listen}"\n')
+        rc, _, said[listen] = run(capsys, "daemon", "--config", str(cfg), "--check")
+        assert rc == 0, said[listen]
+    assert said["[::]:9100"] == said["[2001:db8::1]:9100"] == ""
+    (line,) = said["0.0.0.0:9100"].strip().splitlines()
+    assert ("daemon.metrics_listen 0.0.0.0:9100 takes IPv4 only, but Prometheus scrapes this "
+            "host at [2001:db8::1]:9100") in line and line.endswith("or [::]:9100")
+
+
+def test_daemon_check_without_a_mesh_does_not_warn_about_loopback(capsys, tmp_path):
+    """Without a mesh file nothing says where Prometheus scrapes: loopback may be intended (a
+    Prometheus on the same host, or a scrape through an SSH tunnel)."""
+    cfg = tmp_path / "wanprobe.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n[[peers]]\nname = "p"\n'
+                   'address = "198.18.0.2"\n')
+    rc, out, err = run(capsys, "daemon", "--config", str(cfg), "--check")
+    assert rc == 0 and err == "" and "1 peers" in out

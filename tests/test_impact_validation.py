@@ -3,21 +3,13 @@
 Needs root, namespaces and torch (CPU wheel: pip install torch==2.13.0)."""
 
 import contextlib
-import importlib.util
-import sys
 
 import pytest
-from conftest import REPO, require
+from conftest import load_bench, require
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(420)]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("validate_impact", REPO / "bench" / "validate_impact.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_model_matches_gloo_and_predicts_tuning(lab_factory):
@@ -25,7 +17,7 @@ def test_model_matches_gloo_and_predicts_tuning(lab_factory):
         import torch  # noqa: F401
     except ImportError:
         require("needs torch (pip install torch==2.13.0)")
-    bench = _bench()
+    bench = load_bench("validate_impact")
 
     def make_lab(**kwargs):
         return contextlib.nullcontext(lab_factory(**kwargs))

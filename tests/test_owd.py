@@ -248,6 +248,7 @@ def test_path_watch_without_one_way_delays_says_no_direction():
 def test_daemon_gauges_only_with_a_bound():
     from prometheus_client.parser import text_string_to_metric_families
 
+    from wanprobe.daemon import loss_metrics
     from wanprobe.daemon.config import Peer
     from wanprobe.daemon.metrics import DaemonMetrics, series_per_host
 
@@ -260,7 +261,7 @@ def test_daemon_gauges_only_with_a_bound():
 
     def owd_series():
         text = m.exposition().decode()
-        return {(s.labels.get("direction"), s.labels.get("quantile")): s.value
+        return {(s.labels.get("direction"), s.labels.get("stat")): s.value
                 for f in text_string_to_metric_families(text) for s in f.samples
                 if s.name.startswith("wanprobe_owd")}
 
@@ -268,13 +269,14 @@ def test_daemon_gauges_only_with_a_bound():
     assert owd_series() == {}
     m.observe_probe(peer, "stamp", known)
     got = owd_series()
-    assert got[("forward", "0.5")] == pytest.approx(0.010245) and got[(None, None)] == 0.0
+    assert got[("forward", "p50")] == pytest.approx(0.010245) and got[(None, None)] == 0.0
     assert len(got) == 9
     m.observe_probe_error(peer, "stamp")
     m.observe_throughput(peer, {"bits_per_second": 1e9, "bytes_sent": 1, "bytes_received": 1})
     series = [s for f in text_string_to_metric_families(m.exposition().decode())
               for s in f.samples]
-    assert len(series) == series_per_host(1, 1, owd=True)
+    # every series but the windowed loss's, which the daemon sets beside (loss_metrics.py)
+    assert len(series) == series_per_host(1, 1, owd=True) - loss_metrics.SERIES_PER_PEER
     m.observe_probe(peer, "stamp", unknown)       # the clocks lost their bound: values go
     assert owd_series() == {}
 

@@ -160,6 +160,6 @@ def test_daemon_path_watch_names_the_queueing_direction(lab_factory, tmp_path):
           f"{ev['new_forward_spread_ms']:.2f} ms: {ev['direction']}")
     assert ev["direction"] == "reverse" and "way back from lab-b" in finding["title"]
     owd = {m.group(1): float(m.group(2)) for m in re.finditer(
-        r'wanprobe_owd_seconds\{[^}]*direction="(\w+)"[^}]*quantile="0.5"[^}]*\} (\S+)', metrics)}
+        r'wanprobe_owd_seconds\{[^}]*direction="(\w+)"[^}]*stat="p50"[^}]*\} (\S+)', metrics)}
     assert abs(owd["forward"] - 0.010) <= 0.001 and abs(owd["reverse"] - 0.030) <= 0.001
     assert re.search(r'wanprobe_owd_clock_error_bound_seconds\{[^}]*\} 0\.0', metrics)

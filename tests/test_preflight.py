@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from clirun import invoke, one_line_error
@@ -237,3 +238,102 @@ def test_probe_plan_fits_rate_and_bound():
     small, interval = fit(plan, 1024, 28.5)                 # 0.512 s apart: 18 fit a third
     assert interval == 0.512 and small.count == 20          # ... but never below 20
     assert fit(plan, 3, 2.7)[0].count == 90
+
+
+def test_buffers_are_judged_against_what_the_path_carries_never_the_nic(tmp_path):
+    """tpe-2's path carried 940 Mbit/s in the local daemon's network-limited test (a faster
+    test its window held back and one older than the week say nothing); its buffers carry that
+    over the job's 130 ms, not 10 Gbit/s: go. tpe-3 has no such test: not judged without
+    --link-rate, no-go with --link-rate 10gbit; a job needing less than the path is judged at
+    its own --rate. The launching host is judged at the job's fastest path."""
+    from wanprobe.models.bdp import window_from_buffer_bytes, window_limited_rate_bps
+    from wanprobe.preflight.judge import host_rates
+
+    buf, rtt_ms, path_bps, nic_bps = 4 * 2**20, 130.0, 940e6, 10e9
+    sockets = 64 * window_limited_rate_bps(window_from_buffer_bytes(buf), rtt_ms / 1e3)
+    assert path_bps < sockets < nic_bps  # the figures straddle what 64 sockets carry
+    db = tmp_path / "history.sqlite3"
+    store, now = Store(db), time.time()
+    for ts, bps, verdict in ((now - 86400, path_bps, "network"),
+                             (now - 3600, 2 * path_bps, "receive_window"),
+                             (now - 8 * 86400, nic_bps, "network")):
+        store.add_throughput(ts, "tpe-2", {"bits_per_second": bps, "duration_s": 5.0,
+                                           "limited_by": {"verdict": verdict}})
+    store.close()
+    history = read_history(db, now - 3600, now - 7 * 86400)
+    p130 = probe(400, 400, rtt_min=129.0, p50=rtt_ms, p99=rtt_ms + 2)
+    ms = [measure("tpe-2", p130, facts(rmem=buf)), measure("tpe-3", p130, facts(rmem=buf)),
+          HostMeasure(HostEntry("tpe-1", 862, 3), address="10.0.0.1", local=True,
+                      facts=facts(rmem=buf), finished=True)]
+    th = Thresholds(loss_slo_ratio=0.01, rtt_slo_ms=None, rate_bps=None, floor_step_ratio=0.2,
+                    floor_step_min_ms=1.0)
+    rates = host_rates(ms, th, history)
+    assert [(r.source, r.bits_per_second) if r else None for r in rates] == [
+        ("measured", path_bps), None, ("measured", path_bps)]
+    assert "the local daemon's throughput test at" in rates[0].text
+    assert codes(verdicts(ms, th, history, 30.0)) == {"tpe-2": [], "tpe-3": [], "tpe-1": []}
+
+    linked = replace(th, link_rate_bps=nic_bps)
+    res = {m.entry.host: rs for m, rs in verdicts(ms, linked, history, 30.0)}
+    assert res["tpe-2"] == []  # measured wins over the operator's figure
+    assert [r.code for r in res["tpe-3"]] == ["buffers_below_need"]
+    assert "of the 10.0 Gbit/s the paths carry (--link-rate)" in res["tpe-3"][0].text
+    assert [r.code for r in res["tpe-1"]] == ["buffers_below_need"]  # the fastest: 10 Gbit/s
+
+    needs = replace(linked, rate_bps=path_bps / 2)
+    assert [(r.source, r.bits_per_second) for r in host_rates(ms, needs, history)] == [
+        ("job_rate", path_bps / 2)] * 3
+    assert codes(verdicts(ms, needs, history, 30.0)) == {"tpe-2": [], "tpe-3": [], "tpe-1": []}
+
+
+def test_names_resolve_through_the_mesh_before_dns(tmp_path):
+    """Job hosts named in the mesh take its address, name and site without DNS (names no DNS
+    here knows: the old code said "does not resolve"), an FQDN by its first label, an address
+    by the mesh's entry for it. The first is this host (read, not probed); the other two are
+    loopback addresses nothing answers on, probed briefly."""
+    mesh = tmp_path / "mesh.toml"
+    mesh.write_text('[sites.tpe]\nhosts = [{ name = "wp-test-gpu-01", address = "127.0.0.1" },\n'
+                    '           { name = "wp-test-gpu-02", address = "127.0.0.3" }]\n'
+                    '[sites.tyo]\nhosts = [{ name = "wp-test-gpu-03", address = "127.0.0.4" }]\n')
+    hosts = tmp_path / "hosts"
+    hosts.write_text("WP-TEST-GPU-01\nwp-test-gpu-02.example.invalid:9\n127.0.0.4:9\n")
+    r = invoke("preflight", "--hosts", hosts, "--mesh", mesh, "--json", "--count", "3",
+               "--interval", "1ms", "--reply-timeout", "100ms", "--timeout", "10s",
+               "--history", tmp_path / "none")
+    doc = json.loads(r.stdout)
+    got = {h["host"]: (h["address"], h["resolved"], h["mesh_name"], h["site"])
+           for h in doc["hosts"]}
+    assert got == {"WP-TEST-GPU-01": ("127.0.0.1", "mesh", "wp-test-gpu-01", "tpe"),
+                   "wp-test-gpu-02.example.invalid": ("127.0.0.3", "mesh", "wp-test-gpu-02", "tpe"),
+                   "127.0.0.4": ("127.0.0.4", "address", "wp-test-gpu-03", "tyo")}, r.stderr
+    assert doc["hosts"][0]["local"] is True
+    assert not any("does not resolve" in x["text"] for h in doc["hosts"] for x in h["reasons"])
+
+
+def test_text_to_a_file_is_never_wrapped(tmp_path, monkeypatch):
+    """Written to a file (not a terminal), with COLUMNS=80: every NCCL line as computed and each
+    reason on one line. rich folded them at 80 columns, and a folded `# reason` line in a file
+    a shell sources runs its second half as a command."""
+    from wanprobe.commands.preflight import _print
+
+    reason = ("tcp_rmem/tcp_wmem max 4,194,304 B allow ~129 Mbit/s per socket at the job's "
+              "longest RTT (130 ms, to gpu-07.example.net); NCCL's 64 sockets reach 8.3 Gbit/s "
+              "of the 10.0 Gbit/s the paths carry (--link-rate)")
+    nccl = ("# generated by wanprobe preflight\n# note: " + "x" * 150 + "\n"
+            "# one socket tops out at ~129 Mbit/s (window/RTT) at 130 ms; 16×4=64 sockets "
+            "(NCCL's cap of 64) reach ~8.3 of 10 Gbit/s; 78 would be needed: raise tcp_rmem/"
+            "tcp_wmem max, or mend the slow path\nNCCL_SOCKET_NTHREADS=16\n")
+    doc = {"go": False, "elapsed_s": 6.4, "bound_s": 30.0, "notes": ["n" * 120],
+           "hosts": [{"host": "gpu-07.example.net", "go": False, "rtt_ms": {"p50": 130.0},
+                      "loss_ratio": 0.0, "reasons": [{"code": "buffers_below_need",
+                                                      "text": reason + " [sic]"}]}],
+           "nccl_env": {"notes": [], "text": nccl}}
+    monkeypatch.setenv("COLUMNS", "80")
+    out = tmp_path / "preflight.txt"
+    with out.open("w") as f:
+        monkeypatch.setattr("sys.stdout", f)
+        _print(doc)
+    text = out.read_text()
+    assert text.endswith(nccl), text
+    assert f"buffers_below_need: {reason} [sic]" in text  # one line, markup-like text kept
+    assert "note: " + "n" * 120 + "\n" in text

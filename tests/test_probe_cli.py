@@ -44,18 +44,30 @@ def test_nothing_answered_exits_1_and_says_port_unreachable():
     assert json.loads(r.stdout)["loss"]["received"] == 0
 
 
-def test_nothing_answered_from_a_silent_port_says_no_reply():
-    """A bound UDP socket that never answers: no ICMP error comes back, so "no reply"."""
+def test_nothing_answered_from_a_silent_port_says_no_reply_and_names_the_key(tmp_path):
+    """A bound UDP socket that never answers: no ICMP error comes back, so "no reply", with the
+    likely cause of a STAMP port's silence (a reflector in authenticated mode drops unsigned
+    probes, RFC 8762 §4.4); with a key, that the key may not match (issue 36)."""
+    key = tmp_path / "key"
+    key.write_text("0123456789abcdef-silent\n")
     silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     silent.bind(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
     try:
-        r = invoke("probe", "127.0.0.1", "--port", silent.getsockname()[1], "--count", "2",
-                   "--interval", "10ms", "--timeout", "300ms")
+        r = invoke("probe", "127.0.0.1", "--port", port, "--count", "2", "--interval", "10ms",
+                   "--timeout", "300ms")
+        keyed = invoke("probe", "127.0.0.1", "--port", port, "--count", "2", "--interval", "10ms",
+                       "--timeout", "300ms", "--hmac-key-file", str(key))
     finally:
         silent.close()
     line = one_line_error(r)
-    assert r.returncode == 1 and line.endswith("no reply") and "ICMP" not in line, line
+    assert r.returncode == 1 and "ICMP" not in line, line
+    assert line.endswith(f"no reply from 127.0.0.1 port {port}: if its reflector runs with "
+                         "--hmac-key-file, pass the same key (--hmac-key-file); else the "
+                         "reflector is down or the probes are filtered"), line
     assert "sent / received" in r.stdout  # the table is still printed, as ping prints its summary
+    line = one_line_error(keyed)
+    assert keyed.returncode == 1 and "to authenticated probes: the key may not match" in line
 
 
 @pytest.mark.parametrize("args, limit", [

@@ -116,10 +116,13 @@ def test_finding_rejects_unknown_severity_and_clamps_impact():
 
 def test_markdown_has_findings_evidence_and_knobs():
     md = render_markdown(make_report())
-    assert md.startswith("# wanprobe diagnose: h1 → 198.18.0.2")
+    assert md.startswith("# Network path report: h1 → 198.18.0.2")
+    assert "| loss, round trip | 0.000% (0 of 200; 95 % interval 0.000%–1.885%) |" in md
+    assert "None" not in md and "path.window_limited" not in md  # no internal ids
     assert "[CRITICAL] Throughput is limited by the TCP receive window" in md
     assert "| rwnd_limited_share | 93.000% |" in md   # values formatted by their unit suffix
     assert "| rtt_ms | 130 | probe (stamp) rtt_ms.min |" in md
+    assert "| peer | `net.ipv4.tcp_rmem` |" in md  # each knob once, with the host it is for
     assert "`net.ipv4.tcp_rmem`" in md and "not measured: **mtu**" in md
     assert "190.0 Mbit/s" in md
 

@@ -58,8 +58,11 @@ def test_cli_reflect_and_probe_with_key_file(tmp_path):
         assert json.loads(r.stdout)["loss"]["ratio"] == 0.0
         r = run_cli("probe", "127.0.0.1", "--port", str(port), "--count", "5", "--interval",
                     "5ms", "--timeout", "300ms", "--json")
-        # nothing answered: exit 1 as ping does (issue 12); the keyed reflector drops silently
-        assert r.returncode == 1 and r.stderr.strip().endswith("no reply"), r.stderr
+        # nothing answered: exit 1 as ping does (issue 12); the keyed reflector drops silently,
+        # and the line names the likely cause (issue 36)
+        assert r.returncode == 1, r.stderr
+        assert f"no reply from 127.0.0.1 port {port}: if its reflector runs with " \
+            "--hmac-key-file, pass the same key (--hmac-key-file)" in r.stderr, r.stderr
         assert json.loads(r.stdout)["loss"]["ratio"] == 1.0
     finally:
         refl.terminate()

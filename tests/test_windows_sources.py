@@ -149,6 +149,49 @@ def test_recorded_series_give_the_same_profile(capsys, prometheus):
         sum(a["probe_sessions"] for a in raw["profile"]), rel=0.02)
 
 
+@pytest.fixture(scope="module")
+def upgraded_prometheus(tmp_path_factory, history):
+    """The same history, from daemons upgraded halfway through it from a wanprobe before issue
+    36 (RTT under a ``quantile`` label, goodput in bit/s) to the names promtool accepts."""
+    prom, promtool = require_tool("prometheus"), require_tool("promtool")
+    now, h = history
+    # An upgrade restarts the daemon, and a restarted daemon exports no goodput until its next
+    # test: a test made in the hour of the restart, before it, reaches no hourly point, whatever
+    # the names. So the upgrade comes a minute after a whole hour, where the generated tests
+    # never are (3 to 55 minutes into an hour): both fleets then ran the same tests.
+    cut = (now - 7 * 86400) // 3600 * 3600 + 60.0
+    assert not [ts for _, ts, _ in h.tests if cut - 300 <= ts < cut + 120]
+    url, proc = load_prometheus(openmetrics(h, upgraded_ts=cut),
+                                tmp_path_factory.mktemp("upgraded"), prometheus=prom,
+                                promtool=promtool)
+    try:
+        yield url
+    finally:
+        stop(proc)
+
+
+@pytest.mark.lab
+def test_a_fleet_upgraded_mid_lookback_keeps_its_profile(capsys, prometheus,
+                                                         upgraded_prometheus):
+    """Every test before and after the upgrade counts once, each hour's RTT is there: the
+    profile from the raw series equals the one of a fleet that always ran this version (the
+    hour of the upgrade sees a host pair's RTT twice, once per name: approximately)."""
+    runs = []
+    for url in (prometheus, upgraded_prometheus):
+        code, out, err = fleet(capsys, url, "--bytes", str(int(FITS)), "--series", "raw",
+                               "--json")
+        assert code == 0, err
+        runs.append(json.loads(out))
+    always, upgraded = runs
+    for a, b in zip(always["profile"], upgraded["profile"], strict=True):
+        assert (b["samples"], b["p50_bits_per_second"], b["p10_bits_per_second"]) == (
+            a["samples"], a["p50_bits_per_second"], a["p10_bits_per_second"]), (a, b)
+        assert b["probe_sessions"] == a["probe_sessions"]
+        assert b["rtt_p50_seconds"] == pytest.approx(a["rtt_p50_seconds"], rel=0.02), (a, b)
+    check_recovered(upgraded, min_samples=2)
+    assert upgraded["windows"][0] == always["windows"][0]
+
+
 def test_prometheus_failures_are_one_line(capsys, prometheus):
     code, _, err = fleet(capsys, prometheus, "--bytes", "1TB", dst="nowhere")
     assert code == 1 and len(err) == 1 and "'tpe'->'usw'" in err[0], err

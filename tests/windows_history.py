@@ -115,21 +115,27 @@ def generate(shapes: dict[HostPair, Shape], *, end_ts: float, days: float = 14.0
 
 
 def openmetrics(h: History, *, scrape_s: float | None = None, offset_s: float = 7.0,
-                recorded_eval_s: float | None = None) -> Iterator[str]:
+                recorded_eval_s: float | None = None,
+                upgraded_ts: float | None = None) -> Iterator[str]:
     """The daemon series as Prometheus would have scraped them every ``scrape_s`` (default: the
     session interval), family by family, each series in time order, ending in ``# EOF``; with
-    ``recorded_eval_s`` also the profile's recording rules as evaluated that often."""
+    ``recorded_eval_s`` also the profile's recording rules as evaluated that often. With
+    ``upgraded_ts`` the daemons ran a wanprobe from before issue 36 until then: RTT with a
+    ``quantile`` label and goodput in ``wanprobe_throughput_bits_per_second``, series that end
+    there, the new ones beginning with the first session or test after it."""
     scrape_s = scrape_s or h.session_s
     pairs = sorted({p for p, *_ in h.sessions} | {p for p, *_ in h.tests},
                    key=lambda p: p.labels())
     scrapes = [h.start_ts + offset_s + k * scrape_s
                for k in range(int((h.end_ts - h.start_ts - offset_s) // scrape_s) + 1)]
 
-    def gauge_lines(name: str, extra: str, events: dict[HostPair, list[tuple[float, float]]]):
-        yield f"# TYPE {name} gauge\n"
+    def gauge_lines(name: str, extra: str, events: dict[HostPair, list[tuple[float, float]]],
+                    since: float = -math.inf, until: float = math.inf, head: bool = True):
+        if head:
+            yield f"# TYPE {name} gauge\n"
         for p in pairs:
-            ev, i, last = events.get(p, []), 0, None
-            for t in scrapes:
+            ev, i, last = [e for e in events.get(p, []) if since <= e[0] < until], 0, None
+            for t in (t for t in scrapes if t < until):
                 while i < len(ev) and ev[i][0] <= t:
                     last, i = ev[i][1], i + 1
                 if last is not None:
@@ -152,8 +158,16 @@ def openmetrics(h: History, *, scrape_s: float | None = None, offset_s: float = 
         tests.setdefault(p, []).append((ts, bps))
     rtts = {p: [(s[1], s[2]) for s in ev] for p, ev in by_pair_sessions.items()}
     m = f',method="{METHOD}"'
-    yield from gauge_lines("wanprobe_throughput_bits_per_second", "", tests)
-    yield from gauge_lines("wanprobe_rtt_seconds", f',quantile="0.5"{m}', rtts)
+    cut = -math.inf if upgraded_ts is None else upgraded_ts
+    if upgraded_ts is not None:  # the bit/s gauge of daemons before issue 36
+        yield from gauge_lines("wanprobe_throughput_bits_per_second", "", tests, until=cut)
+    yield from gauge_lines("wanprobe_throughput_bytes_per_second", "",  # the daemon's: bytes/s
+                           {p: [(t, v / 8) for t, v in ev] for p, ev in tests.items()}, since=cut)
+    yield "# TYPE wanprobe_rtt_seconds gauge\n"
+    if upgraded_ts is not None:
+        yield from gauge_lines("wanprobe_rtt_seconds", f',quantile="0.5"{m}', rtts, until=cut,
+                               head=False)
+    yield from gauge_lines("wanprobe_rtt_seconds", f',stat="p50"{m}', rtts, since=cut, head=False)
     yield from counter_lines("wanprobe_probe_sessions", m, -1)
     yield from counter_lines("wanprobe_probe_packets_sent", m, 3)
     yield from counter_lines("wanprobe_probe_packets_lost", f',direction="forward"{m}', 4)

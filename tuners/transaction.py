@@ -61,25 +61,45 @@ def prepare(plan: Plan, tuners: Mapping[str, Tuner], *, host_id: str) -> Prepare
     return Prepared(tuple(bound), tuple(skipped))
 
 
+class RollbackIncomplete(TuneError):
+    """A rollback that left keys as they are (changed by someone else since, or a restore that
+    failed). ``journal`` rides along, each entry's status and note saying what happened to its
+    key, so the command can print every key before the one error line (exit 6)."""
+
+    def __init__(self, message: str, *, journal: Journal | None = None) -> None:
+        super().__init__(message)
+        self.journal = journal
+
+
+ALREADY_OLD = "already at the old value; nothing written"
+
+
 def _restore(journal: Journal, tuners: Mapping[str, Tuner], store: JournalStore,
              *, force: bool = False) -> tuple[Journal, list[str]]:
-    """Undo touched entries in reverse order; returns the journal and one note per problem."""
+    """Undo touched entries in reverse order; returns the journal and one note per problem.
+
+    Every entry this acts on gets a note of its own outcome, never one left from an earlier run
+    (a retry with --force once printed "restored ... (left alone)"). An entry an earlier
+    rollback left alone is tried again: without ``force`` it is still left alone while its key
+    differs from what the plan set, so a retry never reports a partial rollback as complete."""
     problems: list[str] = []
     for i in reversed(range(len(journal.entries))):
         entry = journal.entries[i]
-        if entry.status not in TOUCHED and not (force and entry.status == "skipped"):
+        if entry.status not in (*TOUCHED, "skipped"):
             continue
         c = entry.change
         tuner = tuners.get(c.tuner)
         if tuner is None:
+            journal = store.save(journal.with_entry(i, note=f"tuner {c.tuner} unavailable here"))
             problems.append(f"{c.key}: tuner {c.tuner} unavailable")
             continue
         try:
             live = tuner.current(c.key)
             if tuner.verify(c.key, c.old):
-                journal = store.save(journal.with_entry(i, status="restored", note="already at old value"))
+                journal = store.save(journal.with_entry(i, status="restored", note=ALREADY_OLD))
                 continue
-            if not force and entry.status == "written" and not tuner.verify(c.key, c.new):
+            drifted = entry.status in ("written", "skipped") and not tuner.verify(c.key, c.new)
+            if drifted and not force:
                 note = f"changed by someone else since (live {live!r}); left alone"
                 journal = store.save(journal.with_entry(i, status="skipped", note=note))
                 problems.append(f"{c.key}: {note}")
@@ -87,7 +107,8 @@ def _restore(journal: Journal, tuners: Mapping[str, Tuner], store: JournalStore,
             tuner.rollback(c)
             if not tuner.verify(c.key, c.old):
                 raise TuneError(f"reads {tuner.current(c.key)!r} after restoring {c.old!r}")
-            journal = store.save(journal.with_entry(i, status="restored"))
+            note = f"--force: over live {live!r}, changed by someone else since" if drifted else ""
+            journal = store.save(journal.with_entry(i, status="restored", note=note))
         except (WanprobeError, OSError) as exc:
             journal = store.save(journal.with_entry(i, note=f"restore failed: {exc}"))
             problems.append(f"{c.key}: {exc}")
@@ -214,7 +235,8 @@ def rollback(store: JournalStore, tuners: Mapping[str, Tuner], jid: str | None =
         j = store.save(replace(j, state=state, message="; ".join(problems)))
         if problems:
             hint = "" if force else " (--force restores anyway)"
-            raise TuneError(f"rollback of {j.id} incomplete: {'; '.join(problems)}{hint}")
+            raise RollbackIncomplete(f"rollback of {j.id} incomplete: {'; '.join(problems)}{hint}",
+                                     journal=j)
         return j
 
 
@@ -239,7 +261,7 @@ def restore_script(journal: Journal, tuners: Mapping[str, Tuner], enter: Sequenc
     where = f" in `{' '.join(enter)}`" if enter else ""
     lines = [f"# wanprobe rollback of journal {journal.id} (netns inode {journal.netns_inode}){where}"]
     for e in reversed(journal.entries):
-        if e.status in TOUCHED:
+        if e.status in TOUCHED or e.status == "skipped":  # skipped: left alone by a rollback
             cmd = getattr(tuners.get(e.change.tuner), "restore_command", None)
             lines.append(in_namespace(cmd(e.change), enter) if cmd else
                          f"# {e.change.tuner} {e.change.key}: restore {e.change.old!r}")

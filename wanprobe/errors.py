@@ -4,7 +4,7 @@ One exit code per kind of failure (the README's table; ``tests/test_exit_codes.p
 
 ====  =====================================================================================
 0     success
-1     the run failed or measured nothing (``probe``: no probe answered, as ping)
+1     the run failed or measured nothing (``probe``, ``paths``: no probe answered, as ping)
 2     usage or configuration: a bad flag, config, mesh, plan, report, journal or path
       (systemd does not restart the daemon for it: ``RestartPreventExitStatus=2``)
 3     the emulated lab could not be built, found or removed
@@ -13,6 +13,8 @@ One exit code per kind of failure (the README's table; ``tests/test_exit_codes.p
 6     tuning failed: apply, verify or rollback
 7     the peer refused us: authentication (no key, wrong key) or its allow-list
 8     the peer refused the request under its limits: busy, quota, a limit, tests disabled
+9     drift: live settings differ from the applied plan (``tune status``; its output printed
+      first, as ``diff`` exits 1 when the files differ)
 70    internal error, a bug (sysexits.h EX_SOFTWARE; ``WANPROBE_DEBUG=1`` shows where)
 74    an output or state file could not be written: disk full, read-only, I/O error
       (sysexits.h EX_IOERR; transient, so systemd restarts the daemon)
@@ -104,6 +106,13 @@ class PeerLimit(ProbeError):
     """The peer refused the request under its limits (busy, quota, a range, disabled)."""
 
     exit_code = 8
+
+
+class DriftFound(WanprobeError):
+    """``tune status``: a live value differs from what an applied plan set (someone, or
+    something such as tuned or a container runtime, changed it since)."""
+
+    exit_code = 9
 
 
 class OutputError(WanprobeError):

@@ -74,6 +74,7 @@ def daemon(
             typer.echo(clean(f"{config}: ok, host {cfg.hostname} in site {cfg.site or '-'}, "
                              f"{len(peers)} peers: " + ", ".join(shown_peers)
                              + (f", and {more} more" if more > 0 else "")))
+            _warn_unscrapable(cfg)
             t = cfg.throughput
             if t.enabled:
                 from wanprobe.daemon.throughput_spread import describe_cost
@@ -86,6 +87,22 @@ def daemon(
     except ConfigInvalid as exc:
         _print_problems(exc)
         raise typer.Exit(exc.exit_code) from None
+
+
+def _warn_unscrapable(cfg) -> None:
+    """One warning line (stderr, exit stays 0) when Prometheus, scraping the mesh's address and
+    port for this host (``fleet targets``), would find no /metrics there: a daemon listening on
+    loopback, the default, is up and every target of it down."""
+    if cfg.mesh_file is None:
+        return
+    from wanprobe.daemon.config_fields import scrape_problem
+    from wanprobe.daemon.mesh import load_mesh
+
+    me = next((h for h in load_mesh(cfg.mesh_file).hosts if h.name == cfg.hostname), None)
+    problem = me and scrape_problem(cfg.metrics_listen, me.address, me.metrics_port)
+    if problem:
+        err_console.print(f"wanprobe: warning: {clean(one_line(f'{cfg.source}: {problem}'))}",
+                          markup=False)
 
 
 @app.command("history")
@@ -171,9 +188,12 @@ def _history_rows(peer: str, state_dir: Path, since: str, since_s: float, limit:
         table.add_column(col, no_wrap=col != "note",
                          justify="right" if "ms" in col or col in ("loss", "fwd", "rev") else "left")
     for r in rows:
-        table.add_row(_ts(r.ts), r.method, _f(r.rtt_p50_ms), _f(r.rtt_p99_ms), _pct(r.loss_ratio),
-                      _pct(r.loss_forward_ratio), _pct(r.loss_reverse_ratio),
-                      r.error or (f"{r.sessions} sessions / {r.resolution_s:g} s" if r.resolution_s else ""))
+        table.add_row(_ts(r.ts), r.method, _f(r.rtt_p50_ms), _f(r.rtt_p99_ms),
+                      _counted(r.loss_ratio, None if r.loss_ratio is None or not r.sent
+                               else round(r.loss_ratio * r.sent), r.sent),
+                      _counted(r.loss_forward_ratio, r.loss_forward_lost, r.loss_forward_of),
+                      _counted(r.loss_reverse_ratio, r.loss_reverse_lost, r.loss_reverse_of),
+                      _row_note(r))
     console.print(table)
     for t in tput:
         rate = units.format_rate(t["bits_per_second"]) if t["bits_per_second"] else t["error"]
@@ -219,4 +239,26 @@ def _f(x: float | None) -> str:
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.2f}%"
+
+
+def _counted(ratio: float | None, lost: int | None, of: int | None) -> str:
+    """A loss ratio with the counts behind it (issue 36: "0.00 %" alone hid that the direction
+    was told by 9 probes); rows of a schema-1 history have no counts and show the ratio."""
+    if lost is None or not of:
+        return _pct(ratio)
+    return f"{_pct(ratio)} ({lost}/{of})"
+
+
+def _row_note(r) -> str:
+    """An error, a folded bucket's size, or the lost probes no direction could be told for (a
+    loss at a session's end has no later reply to say which way: probe/result.py)."""
+    if r.error:
+        return r.error
+    notes = [f"{r.sessions} sessions / {r.resolution_s:g} s"] if r.resolution_s else []
+    if r.sent and r.received is not None and r.loss_forward_lost is not None \
+            and r.loss_reverse_lost is not None:
+        unknown = r.sent - r.received - r.loss_forward_lost - r.loss_reverse_lost
+        if unknown > 0:
+            notes.append(f"{unknown} lost, direction not known")
+    return ", ".join(notes)
 

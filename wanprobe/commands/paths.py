@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from wanprobe.commands.options import JsonObject, Netns, ReflectorKeyFile, ReplyTimeout, enter_netns
 from wanprobe.errors import UsageError, shown
 from wanprobe.probe.paths import MAX_FLOWS
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
@@ -35,11 +36,13 @@ def paths(
     interval: Annotated[str, typer.Option("--interval", "-i", help="Time between one flow's probes.")] = "100ms",
     port: Annotated[str, typer.Option("--port", help="Reflector UDP port.")] = "862",
     max_ttl: Annotated[int, typer.Option("--max-ttl", help="Farthest hop traced.")] = 16,
-    timeout: Annotated[str, typer.Option("--timeout", help="A reply later than this is lost.")] = "2s",
+    timeout: ReplyTimeout = "2s",
     src_ports: Annotated[str | None, typer.Option(
         "--src-ports", help="Source ports instead of ephemeral ones: a range 40000-40015 or a "
         "list 40000,40007 (overrides --flows).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    as_json: JsonObject = False,
+    hmac_key_file: ReflectorKeyFile = None,
+    netns: Netns = None,
     above_limit: Annotated[str, typer.Option(
         "--above-limit", help="flows / interval above the limit a wanprobe reflector "
         "advertises: pace (to 80% of it), refuse, or send (its drops are counted apart from "
@@ -52,7 +55,10 @@ def paths(
     from wanprobe.probe.paths import check_args, measure_paths
     from wanprobe.probe.probe_options import check_common, probe_count
     from wanprobe.probe.rate_guard import annotate, check_policy, checked_rate
+    from wanprobe.userfiles import read_hmac_key_file
 
+    enter_netns(netns)  # first: every socket, thread and resolver lookup is then inside
+    key = read_hmac_key_file(hmac_key_file)
     port_n = _parsed("--port", parse_port, port)
     interval_s = _parsed("--interval", parse_duration_s, interval, default_unit="s",
                          allow_zero=False, maximum_s=limits.MAX_PROBE_S)
@@ -64,21 +70,32 @@ def paths(
     limits.check_total(count * flows, interval_s / flows)
     ports = _ports(src_ports) if src_ports is not None else None
     n_flows = len(ports) if ports else flows
-    kw = {"port": port_n, "interval_s": interval_s, "timeout_s": timeout_s}
+    kw = {"port": port_n, "interval_s": interval_s, "timeout_s": timeout_s, "hmac_key": key}
     plan = checked_rate(peer, kw, check_policy(above_limit), n_flows / interval_s,
                         say=Console(stderr=True, highlight=False, soft_wrap=True).print)
     kw["interval_s"] = plan.interval_s
     result = asyncio.run(measure_paths(
         peer, flows=flows, count=count, port=port_n, interval_s=kw["interval_s"],
-        timeout_s=timeout_s, max_ttl=max_ttl, src_ports=ports))
+        timeout_s=timeout_s, max_ttl=max_ttl, src_ports=ports, hmac_key=key))
     doc = result.to_json()
     doc["reflector"] = annotate(merge([f.probe for f in result.flows], kw["interval_s"]).to_json(),
                                 plan, 1 / kw["interval_s"])["reflector"]
     doc["findings"] = _findings(doc)
     if as_json:
         sys.stdout.write(json.dumps(doc) + "\n")
-        return
-    _print(doc)
+    else:
+        _print(doc)
+    _exit_if_silent(peer, kw, sum(f.probe.loss.received for f in result.flows))
+
+
+def _exit_if_silent(peer: str, kw: dict, received: int) -> None:
+    """Exit 1 as ``probe`` does when not one probe of any flow was answered, saying why (a key
+    the reflector wants, or one it does not share: probe.peer.no_reply); any reply at all
+    makes it loss, and the output above stands."""
+    if not received:
+        from wanprobe.probe.peer import no_reply
+
+        raise no_reply(peer, "stamp", kw)
 
 
 def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool,
@@ -113,7 +130,7 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
     doc["peer"] = host
     if as_json:
         sys.stdout.write(json.dumps(doc) + "\n")
-        return
+        return _exit_if_silent(host, kw, doc["loss"]["received"])
     console = Console(highlight=False)
     rtt, loss = doc["rtt_ms"], doc["loss"]
     console.print(f"{host}: {loss['sent']} probes over {flows} flows, rtt p50 "
@@ -123,6 +140,7 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
         console.print(doc["reflector"]["note"])
     if "paths" in doc:
         _print({"peer": host, "flows": doc["flows"], "summary": doc["paths"]})
+    _exit_if_silent(host, kw, doc["loss"]["received"])
 
 
 def _ports(text: str) -> list[int]:

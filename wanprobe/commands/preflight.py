@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from wanprobe.commands.options import JsonDocument
 from wanprobe.errors import UsageError
+from wanprobe.safe_text import SafeConsole, clean_lines
 
 app = typer.Typer()
 
@@ -46,13 +47,18 @@ def preflight(
     rtt_slo: Annotated[str | None, typer.Option("--rtt-slo", help="Median RTT above this is "
                                                 "no-go (default: not judged).")] = None,
     rate: Annotated[str | None, typer.Option("--rate", help="What the job needs per host, e.g. "
-                                             "100gbit (default: the NIC speed toward the job).")] = None,
+                                             "25gbit: buffers are judged against it where the "
+                                             "path carries more.")] = None,
+    link_rate: Annotated[str | None, typer.Option(
+        "--link-rate", help="What the paths carry, e.g. 10gbit, for hosts without a measured "
+        "figure (the local daemon's throughput tests the path limited); never the NIC speed.")] = None,
     hmac_key_file: Annotated[str | None, typer.Option(
         "--hmac-key-file", help="The reflectors' shared key: authenticated STAMP and host facts.")] = None,
     history: Annotated[str, typer.Option("--history", help="The local daemon's history "
                                          "(reroutes in the last hour), if one runs.")] = DEFAULT_HISTORY,
-    mesh: Annotated[str | None, typer.Option("--mesh", help="Mesh file: the hosts' sites, for "
-                                             "cross-datacenter NCCL settings.")] = None,
+    mesh: Annotated[str | None, typer.Option("--mesh", help="Mesh file: host names resolve to "
+                                             "their mesh addresses (before DNS), and their sites "
+                                             "give cross-datacenter NCCL settings.")] = None,
     nccl_version: Annotated[str, typer.Option("--nccl-version", help="NCCL release the job uses.")] = "2.21",
     max_hosts: Annotated[int, typer.Option("--max-hosts", help=f"Refuse longer lists (at most "
                                            f"{MAX_HOSTS_LIMIT}).")] = 1024,
@@ -65,8 +71,9 @@ def preflight(
     from wanprobe.userfiles import read_text
 
     opts = _options(timeout=timeout, count=count, interval=interval, reply_timeout=reply_timeout,
-                    loss_slo=loss_slo, rtt_slo=rtt_slo, rate=rate, hmac_key_file=hmac_key_file,
-                    history=history, mesh=mesh, nccl_version=nccl_version, max_hosts=max_hosts)
+                    loss_slo=loss_slo, rtt_slo=rtt_slo, rate=rate, link_rate=link_rate,
+                    hmac_key_file=hmac_key_file, history=history, mesh=mesh,
+                    nccl_version=nccl_version, max_hosts=max_hosts)
     text = sys.stdin.read(16 * 2**20) if hosts == "-" else read_text(hosts, "host list", 16 * 2**20)
     doc = run(text, opts, started)
     if as_json:
@@ -79,8 +86,8 @@ def preflight(
 
 def _options(*, timeout: str, count: int, interval: str, reply_timeout: str,
              loss_slo: str | None, rtt_slo: str | None, rate: str | None,
-             hmac_key_file: str | None, history: str, mesh: str | None, nccl_version: str,
-             max_hosts: int):
+             link_rate: str | None, hmac_key_file: str | None, history: str,
+             mesh: str | None, nccl_version: str, max_hosts: int):
     """The run's options from the command line's, each checked (errors name the option)."""
     from tuners.nccl_env import parse_nccl_version
     from wanprobe.fleet.rules import RuleSettings
@@ -108,28 +115,42 @@ def _options(*, timeout: str, count: int, interval: str, reply_timeout: str,
         rtt_slo_ms=None if rtt_slo is None else _parsed("--rtt-slo", parse_duration_ms, rtt_slo,
                                                         allow_zero=False),
         rate_bps=None if rate is None else _parsed("--rate", parse_rate_bps, rate),
-        floor_step_ratio=rules.floor_step_ratio, floor_step_min_ms=rules.floor_step_min_s * 1e3)
+        floor_step_ratio=rules.floor_step_ratio, floor_step_min_ms=rules.floor_step_min_s * 1e3,
+        link_rate_bps=None if link_rate is None else _parsed("--link-rate", parse_rate_bps,
+                                                             link_rate))
     return PreflightOptions(
         plan=ProbePlan(count=count, interval_s=interval_s, timeout_s=reply_s,
                        hmac_key=read_hmac_key_file(hmac_key_file)),
         thresholds=th, bound_s=bound_s, max_hosts=max_hosts,
         history=check_path_text(history, "--history"), history_window_s=rules.floor_baseline_s,
+        capacity_window_s=rules.throughput_baseline_s,
         mesh=Path(mesh) if mesh else None, nccl_version=parse_nccl_version(nccl_version))
 
 
+# Off a terminal the table is as wide as its longest row: rich would otherwise fold every line
+# at 80 columns (or $COLUMNS) into a file or a pipe.
+UNWRAPPED_WIDTH = 10_000
+
+
 def _print(doc: dict) -> None:
-    console = Console(highlight=False)
+    """The table, the notes and the NCCL settings for people. Nothing is wrapped when stdout is
+    not a terminal, and the NCCL lines are written as they are, never through rich: a folded
+    ``# reason`` line in a file a shell sources runs its second half as a command. Text from
+    hosts and files is data (``Text``, not markup; SafeConsole escapes control characters)."""
+    tty = sys.stdout.isatty()
+    console = SafeConsole(highlight=False, soft_wrap=True, width=None if tty else UNWRAPPED_WIDTH)
     table = Table("host", "go", "rtt p50 ms", "loss", "reasons",
                   title=f"preflight: {'GO' if doc['go'] else 'NO-GO'} "
                         f"({doc['elapsed_s']:.1f} s of {doc['bound_s']:g} s)")
     for h in doc["hosts"]:
         rtt = (h.get("rtt_ms") or {}).get("p50")
         loss = h.get("loss_ratio")
-        table.add_row(h["host"], "[green]go[/]" if h["go"] else "[bold red]no-go[/]",
+        table.add_row(Text(h["host"]), Text("go", style="green") if h["go"] else
+                      Text("no-go", style="bold red"),
                       "-" if rtt is None else f"{rtt:.2f}",
                       "-" if loss is None else f"{loss * 100:.2f}%",
-                      "\n".join(f"{r['code']}: {r['text']}" for r in h["reasons"]))
+                      Text("\n".join(f"{r['code']}: {r['text']}" for r in h["reasons"])))
     console.print(table)
     for note in doc["notes"] + doc["nccl_env"]["notes"]:
-        console.print(f"note: {note}")
-    console.print(doc["nccl_env"]["text"], end="")
+        console.print(Text(f"note: {note}"))
+    typer.echo(clean_lines(doc["nccl_env"]["text"]), nl=False)

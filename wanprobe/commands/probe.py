@@ -14,9 +14,9 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from wanprobe.commands.options import JsonObject, ReplyTimeout, StampKeyFile
-from wanprobe.errors import UsageError, WanprobeError, shown
-from wanprobe.probe.peer import NO_REPLY, numeric_family, udp_silence_reason
+from wanprobe.commands.options import JsonObject, Netns, ReflectorKeyFile, ReplyTimeout, enter_netns
+from wanprobe.errors import UsageError, shown
+from wanprobe.probe.peer import no_reply, numeric_family
 from wanprobe.probe.session_table import MAX_SESSIONS, PER_SOURCE
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
@@ -137,7 +137,8 @@ def probe(
     method: Annotated[str, typer.Option("--method", help="stamp, icmp or tcp.")] = "stamp",
     timeout: ReplyTimeout = "2s",
     as_json: JsonObject = False,
-    hmac_key_file: StampKeyFile = None,
+    hmac_key_file: ReflectorKeyFile = None,
+    netns: Netns = None,
     flows: Annotated[int, typer.Option("--flows", help="Spread the probes over this many source "
                                        "ports (ECMP flows; STAMP only), results per path.")] = 1,
     above_limit: Annotated[str, typer.Option(
@@ -148,6 +149,7 @@ def probe(
     from wanprobe.probe.api import METHODS
     from wanprobe.probe.rate_guard import annotate, check_policy, checked_rate
 
+    enter_netns(netns)  # first: every socket, thread and resolver lookup is then inside
     if method not in METHODS:
         raise UsageError(f"unknown --method {method!r} (use stamp, icmp or tcp)")
     key = read_hmac_key_file(hmac_key_file)
@@ -174,7 +176,7 @@ def probe(
         if doc.get("reflector") and doc["reflector"].get("note"):
             Console(highlight=False).print(doc["reflector"]["note"])
     if result.loss.sent and not result.loss.received:  # as ping(8): exit 1 when nothing answered
-        _no_reply(host, method, kw)
+        raise no_reply(host, method, kw)
 
 
 def _probe_kwargs(*, port: str, count: int | None, duration: str | None, interval: str,
@@ -200,15 +202,6 @@ def _probe_kwargs(*, port: str, count: int | None, duration: str | None, interva
     if count is not None and duration:
         raise UsageError("give either --count or --duration, not both")
     return kw
-
-
-def _no_reply(host: str, method: str, kw: dict) -> None:
-    """Exit 1 with why nothing answered (for STAMP, what the silence of a UDP port says)."""
-    reason = NO_REPLY
-    if method == "stamp":
-        reason = asyncio.run(udp_silence_reason(host, kw["port"], kw["timeout_s"]))
-    where = f"{host}" if method == "icmp" else f"{host} port {kw['port']}"
-    raise WanprobeError(f"no probe to {where} was answered: {reason}", exit_code=1)
 
 
 def _run(host: str, method: str, kw: dict, *, quiet: bool):
@@ -276,12 +269,14 @@ def mtu(
     tries: Annotated[int, typer.Option("--tries", min=1, max=100,
                                        help="Tries per size before it counts as lost.")] = 3,
     as_json: JsonObject = False,
-    hmac_key_file: StampKeyFile = None,
+    hmac_key_file: ReflectorKeyFile = None,
+    netns: Netns = None,
 ) -> None:
     """Find the path MTU to HOST by DF-bit search (works through ICMP black holes)."""
     from wanprobe.probe.limits import MAX_TIMEOUT_S
     from wanprobe.probe.mtu import probe_path_mtu
 
+    enter_netns(netns)  # first: the local MTU and the route are the namespace's
     port_n = _opt("--port", parse_port, port)
     timeout_s = (_opt("--timeout", parse_duration_s, timeout, default_unit="s", allow_zero=False,
                       maximum_s=MAX_TIMEOUT_S) if timeout else None)

@@ -10,7 +10,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from wanprobe.commands.options import JsonDocument, ReflectorKeyFile
+from wanprobe.commands.options import JsonDocument, Netns, ReflectorKeyFile, enter_netns
 from wanprobe.errors import UsageError
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import (
@@ -141,11 +141,13 @@ def throughput(
         help="Most cores this end's data path may use (default: every core it may run on).")] = None,
     as_json: JsonDocument = False,
     hmac_key_file: ReflectorKeyFile = None,
+    netns: Netns = None,
 ) -> None:
     """Multi-stream TCP/UDP throughput test that says what limits the transfer."""
     from wanprobe.throughput.client import MAX_TEST_S
     from wanprobe.userfiles import read_hmac_key_file
 
+    enter_netns(netns)  # first: the data workers and an iperf3 child are then born inside
     if engine not in ("wanprobe", "iperf3"):
         raise UsageError(f"unknown engine {engine!r} (use wanprobe or iperf3)")
     port_n = parse_port(port)

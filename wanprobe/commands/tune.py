@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from wanprobe.commands.options import Netns, ReflectorKeyFile
 from wanprobe.safe_text import SafeConsole
 from wanprobe.userfiles import check_output_path
 
@@ -18,7 +19,6 @@ app = typer.Typer(name="tune", help="Plan, apply (as a transaction), roll back a
 console = SafeConsole(highlight=False, soft_wrap=True)
 
 StateDir = Annotated[str | None, typer.Option("--state-dir", help="Journal directory, root's own (default $WANPROBE_STATE_DIR or /var/lib/wanprobe-tune).")]
-Netns = Annotated[str | None, typer.Option("--netns", help="Act in this named network namespace (setns).")]
 ProcRoot = Annotated[str, typer.Option("--proc-root", hidden=True)]
 SysRoot = Annotated[str, typer.Option("--sys-root", hidden=True)]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
@@ -96,7 +96,7 @@ def apply_cmd(
     persist: Annotated[bool, typer.Option("--persist", help="Also write <sysctl.d>/90-wanprobe.conf.")] = False,
     sysctl_d: SysctlD = None,
     verify: Annotated[str | None, typer.Option("--verify", help="After applying, measure the path to this peer again (ramp-up omitted) and say what limits it now.")] = None,
-    hmac_key_file: Annotated[str | None, typer.Option("--hmac-key-file", help="The reflector's shared key for --verify (file, >= 16 characters).")] = None,
+    hmac_key_file: ReflectorKeyFile = None,
     report_out: Annotated[str | None, typer.Option("--report-out", help="With --verify: write the plan's report again with the verify under measurements.verify (its before/after picture: `report show --format html`).")] = None,
     netns: Netns = None, state_dir: StateDir = None, allow_nc_dscp: AllowNcDscp = False,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
@@ -182,18 +182,31 @@ def rollback_cmd(
     allow_nc_dscp: AllowNcDscp = False,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
-    """Restore the previous values of an applied plan in this network namespace, newest first."""
+    """Restore the previous values of an applied plan in this network namespace, newest first.
+    Every key is listed with what happened to it; a key left as it is (changed by someone else
+    since, without --force, or a restore that failed) makes the exit 6 after the list."""
+    from tuners.transaction import RollbackIncomplete
+    from wanprobe.services.tune import outcome
+
     session = _session(netns, proc_root, sys_root, state_dir, sysctl_d, allow_nc_dscp)
     if print_only:
         typer.echo(session.restore_script(journal_id, netns), nl=False)
         return
-    j = session.rollback(journal_id, force=force)
+    try:
+        j, partial = session.rollback(journal_id, force=force), None
+    except RollbackIncomplete as exc:
+        if exc.journal is None:
+            raise
+        j, partial = exc.journal, exc
     if as_json:
         _emit(j.to_json())
-        return
-    for e in reversed(j.entries):
-        console.print(escape(f"  {e.status} {e.change.tuner} {e.change.key} = {e.change.old}" + (f" ({e.note})" if e.note else "")))
-    console.print(f"rolled back journal {j.id}")
+    else:
+        for e in reversed(j.entries):
+            console.print(escape(f"  {outcome(e)}"))
+        console.print(f"rolled back journal {j.id}" if partial is None else
+                      f"journal {j.id} rolled back in part: see the NOT restored keys above")
+    if partial is not None:
+        raise partial
 
 
 @app.command("status")
@@ -202,14 +215,24 @@ def status_cmd(
     allow_nc_dscp: AllowNcDscp = False,
     proc_root: ProcRoot = "/proc", sys_root: SysRoot = "/sys", as_json: Json = False,
 ) -> None:
-    """Drift between what the applied plans set and the live values in this namespace."""
+    """Drift between what the applied plans set and the live values in this namespace: exit 9
+    when there is any (the table or JSON is printed first), 0 when every value is as applied."""
     from tuners.netns import current_inode
+    from wanprobe.services.tune import drift_error
 
     rows = _session(netns, proc_root, sys_root, state_dir, sysctl_d, allow_nc_dscp).status()
+    drift = drift_error(rows)
     if as_json:
-        _emit({"netns_inode": current_inode(), "journals": rows,
-               "drift": any(r["drift"] for r in rows)})
-        return
+        _emit({"netns_inode": current_inode(), "journals": rows, "drift": drift is not None})
+    else:
+        _print_status(rows)
+    if drift is not None:
+        raise drift
+
+
+def _print_status(rows: list[dict[str, Any]]) -> None:
+    from tuners.netns import current_inode
+
     if not rows:
         console.print(f"nothing applied in this network namespace (inode {current_inode()})")
     for r in rows:

@@ -30,9 +30,9 @@ from wanprobe.daemon.metrics import (
     SERIES_PER_PEER_METHOD,
 )
 
-# 1,080 peers probed with STAMP alone (37 series each at most): the 1,000 peers the daemon is
-# measured at (docs/fleet.md §6) fit, one-way delay included
-MAX_SERIES = 40_000
+# 1,111 peers probed with STAMP alone (45 series each at most): the 1,000 peers the daemon is
+# measured at (docs/fleet.md §6) fit, one-way delay and windowed loss included
+MAX_SERIES = 50_000
 # beyond series_per_host: path floor and spread, two path event counters, up to four regression
 # counters, and per traced path (flows > 1) flows + 2 RTT quantiles + 3 loss directions; per
 # method the one-way delay gauges, exported while the session's clock bound is known

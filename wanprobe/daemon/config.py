@@ -134,6 +134,12 @@ class BaselineSettings:
     loss_increase: float = 0.01
     throughput_drop_ratio: float = 0.3
     clear_fraction: float = 0.5
+    # sessions the loss regression pools (issue 36), against a baseline of up to twice as many
+    # older ones: 60 of 10 probes tell a 2 % step from none (daemon/baseline.py)
+    loss_window: int = 60
+    # the windowed loss the page, the matrix and the metrics show (probe/loss_window.py)
+    loss_short_s: float = 300.0
+    loss_long_s: float = 3600.0
 
 
 @dataclass(frozen=True)
@@ -356,7 +362,7 @@ def _retention(v: FieldReader, t: dict) -> RetentionSettings:
 def _baseline(v: FieldReader, t: dict) -> BaselineSettings:
     v.known(t, "baseline", {"window", "recent", "min_samples", "rtt_increase",
                             "rtt_increase_min", "loss_increase", "throughput_drop",
-                            "clear_fraction"})
+                            "clear_fraction", "loss_window", "loss_short", "loss_long"})
     return BaselineSettings(
         window=v.integer(t, "baseline.window", 60, lo=2, hi=100000),
         recent=v.integer(t, "baseline.recent", 5, lo=1, hi=1000),
@@ -366,6 +372,9 @@ def _baseline(v: FieldReader, t: dict) -> BaselineSettings:
         loss_increase=v.ratio(t, "baseline.loss_increase", 0.01),
         throughput_drop_ratio=v.ratio(t, "baseline.throughput_drop", 0.3),
         clear_fraction=v.ratio(t, "baseline.clear_fraction", 0.5),
+        loss_window=v.integer(t, "baseline.loss_window", 60, lo=1, hi=100000),
+        loss_short_s=v.duration(t, "baseline.loss_short", 300.0, positive=True),
+        loss_long_s=v.duration(t, "baseline.loss_long", 3600.0, positive=True),
     )
 
 

@@ -190,6 +190,36 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, units.parse_port(port)
 
 
+def _host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def scrape_problem(listen: tuple[str, int], address: str, port: int) -> str | None:
+    """Why Prometheus, scraping this host at ``address:port`` (its mesh entry: the target
+    ``wanprobe fleet targets`` writes), would reach no /metrics listening on ``listen``, as one
+    line; None when it would. ``daemon --check`` prints it as a warning: the daemon itself runs
+    fine, but every scrape of it fails (WanprobeDaemonDown). ``::`` counts as dual-stack (Linux's
+    default, net.ipv6.bindv6only=0); port 0 (an ephemeral port, tests) is not judged."""
+    host, lport = listen
+    ip, target = ipaddress.ip_address(host), ipaddress.ip_address(address)
+    why = []
+    if ip.is_loopback and not target.is_loopback:
+        why.append("answers on loopback only")
+    elif ip.is_unspecified and ip.version == 4 and target.version == 6:
+        why.append("takes IPv4 only")
+    elif not ip.is_unspecified and ip != target and not ip.is_loopback:
+        why.append("is bound to another address")
+    if lport and lport != port:
+        why.append(f"listens on port {lport}")
+    if not why:
+        return None
+    wildcard = "[::]" if target.version == 6 else "0.0.0.0"
+    return (f"daemon.metrics_listen {_host_port(host, lport)} {' and '.join(why)}, but "
+            f"Prometheus scrapes this host at {_host_port(address, port)} (its mesh entry, as "
+            "`wanprobe fleet targets` writes it): every scrape would fail; listen on "
+            f"{_host_port(address, port)} or {wildcard}:{port}")
+
+
 def parse_window(text: str) -> TimeWindow:
     """``"01:00-05:30"`` (local time) → minutes 60..330; ``"22:00-04:00"`` wraps midnight."""
     try:

@@ -38,6 +38,7 @@ from wanprobe.diagnose.engine import first
 from wanprobe.diagnose.path_watch import PathEvent, PathWatch, one_way_spreads
 from wanprobe.errors import ConfigError, WanprobeError
 from wanprobe.pictures.routes import DaemonPages
+from wanprobe.probe.loss_window import PeerLossWindows
 from wanprobe.report.regression import regression_report
 from wanprobe.services import measure
 from wanprobe.services.counters import CounterSampler
@@ -89,6 +90,8 @@ class Daemon:
         self.active_findings: dict[tuple[str, str], str] = {}
         self._failing: set[str] = set()
         self._last_probe: dict[str, dict] = {}
+        # each peer's loss over the short and long windows (probe/loss_window.py, issue 36)
+        self.loss_windows = PeerLossWindows(cfg.baseline.loss_short_s, cfg.baseline.loss_long_s)
         self._counter_findings: list[dict] = []
         self.scheduler: Scheduler | None = None
 
@@ -235,6 +238,7 @@ class Daemon:
             dlog.log(logging.WARNING, "reload: these keys take effect on restart only",
                      keys=",".join(restart_needed))
             cfg = replace(cfg, **{k: getattr(self.cfg, k) for k in restart_needed})
+        self.loss_windows.retune(cfg.baseline.loss_short_s, cfg.baseline.loss_long_s)
         self.cfg, self.peers = cfg, peers
         dlog.set_style(cfg.log_format)
         self.baseline.s = cfg.baseline
@@ -242,10 +246,9 @@ class Daemon:
             self.reflector.set_limits(cfg.throughput_server)
         diff = self.scheduler.apply(peers, cfg.probe, cfg.throughput)
         for name in diff["removed"]:
-            self.metrics.forget_peer(name)
-            self.path_watch.forget(name)
-            flow_probe.forget(name)
-            self.pacing.forget(name)
+            for forget in (self.metrics.forget_peer, self.path_watch.forget, flow_probe.forget,
+                           self.pacing.forget, self.loss_windows.forget):
+                forget(name)
         self.metrics.set_peers(peers)
         self.metrics.config_reloads.labels(result="applied").inc()
         self.loaded_at = time.time()
@@ -259,6 +262,10 @@ class Daemon:
         self.store.add_probe(row)
         self.metrics.observe_probe(peer, method, doc)
         self._last_probe[peer.name] = doc
+        if method == peer.methods[0]:
+            self.loss_windows.add(peer.name, ts, doc)
+            self.metrics.loss_window.observe(self.metrics.path_labels(peer),
+                                             self.loss_windows.loss(peer.name, "short", ts))
         if method == "stamp":
             self.pacing.observe(peer.name, doc, self.cfg.probe)
         if peer.name in self._failing:

@@ -1,8 +1,24 @@
 """Prometheus metrics on the daemon's own registry and a tiny asyncio HTTP endpoint.
 
 Names follow the Prometheus conventions (https://prometheus.io/docs/practices/naming/): base units
-(seconds, bits per second, ratios 0..1), ``_total`` for counters, labels for peer, quantile,
-direction and severity. Prometheus is the aggregation layer; the daemon only exposes.
+(seconds, bits per second, ratios 0..1), ``_total`` for counters, labels for peer, direction,
+severity and ``stat``; ``promtool check metrics`` reports nothing on the exposition
+(tests/test_daemon_promtool.py runs it on a real daemon's scrape).
+
+RTT percentiles are one gauge family with a ``stat`` label (``min``, ``p50``, ``p90``,
+``p99``, ``max``: the keys of the probe result's ``rtt_ms``), not a ``quantile`` label and not
+one gauge per percentile. ``quantile`` is reserved for summaries, whose quantiles Prometheus
+expects beside ``_sum`` and ``_count`` over every observation since start (promtool and the
+OpenMetrics parsers reject it on a gauge); these are the order statistics of the last probe
+session, computed here. One family keeps one selector for a band
+(``wanprobe_rtt_seconds{stat=~"p50|p99"}``), the same series count as before, and the words of
+the JSON; the rules read ``stat="p50"`` (fleet/rules.py, which still reads the ``quantile``
+label of daemons that predate the change). The one-way delays (owd_metrics.py) and the per-path
+fingerprints use the same label. Host counters are ``wanprobe_host_stat_*``: promtool refuses a
+metric name that contains a type (``_counter_``). Goodput is in the base unit, bytes
+(``wanprobe_throughput_bytes_per_second``; promtool refuses ``bits``); the rules multiply by 8
+where they speak bit/s.
+
 ``/metrics`` is the text exposition format; ``/healthz`` is 200 with a small JSON body while the
 loop is alive and the last history flush succeeded, 503 otherwise; ``/`` and ``/peer/NAME`` are
 the read-only page (pictures/routes.py) when the daemon passes ``pages``.
@@ -25,23 +41,26 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from wanprobe.daemon import owd_metrics
+from wanprobe.daemon import loss_metrics, owd_metrics
 from wanprobe.daemon.config import Peer
 from wanprobe.daemon.exposition import Exposition
 from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Request, Response
 
-QUANTILES = (("min", "0"), ("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"), ("max", "1"))
+# the ``stat`` label values of wanprobe_rtt_seconds: the keys of a probe result's ``rtt_ms``
+RTT_STATS = ("min", "p50", "p90", "p99", "max")
+FINGERPRINT_STATS = ("p50", "p99")
 SEVERITIES = ("critical", "warning", "info")
 # Every path series carries where it starts and ends, so Prometheus can group by site pair
 # (Pingmesh's site x site view, Guo et al. SIGCOMM 2015 §4); ``peer`` is the config name.
 PATH_LABELS = ("peer", "src_site", "src_host", "dst_site", "dst_host")
 LOSS_DIRECTIONS = (("ratio", "round_trip"), ("forward_ratio", "forward"),
                    ("reverse_ratio", "reverse"))
-# Series one peer adds per probe method: rtt by quantile, loss ratio and lost packets by
+# Series one peer adds per probe method: rtt by stat, loss ratio and lost packets by
 # direction, jitter, sessions, sent, received.
-SERIES_PER_PEER_METHOD = len(QUANTILES) + 2 * len(LOSS_DIRECTIONS) + 1 + 1 + 2
-# ... and per peer whatever its methods: info, errors, last probe, throughput, throughput bytes
-SERIES_PER_PEER = 5
+SERIES_PER_PEER_METHOD = len(RTT_STATS) + 2 * len(LOSS_DIRECTIONS) + 1 + 1 + 2
+# ... and per peer whatever its methods: info, errors, last probe, throughput, throughput bytes,
+# and the windowed loss of its primary method (loss_metrics.py)
+SERIES_PER_PEER = 5 + loss_metrics.SERIES_PER_PEER
 # ... and per host: peers, findings by severity, reloads by result, daemon info
 SERIES_PER_HOST = 1 + len(SEVERITIES) + 2 + 1
 
@@ -78,6 +97,7 @@ class DaemonMetrics:
         self._declare_path_metrics(r)
         self._fingerprints: dict[str, set[str]] = {}
         self.owd = owd_metrics.OwdGauges(r, list(PATH_LABELS))
+        self.loss_window = loss_metrics.LossWindowGauges(r, list(PATH_LABELS))
         for sev in SEVERITIES:
             self.findings.labels(severity=sev).set(0)
         for result in ("applied", "refused"):
@@ -93,16 +113,17 @@ class DaemonMetrics:
 
     def _declare_probe_metrics(self, r: CollectorRegistry, path: list[str]) -> None:
         """What each probe session and throughput test measured, per path."""
-        self.rtt = Gauge("wanprobe_rtt_seconds", "Round-trip time of the last probe session, "
-                         "by quantile (0 = min, 1 = max).", path + ["quantile", "method"],
-                         registry=r)
+        self.rtt = Gauge("wanprobe_rtt_seconds", "Round-trip time of the last probe session; "
+                         "stat is min, p50, p90, p99 or max over its replies.",
+                         path + ["stat", "method"], registry=r)
         self.loss = Gauge("wanprobe_loss_ratio", "Packet loss ratio of the last probe session; "
                           "direction is round_trip, forward (to the peer) or reverse.",
                           path + ["direction", "method"], registry=r)
         self.jitter = Gauge("wanprobe_jitter_seconds", "IPDV jitter (RFC 5481) of the last probe "
                             "session.", path + ["method"], registry=r)
-        self.throughput = Gauge("wanprobe_throughput_bits_per_second", "Receiver goodput of the "
-                                "last scheduled throughput test.", path, registry=r)
+        self.throughput = Gauge("wanprobe_throughput_bytes_per_second", "Receiver goodput of "
+                                "the last scheduled throughput test (x 8 for bit/s).", path,
+                                registry=r)
         self.probes = Counter("wanprobe_probe_sessions_total", "Probe sessions run.",
                               path + ["method"], registry=r)
         self.sent = Counter("wanprobe_probe_packets_sent_total", "Probe packets sent.",
@@ -135,9 +156,9 @@ class DaemonMetrics:
                                "methods (value 1).", path + ["address", "methods"], registry=r)
         self.info = Gauge("wanprobe_daemon_info", "This daemon's site, host and version (value 1).",
                           ["site", "host", "version"], registry=r)
-        self.counter_rate = Gauge("wanprobe_counter_rate_per_second", "Per-second rate of a host "
-                                  "counter between the last two samples.", ["source", "counter"],
-                                  registry=r)
+        self.counter_rate = Gauge("wanprobe_host_stat_rate_per_second", "Per-second rate of a "
+                                  "host counter between the daemon's last two samples.",
+                                  ["source", "counter"], registry=r)
         self.findings = Gauge("wanprobe_findings", "Active findings (counter health rules and "
                               "path regressions) by severity.", ["severity"], registry=r)
         self.regressions = Counter("wanprobe_regressions_total", "Regressions detected against "
@@ -160,8 +181,8 @@ class DaemonMetrics:
                                    "step, spread unchanged) or queueing (spread up, floor steady).",
                                    [*PATH_LABELS, "event"], registry=r)
         self.fp_rtt = Gauge("wanprobe_path_fingerprint_rtt_seconds", "RTT of the flows on one "
-                            "path (fingerprint: hash of the hop list), by quantile.",
-                            ["peer", "fingerprint", "quantile"], registry=r)
+                            "path (fingerprint: hash of the hop list); stat is p50 or p99.",
+                            ["peer", "fingerprint", "stat"], registry=r)
         self.fp_loss = Gauge("wanprobe_path_fingerprint_loss_ratio", "Loss of the flows on one "
                              "path; direction round_trip, forward or reverse.",
                              ["peer", "fingerprint", "direction"], registry=r)
@@ -195,7 +216,7 @@ class DaemonMetrics:
                 "sessions": self.probes.labels(*lab, method),
                 "sent": self.sent.labels(*lab, method),
                 "received": self.received.labels(*lab, method),
-                "rtt": [(k, self.rtt.labels(*lab, q, method)) for k, q in QUANTILES],
+                "rtt": [(k, self.rtt.labels(*lab, k, method)) for k in RTT_STATS],
                 "loss": [(k, self.loss.labels(*lab, d, method)) for k, d in LOSS_DIRECTIONS],
                 "lost": [(d, self.lost.labels(*lab, d, method)) for _, d in LOSS_DIRECTIONS],
                 "jitter": self.jitter.labels(*lab, method),
@@ -266,9 +287,9 @@ class DaemonMetrics:
         for p in top:
             fp = p["fingerprint"]
             self.fp_flows.labels(peer, fp).set(p["flows"])
-            for key, q in (("p50", "0.5"), ("p99", "0.99")):
+            for key in FINGERPRINT_STATS:
                 if p.get("rtt_ms") and p["rtt_ms"].get(key) is not None:
-                    self.fp_rtt.labels(peer, fp, q).set(p["rtt_ms"][key] / 1e3)
+                    self.fp_rtt.labels(peer, fp, key).set(p["rtt_ms"][key] / 1e3)
             for key, d in (("loss_ratio", "round_trip"), ("forward_ratio", "forward"),
                            ("reverse_ratio", "reverse")):
                 if p.get(key) is not None:
@@ -276,7 +297,7 @@ class DaemonMetrics:
 
     def _forget_fingerprints(self, peer: str, gone: set[str]) -> None:
         for fp in gone:
-            for metric, tails in ((self.fp_flows, [()]), (self.fp_rtt, [("0.5",), ("0.99",)]),
+            for metric, tails in ((self.fp_flows, [()]), (self.fp_rtt, [(k,) for k in FINGERPRINT_STATS]),
                                   (self.fp_loss, [("round_trip",), ("forward",), ("reverse",)])):
                 for tail in tails:
                     try:
@@ -303,8 +324,8 @@ class DaemonMetrics:
 
     def observe_throughput(self, peer: Peer, doc: dict[str, Any]) -> None:
         lab = self.path_labels(peer)
-        if doc.get("bits_per_second") is not None:
-            self.throughput.labels(*lab).set(doc["bits_per_second"])
+        if doc.get("bits_per_second") is not None:  # base unit bytes (Prometheus naming)
+            self.throughput.labels(*lab).set(doc["bits_per_second"] / 8)
         from wanprobe.daemon.store import link_bytes
 
         moved = link_bytes(doc)
@@ -340,11 +361,12 @@ class DaemonMetrics:
             return
         removals = []
         for _, method in [k for k in self._cache if k[0] == peer]:
-            removals += [(self.rtt, lab + (q, method)) for _, q in QUANTILES]
+            removals += [(self.rtt, lab + (k, method)) for k in RTT_STATS]
             removals += [(self.loss, lab + (d, method)) for _, d in LOSS_DIRECTIONS]
             removals += [(self.jitter, lab + (method,))]
             self.owd.forget(lab, method)
         removals += [(g, lab) for g in (self.throughput, self.last_probe)]
+        self.loss_window.forget(lab)
         for gauge, labels in removals:
             try:
                 gauge.remove(*labels)
@@ -364,10 +386,10 @@ class DaemonMetrics:
             "by reason.", ["reason"], lambda: {(k,): n for k, n in source().items()}))
 
     def watch_host_counters(self, source: Callable[[], dict[tuple[str, str], int]]) -> None:
-        """``wanprobe_host_counter_total{source,counter}``: the host's NIC, RDMA and TCP counters
+        """``wanprobe_host_stat_total{source,counter}``: the host's NIC, RDMA and TCP counters
         as last read (raw; ``rate()`` in Prometheus handles resets), at every scrape."""
         self.registry.register(_ScrapedCounters(
-            "wanprobe_host_counter", "A host counter (NIC, RDMA, TCP) as last read by the "
+            "wanprobe_host_stat", "A host counter (NIC, RDMA, TCP) as last read by the "
             "daemon; source is the counter group, e.g. netdevs.eth0.stats.", ["source", "counter"],
             source))
 

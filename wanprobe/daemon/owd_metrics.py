@@ -1,7 +1,11 @@
 """The daemon's one-way delay gauges (issue 20): exported only for a session whose one-way delays
 have a known clock error bound (probe/owd.py did not withhold them); a later session without
 one removes them, so Prometheus never scrapes a value the clocks cannot back. The variation,
-which needs no clock, drives the path watch instead (diagnose/path_watch.py)."""
+which needs no clock, drives the path watch instead (diagnose/path_watch.py).
+
+The percentiles carry a ``stat`` label (``min``, ``p50``, ``p90``, ``p99``: the keys of the
+result's ``owd_ms.forward``/``reverse``), as ``wanprobe_rtt_seconds`` does (metrics.py says
+why): a gauge with a ``quantile`` label is refused by ``promtool check metrics``."""
 
 from __future__ import annotations
 
@@ -9,21 +13,21 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-OWD_QUANTILES = (("min", "0"), ("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"))
+OWD_STATS = ("min", "p50", "p90", "p99")
 DIRECTIONS = ("forward", "reverse")
 # series one peer adds per probe method while its one-way delays have a bound
-SERIES_PER_PEER_METHOD = len(DIRECTIONS) * len(OWD_QUANTILES) + 1
+SERIES_PER_PEER_METHOD = len(DIRECTIONS) * len(OWD_STATS) + 1
 
 
 class OwdGauges:
-    """``wanprobe_owd_seconds{direction,quantile}`` and ``wanprobe_owd_clock_error_bound_
+    """``wanprobe_owd_seconds{direction,stat}`` and ``wanprobe_owd_clock_error_bound_
     seconds``, on the path labels the caller gives."""
 
     def __init__(self, registry: CollectorRegistry, path_labels: list[str]) -> None:
         self.owd = Gauge("wanprobe_owd_seconds", "One-way delay of the last probe session by "
-                         "direction (forward = to the peer) and quantile; only while the clock "
-                         "error bound is known and smaller than the delays.",
-                         [*path_labels, "direction", "quantile", "method"], registry=registry)
+                         "direction (forward = to the peer); stat is min, p50, p90 or p99. "
+                         "Only while the clock error bound is known and smaller than the delays.",
+                         [*path_labels, "direction", "stat", "method"], registry=registry)
         self.bound = Gauge("wanprobe_owd_clock_error_bound_seconds", "Worst-case clock error of "
                            "the one-way delays (0 when both ends share one kernel clock).",
                            [*path_labels, "method"], registry=registry)
@@ -39,9 +43,9 @@ class OwdGauges:
             self.forget(labels, method)
             return
         for direction, values in (("forward", fwd), ("reverse", rev)):
-            for key, q in OWD_QUANTILES:
+            for key in OWD_STATS:
                 if values.get(key) is not None:
-                    self.owd.labels(*labels, direction, q, method).set(values[key] / 1e3)
+                    self.owd.labels(*labels, direction, key, method).set(values[key] / 1e3)
         self.bound.labels(*labels, method).set(bound / 1e3)
         self._shown.add((*labels, method))
 
@@ -51,9 +55,9 @@ class OwdGauges:
             return
         self._shown.discard(key)
         for direction in DIRECTIONS:
-            for _, q in OWD_QUANTILES:
+            for key in OWD_STATS:
                 try:
-                    self.owd.remove(*labels, direction, q, method)
+                    self.owd.remove(*labels, direction, key, method)
                 except KeyError:
                     pass
         try:

@@ -23,7 +23,10 @@ from typing import Any
 
 from wanprobe.errors import OutputError, WanprobeError
 
-SCHEMA_VERSION = 1
+# 2 (issue 36): probes gain each direction's lost and sample counts, so a folded or a windowed
+# loss is a ratio of sums with its interval, not a mean of ratios; a version-1 file gains the
+# columns (NULL in its old rows) when it is opened
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -32,7 +35,8 @@ CREATE TABLE IF NOT EXISTS probes (
   resolution_s REAL NOT NULL DEFAULT 0, sessions INTEGER NOT NULL DEFAULT 1,
   sent INTEGER, received INTEGER, loss_ratio REAL, loss_forward_ratio REAL,
   loss_reverse_ratio REAL, rtt_min_ms REAL, rtt_p50_ms REAL, rtt_p90_ms REAL, rtt_p99_ms REAL,
-  rtt_max_ms REAL, rtt_mean_ms REAL, jitter_ms REAL, error TEXT);
+  rtt_max_ms REAL, rtt_mean_ms REAL, jitter_ms REAL, error TEXT, loss_forward_lost INTEGER,
+  loss_forward_of INTEGER, loss_reverse_lost INTEGER, loss_reverse_of INTEGER);
 CREATE INDEX IF NOT EXISTS probes_peer_ts ON probes(peer, ts);
 CREATE TABLE IF NOT EXISTS throughput (
   id INTEGER PRIMARY KEY, ts REAL NOT NULL, peer TEXT NOT NULL, bits_per_second REAL,
@@ -97,10 +101,16 @@ class ProbeRow:
     loss_ratio: float | None = _column(
         ("loss", "ratio"), "CASE WHEN sum(sent) > 0 THEN sum(loss_ratio * sent) / sum(sent) END",
         default=None)
-    loss_forward_ratio: float | None = _column(("loss", "forward_ratio"),
-                                               "avg(loss_forward_ratio)", default=None)
-    loss_reverse_ratio: float | None = _column(("loss", "reverse_ratio"),
-                                               "avg(loss_reverse_ratio)", default=None)
+    # a direction's ratio folds as lost / of over the bucket (rows of schema 1, without the
+    # counts, as the mean of their ratios)
+    loss_forward_ratio: float | None = _column(
+        ("loss", "forward_ratio"), "CASE WHEN sum(loss_forward_of) > 0 THEN "
+        "1.0 * sum(loss_forward_lost) / sum(loss_forward_of) ELSE avg(loss_forward_ratio) END",
+        default=None)
+    loss_reverse_ratio: float | None = _column(
+        ("loss", "reverse_ratio"), "CASE WHEN sum(loss_reverse_of) > 0 THEN "
+        "1.0 * sum(loss_reverse_lost) / sum(loss_reverse_of) ELSE avg(loss_reverse_ratio) END",
+        default=None)
     rtt_min_ms: float | None = _column(("rtt_ms", "min"), "min(rtt_min_ms)", default=None)
     rtt_p50_ms: float | None = _column(("rtt_ms", "p50"), "avg(rtt_p50_ms)", default=None)
     rtt_p90_ms: float | None = _column(("rtt_ms", "p90"), "max(rtt_p90_ms)", default=None)
@@ -110,6 +120,16 @@ class ProbeRow:
     jitter_ms: float | None = _column(("jitter_ms",), "avg(jitter_ms)", default=None)
     error: str | None = _column(
         (), "CASE WHEN count(error) > 0 THEN count(error) || ' errors' END", default=None)
+    # probes lost on the way out and the probes that could tell (probe/result.py LossStats):
+    # the sample size behind the forward ratio; likewise back
+    loss_forward_lost: int | None = _column(("loss", "forward_lost"), "sum(loss_forward_lost)",
+                                            default=None)
+    loss_forward_of: int | None = _column(("loss", "forward_of"), "sum(loss_forward_of)",
+                                          default=None)
+    loss_reverse_lost: int | None = _column(("loss", "reverse_lost"), "sum(loss_reverse_lost)",
+                                            default=None)
+    loss_reverse_of: int | None = _column(("loss", "reverse_of"), "sum(loss_reverse_of)",
+                                          default=None)
 
     def to_json(self) -> dict[str, Any]:
         return {c: getattr(self, c) for c in PROBE_COLUMNS}
@@ -146,13 +166,24 @@ class Store:
                 raise StoreError(f"{self.path}: cannot switch to WAL mode (got {mode})")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
-                             (str(SCHEMA_VERSION),))
+            self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open history {self.path}: {exc}",
                              exit_code=_exit_code(exc)) from None
         self._lock = threading.Lock()
         self._pending: list[tuple[str, tuple]] = []
+
+    def _migrate(self) -> None:
+        """Bring a history written by an older daemon to SCHEMA_VERSION: add the columns it
+        lacks (SQLite's ADD COLUMN leaves old rows NULL, which every fold reads as unknown)."""
+        have = {r[1] for r in self._db.execute("PRAGMA table_info(probes)")}
+        types = {"int": "INTEGER", "float": "REAL", "str": "TEXT"}
+        for f in fields(ProbeRow):
+            if f.name not in have:
+                sql_type = next(v for k, v in types.items() if str(f.type).startswith(k))
+                self._db.execute(f"ALTER TABLE probes ADD COLUMN {f.name} {sql_type}")
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                         (str(SCHEMA_VERSION),))
 
     # -- writes -------------------------------------------------------------------------------
     def add_probe(self, row: ProbeRow) -> None:

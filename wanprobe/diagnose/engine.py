@@ -21,6 +21,7 @@ from wanprobe.diagnose import (
     rules_ecmp,
     rules_fabric,
     rules_host,
+    rules_loss,
     rules_path,
     verify_limit,
 )
@@ -33,8 +34,8 @@ from wanprobe.diagnose.rule import RuleFn
 from wanprobe.diagnose.transfer import hosts
 
 # the report's rules (measured, host, config)
-ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_ecmp.RULES, *rules_fabric.RULES,
-                                  *rules_host.RULES)
+ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_loss.RULES, *rules_ecmp.RULES,
+                                  *rules_fabric.RULES, *rules_host.RULES)
 # every rule, in table order: the report's, counter health, path events, regressions, and the
 # after-apply verdict (a first-match table: its order is its precedence)
 RULES: tuple[RuleFn, ...] = (*ALL_RULES, *rules_fabric.COUNTER_RULES, *path_findings.RULES,

@@ -16,6 +16,9 @@ from wanprobe.diagnose.measured import Measured
 # ESnet tier used when the link rate is not known (tcp-tuning.md §1.2, R-2: "10G ≤100 ms").
 ASSUMED_LINK_BPS = 10e9
 OPERATOR_SOURCE = "operator (--link-rate)"
+# Default loss SLO: 0.1 % already costs a Reno-like stream most of a long fat path (Mathis: a
+# few tens of Mbit/s at 130 ms), and the issue's subsea paths run at 0.1-1 %.
+LOSS_SLO = 0.001
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class DiagnoseConfig:
     concurrent_flows: int = 16
     roce_prio: int = 3
     dscp: int | None = None  # the DSCP training traffic is meant to carry
+    loss_slo: float = LOSS_SLO  # the loss a path may have (issue 36: a finding above it)
 
 
 def rtt_s(m: Measured) -> tuple[float | None, str | None]:

@@ -114,6 +114,26 @@ class ThroughputMeasured:
 
 
 @dataclass(frozen=True)
+class LossSample:
+    """``lost`` of ``of`` probes (one direction, or the round trip). Its 95 % interval is
+    computed from these counts (the Wilson interval the probe writes, probe/stats.py), so a
+    report's written interval is never trusted over its own counts."""
+
+    lost: int
+    of: int
+
+    @property
+    def ratio(self) -> float:
+        return self.lost / self.of if self.of else 0.0
+
+    @property
+    def ci95(self) -> tuple[float, float]:
+        from wanprobe.probe.stats import wilson_interval
+
+        return wilson_interval(self.lost, self.of)
+
+
+@dataclass(frozen=True)
 class PathMeasured:
     """The probe (``ProbeResult.to_json``: method, ``rtt_ms.min``/``p50``/``p99``,
     ``loss.sent``/``ratio``/``forward_ratio``/``reverse_ratio``, DSCP, the latter None when none
@@ -130,6 +150,18 @@ class PathMeasured:
     loss_forward_ratio: float | None = None
     loss_reverse_ratio: float | None = None
     capacity_source: str | None = None   # also when the capacity was not measured: why
+    # the counts behind the ratios (None: not counted, e.g. a reflector that gives no split)
+    loss_round_trip: LossSample | None = None
+    loss_forward: LossSample | None = None
+    loss_reverse: LossSample | None = None
+    started_at: str | None = None        # ISO 8601 UTC, when the probes began
+    interval_s: float | None = None
+    size_bytes: float | None = None
+
+    def loss_of(self, direction: str) -> LossSample | None:
+        """``forward``, ``reverse`` or ``round_trip``."""
+        return {"forward": self.loss_forward, "reverse": self.loss_reverse,
+                "round_trip": self.loss_round_trip}.get(direction)
 
 
 
@@ -253,12 +285,38 @@ def _throughput(tput: Mapping[str, Any]) -> ThroughputMeasured:
                                   **_figures(StreamFacts, info, "chrono")) for info in streams))
 
 
+def _loss_sample(loss: Any, lost_key: str, of_key: str, ratio_key: str) -> LossSample | None:
+    """The counts behind one written ratio: ``of`` as written (1.2), else recovered from the
+    ratio (a 1.1 report), never guessed where nothing was counted."""
+    loss = loss if isinstance(loss, Mapping) else {}
+    lost, of, ratio = _int(loss.get(lost_key)), _int(loss.get(of_key)), _num(loss, ratio_key)
+    if lost is None or lost < 0:
+        return None
+    if of is None:
+        sent = _int(loss.get("path_sent")) or _int(loss.get("sent"))
+        of = (sent if lost == 0 else round(lost / ratio) if ratio else None)
+    if not of or of < lost:
+        return None
+    return LossSample(lost, of)
+
+
 def _path(path: Mapping[str, Any]) -> PathMeasured:
     dscp = path.get("dscp")
     dscp = dscp if isinstance(dscp, Mapping) else {}   # absent or malformed: not measured
     sent = _int(dscp.get("sent"))
     cap = _num(path, "capacity_bits_per_second")
+    loss = path.get("loss")
+    rt = loss if isinstance(loss, Mapping) else {}
+    rt_of = _int(rt.get("path_sent")) or _int(rt.get("sent"))
+    rt_lost = rt_of - _int(rt.get("received")) if rt_of and _int(rt.get("received")) is not None \
+        else None
     return PathMeasured(
+        loss_round_trip=LossSample(rt_lost, rt_of)
+        if rt_lost is not None and 0 <= rt_lost <= rt_of else None,
+        loss_forward=_loss_sample(loss, "forward_lost", "forward_of", "forward_ratio"),
+        loss_reverse=_loss_sample(loss, "reverse_lost", "reverse_of", "reverse_ratio"),
+        started_at=_text(path.get("started_at")), interval_s=_num(path, "interval_s"),
+        size_bytes=_num(path, "size_bytes"),
         method=str(path.get("method", "stamp")), rtt_min_ms=_num(path, "rtt_ms.min"),
         loss_sent_probes=_num(path, "loss.sent"), loss_ratio=_num(path, "loss.ratio"),
         rtt_p50_ms=_num(path, "rtt_ms.p50"), rtt_p99_ms=_num(path, "rtt_ms.p99"),

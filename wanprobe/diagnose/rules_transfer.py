@@ -253,6 +253,10 @@ def window_finding(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Hosts) 
                     "bits_per_second": "throughput receiver goodput"}}
     if _receiver_lagged(t, window, window_src, cap, rmem, ratio, hs.legacy, m):
         return _app_limited(t, evidence, window, cap, target)
+    if cap is not None and target and cap >= target and t.verdict != "receive_window":
+        # its own evidence would contradict it (issue 36): a window that carries the whole path
+        # did not limit the transfer, whatever share of time the kernel counted rwnd-limited
+        return None
     parts = [f"{t.direction} ({t.sender} → {t.receiver}): measured {mbit(measured)} of "
              f"{mbit(target)}"]
     if cap is not None:

@@ -7,6 +7,17 @@ the raw packet counters over a window (``rate()``), never by the daemon
 Forward is the probing host towards its peer; reverse the way back (RFC 8762 counters).
 Every alert carries ``src_site`` and ``dst_site`` and a summary that names what to look at;
 ``docs/runbook.md`` has one section per alert. The same PromQL serves ``fleet matrix``.
+
+The daemon's names pass ``promtool check metrics`` (daemon/metrics.py): RTT percentiles are
+``wanprobe_rtt_seconds{stat="p50"}`` and goodput ``wanprobe_throughput_bytes_per_second``.
+Daemons that predate issue 36 export ``quantile="0.5"`` and ``wanprobe_throughput_bits_per_second``
+instead; :func:`rtt_series` and :func:`throughput_bits` read both, so a fleet upgraded host by
+host keeps its site-pair figures and alerts, and ``fleet windows`` still finds the hours
+recorded before the upgrade in its look-back. A daemon exports one or the other, so an instant
+query never counts a host pair twice (only an hourly ``fleet windows`` point in the hour of its
+upgrade sees both, as two host pairs of the RTT median); the old forms can go once no such
+daemon runs and a look-back (14 days) has passed. The recorded series keep their names
+(``site_pair:wanprobe_throughput:bits_per_second`` is bit/s, as ``fleet matrix`` reports it).
 """
 
 from __future__ import annotations
@@ -17,6 +28,11 @@ from typing import Any
 PAIR = "src_site, dst_site"
 PATH = "src_site, src_host, dst_site, dst_host"
 FLOOR_METRIC = "wanprobe_path_rtt_floor_seconds"  # exported by the multi-path work (branch paths)
+RTT_METRIC = "wanprobe_rtt_seconds"
+# stat label value -> the quantile label value daemons before issue 36 exported instead
+LEGACY_RTT_QUANTILE = {"p50": "0.5", "p99": "0.99"}
+THROUGHPUT_METRIC = "wanprobe_throughput_bytes_per_second"
+LEGACY_THROUGHPUT_METRIC = "wanprobe_throughput_bits_per_second"  # daemons before issue 36
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,30 @@ def prom_duration(seconds: float) -> str:
     return f"{ms}ms"
 
 
+def _either(now: str, before: str, scale: str, range_s: str, fn: str) -> str:
+    """``now <scale> or before`` (for an aggregation's argument or parentheses); with ``fn`` (a
+    ``*_over_time`` call up to its range argument, e.g. ``quantile_over_time(0.5, ``) and
+    ``range_s`` (``1h``) around each selector, as a range selector must be."""
+    if range_s:
+        now, before = f"{fn}{now}[{range_s}])", f"{fn}{before}[{range_s}])"
+    return f"{now}{scale} or {before}"
+
+
+def rtt_series(selector: str, stat: str, range_s: str = "", fn: str = "") -> str:
+    """``wanprobe_rtt_seconds`` for ``stat`` (p50, p99) under ``selector`` (label matchers,
+    comma-separated), from daemons of either label scheme."""
+    return _either(f'{RTT_METRIC}{{{selector}, stat="{stat}"}}',
+                   f'{RTT_METRIC}{{{selector}, quantile="{LEGACY_RTT_QUANTILE[stat]}"}}',
+                   "", range_s, fn)
+
+
+def throughput_bits(selector: str = "", range_s: str = "", fn: str = "") -> str:
+    """A host pair's last goodput in bit/s (the gauge's bytes × 8), from daemons of either
+    name; ``selector`` as for :func:`rtt_series`."""
+    sel = f"{{{selector}}}" if selector else ""
+    return _either(THROUGHPUT_METRIC + sel, LEGACY_THROUGHPUT_METRIC + sel, " * 8", range_s, fn)
+
+
 def site_pair_queries(s: RuleSettings) -> dict[str, str]:
     """PromQL per site-pair figure; the keys are the recording rules' (and matrix's) names."""
     w, m = prom_duration(s.window_s), f'method="{s.method}"'
@@ -61,15 +101,15 @@ def site_pair_queries(s: RuleSettings) -> dict[str, str]:
     return {
         # median over the pair's host pairs of each one's last-session median
         "site_pair:wanprobe_rtt_p50:seconds":
-            f'quantile by ({PAIR}) (0.5, wanprobe_rtt_seconds{{{m}, quantile="0.5"}})',
+            f"quantile by ({PAIR}) (0.5, {rtt_series(m, 'p50')})",
         # the worst host pair's last-session p99
         "site_pair:wanprobe_rtt_p99:seconds":
-            f'max by ({PAIR}) (wanprobe_rtt_seconds{{{m}, quantile="0.99"}})',
+            f"max by ({PAIR}) ({rtt_series(m, 'p99')})",
         "site_pair:wanprobe_loss_forward:ratio": f"{fwd} / {sent}",
         # replies lost out of the probes that reached the reflector
         "site_pair:wanprobe_loss_reverse:ratio": f"{rev} / ({sent} - {fwd})",
         "site_pair:wanprobe_throughput:bits_per_second":
-            f"avg by ({PAIR}) (wanprobe_throughput_bits_per_second)",
+            f"avg by ({PAIR}) ({throughput_bits()})",
     }
 
 
@@ -128,8 +168,8 @@ def _path_alerts(s: RuleSettings) -> list[dict[str, Any]]:
     base = prom_duration(s.floor_baseline_s)
     now_floor = f"min_over_time({FLOOR_METRIC}[{w}])"
     old_floor = f"min_over_time({FLOOR_METRIC}[{base}])"
-    tput = "wanprobe_throughput_bits_per_second"
-    tbase = f"quantile_over_time(0.5, {tput}[{prom_duration(s.throughput_baseline_s)}])"
+    tput = f"({throughput_bits()})"  # bit/s: the summary's {{ $value }} is the left side
+    tbase = f"({throughput_bits('', prom_duration(s.throughput_baseline_s), 'quantile_over_time(0.5, ')})"
     return [
         _alert("WanprobeRttFloorStep",
                f"({now_floor} > {old_floor} * {1 + s.floor_step_ratio:g}) and "

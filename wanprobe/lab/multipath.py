@@ -16,6 +16,7 @@ rehearsed: traffic moves to the long path live). Nothing is configured in the ro
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import subprocess
 import time
 from collections.abc import Sequence
@@ -169,6 +170,22 @@ class MultipathLab:
         self.paths[i] = new
         registry.write(self.name, self.state())
         return new
+
+    def pin(self, addr: str, path: int) -> Endpoint:
+        """A second address of ``b`` whose traffic takes path ``path`` both ways, whatever the
+        ECMP route: one lab then holds several peers behind paths of different health (a
+        daemon's peers at 0, 0.5 and 3 % loss, issue 36). ``addr`` is added to b's ``wan0``
+        (inside 198.18.2.0/24), r1 routes it over the path, and r2 sends what comes from it back
+        over the same path (a source rule, table 100 + path). Returns the peer's endpoint."""
+        self._check_via([path])
+        if ipaddress.ip_address(addr) not in ipaddress.ip_network(NET_B) or addr in (ADDR_B, ADDR_R2):
+            raise UsageError(f"a pinned address is a free one in {NET_B}, got {addr}")
+        left, right = path_addrs(path)
+        netns.batch(self.ns["b"], [f"addr add {addr}/24 dev wan0"])
+        netns.batch(self.ns["r1"], [f"route replace {addr}/32 via {right} dev p{path}"])
+        netns.batch(self.ns["r2"], [f"route replace {NET_A} via {left} dev p{path} table {100 + path}",
+                                    f"rule add from {addr} table {100 + path}"])
+        return Endpoint(self.ns["b"], "wan0", addr, ADDR_A)
 
     def stats(self, i: int) -> dict:
         """Forwarder counters of path ``i`` (ab = r1→r2, the forward direction)."""

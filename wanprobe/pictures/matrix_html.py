@@ -18,15 +18,22 @@ from wanprobe.pictures.state import DaemonState, PeerState, excess_class
 
 
 def _half(arrow: str, peers: list[PeerState], forward: bool) -> str:
-    key = "forward_ratio" if forward else "reverse_ratio"
+    """One direction of a site pair: the median RTT, and the worst peer's loss over the long
+    window (its sample and interval in the tooltip)."""
+    key = "forward" if forward else "reverse"
     scores = [s for p in peers if (s := p.excess.direction(forward)) is not None]
     score = max(scores) if scores else None
     p50s = [v for p in peers if (v := ((p.last or {}).get("rtt_ms") or {}).get("p50")) is not None]
-    losses = [v for p in peers if (v := ((p.last or {}).get("loss") or {}).get(key)) is not None]
+    losses = [w for p in peers if (w := (p.loss_long or {}).get(key)) is not None and w.of]
+    worst = max(losses, key=lambda w: w.ratio) if losses else None
     text = (f"{arrow} p50 {ms(statistics.median(p50s)) if p50s else '-'} ms, loss "
-            f"{pct(max(losses)) if losses else '-'}")
+            f"{pct(worst.ratio) if worst else '-'}")
     tip = (f"{len(peers)} peers; worst excess {score:.2f} of the regression threshold"
            if score is not None else f"{len(peers)} peers; no baseline yet")
+    if worst is not None:
+        lo, hi = worst.ci95
+        tip += (f"; loss over the last {worst.window_s / 60:g} min {pct(worst.ratio)} (95 % "
+                f"interval {pct(lo)}–{pct(hi)}, {worst.lost:,} of {worst.of:,} probes)")
     return f'<div class="{excess_class(score)}" title="{esc(tip)}">{esc(text)}</div>'
 
 

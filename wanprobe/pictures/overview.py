@@ -24,6 +24,7 @@ from wanprobe.pictures.peer_html import (
     utc,
 )
 from wanprobe.pictures.state import EXCESS_STEPS, DaemonState, PeerState, excess_class
+from wanprobe.probe.loss_window import WindowLoss
 
 MAX_BANDS = 12
 
@@ -54,19 +55,30 @@ def legend() -> Markup:
                   "daemon's regression threshold: " + "".join(parts) + "</p>")
 
 
+def window_loss(w: WindowLoss | None) -> str:
+    """``2.9 % (1.6–5.3 %, n=300)``: a windowed loss with its interval and sample."""
+    if w is None or not w.of:
+        return "-"
+    lo, hi = w.ci95
+    return f"{pct(w.ratio)} ({pct(lo)}–{pct(hi)}, n={w.of:,})"
+
+
 def peer_table(state: DaemonState, window: str | None) -> Markup:
     peers = ranked(state.peers)
     rows = []
     for p in peers:
-        last = p.last or {}
-        rtt, loss = last.get("rtt_ms") or {}, last.get("loss") or {}
+        rtt = (p.last or {}).get("rtt_ms") or {}
+        loss = p.loss_short or {}
         rows.append((link(peer_href(p.name, window), p.name), p.site or "-", p.address, p.method,
                      utc(p.last_ts), ms(rtt.get("p50")), ms(rtt.get("p99")),
-                     pct(loss.get("ratio")), pct(loss.get("forward_ratio")),
-                     pct(loss.get("reverse_ratio")), ms(p.baseline.get("rtt_p50_ms")),
+                     window_loss(loss.get("round_trip")), window_loss(loss.get("forward")),
+                     window_loss(loss.get("reverse")), ms(p.baseline.get("rtt_p50_ms")),
                      _x(p.excess.score), ", ".join(p.degraded) or "-"))
+    short = state.peers[0].loss_short if state.peers and state.peers[0].loss_short else None
+    span = f"last {next(iter(short.values())).window_s / 60:g} min" if short else "window"
     return table(["peer", "site", "address", "method", "last session (UTC)", "p50 ms", "p99 ms",
-                  "loss", "forward", "reverse", "baseline p50 ms", "excess", "regressed"],
+                  f"loss, {span} (95 % interval, probes)", "forward", "reverse",
+                  "baseline p50 ms", "excess", "regressed"],
                  rows, numeric=range(5, 12),
                  row_classes=[excess_class(p.excess.score) for p in peers])
 

@@ -1,6 +1,7 @@
 """``wanprobe report show REPORT --format html``: one self-contained page for a ticket.
 
-The findings with their evidence (the markdown renderer's rows, render_md.evidence_rows), the RTT
+The path's table a carrier asks for (report/ticket.py, as the Markdown ticket), the findings with
+their evidence (the markdown renderer's rows, render_md.evidence_rows) in plain words, the RTT
 distribution of the probe (a histogram of ``rtt_samples_ms`` when the report keeps them, else the
 quantiles it has), per-stream throughput over time in each direction (partial intervals left
 out), and before/after when the report carries a verify (``measurements.verify``: the JSON of
@@ -16,10 +17,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from wanprobe.diagnose.measured import Measured, ThroughputMeasured
+from wanprobe.diagnose.measured import Measured
 from wanprobe.pictures.html import Markup, Page, esc, number, table
 from wanprobe.report.document import Finding, Report
 from wanprobe.report.render_md import evidence_rows
+from wanprobe.report.ticket import path_rows, plain
 from wanprobe.units import format_rate
 
 MAX_FINDINGS = 50
@@ -48,27 +50,9 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.3f} %"
 
 
-def _tput_row(name: str, t: ThroughputMeasured | None) -> tuple[str, str]:
-    if t is None:
-        return name, "not measured"
-    return name, f"{_rate(t.bits_per_second)}, limited by {t.verdict or '?'}, cc {t.cc or '?'}"
-
-
 def summary_rows(report: Report, m: Measured) -> list[tuple[str, str]]:
-    p = m.path
-    rows = [("RTT min / p50 / p99", " / ".join(_ms(v) for v in (
-                (p.rtt_min_ms, p.rtt_p50_ms, p.rtt_p99_ms) if p else (None,) * 3))),
-            ("loss round trip / forward / reverse", " / ".join(_pct(v) for v in (
-                (p.loss_ratio, p.loss_forward_ratio, p.loss_reverse_ratio) if p else (None,) * 3))),
-            ("path MTU", "-" if m.mtu is None or m.mtu.path_mtu_bytes is None
-             else f"{m.mtu.path_mtu_bytes:.0f} bytes"),
-            _tput_row("throughput forward", m.throughput),
-            _tput_row("throughput reverse", m.throughput_reverse)]
-    if m.path is not None and m.path.capacity is not None:
-        rows.append(("path capacity", f"{'≥ ' if m.path.capacity.lower_bound else ''}"
-                                      f"{_rate(m.path.capacity.bits_per_second)} "
-                                      f"({m.path.capacity.source})"))
-    return rows
+    """The path's table: the ticket's rows (report/ticket.py)."""
+    return path_rows(report)
 
 
 def rtt_spec(path: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -124,30 +108,52 @@ def streams_spec(tput: Mapping[str, Any], title: str) -> dict[str, Any] | None:
             "y_label": "Mbit/s", "series": series}
 
 
+def _method(duration_s: float | None, omit_s: float | None) -> str:
+    if not duration_s:
+        return "a test of unknown length"
+    return f"{duration_s - (omit_s or 0):g} s measured after {omit_s or 0:g} s of ramp-up"
+
+
 def verify_spec(report: Report, m: Measured) -> dict[str, Any] | None:
-    """Before (the diagnosed forward rate) and after (the verify's rate past its ramp-up)."""
+    """Before (the diagnosed forward rate past its ramp-up) and after (the verify's test that
+    was measured the same way, if one was: tune apply --verify measures as the report's test
+    did, services/tune.source_method; else its last), by one method: the title says whether
+    both tests had the same length and ramp-up left out, and each bar's note says what it
+    measured (issue 36: a 2 s test with its ramp-up was drawn against a 6 s one without)."""
     after = m.verify
-    if after is None or m.throughput is None:
+    if after is None or m.throughput is None or m.throughput.bits_per_second is None:
         return None
-    before_bps = m.throughput.bits_per_second
-    after_bps = after.bits_per_second_after_omit or after.bits_per_second
-    if before_bps is None or after_bps is None:
+    tput = report.measurements.get("throughput")
+    verify = report.measurements.get("verify")
+    attempts = [a for a in ((verify or {}).get("attempts") or []) if isinstance(a, Mapping)] \
+        if isinstance(verify, Mapping) else []
+    before = _method(number(tput, "requested_duration_s"), number(tput, "omit_s"))
+    like = [a for a in attempts if _method(number(a, "duration_s"), number(a, "omit_s")) == before]
+    last = (like or attempts or [{}])[-1]
+    after_how = _method(number(last, "duration_s"), number(last, "omit_s"))
+    after_bps = (number(last, "bits_per_second_after_omit") or number(last, "bits_per_second")
+                 or after.bits_per_second_after_omit or after.bits_per_second)
+    if after_bps is None:
         return None
-    return {"kind": "bars", "title": "Throughput before and after tuning", "y_label": "Mbit/s",
-            "labels": ["before", "after"], "values": [before_bps / 1e6, after_bps / 1e6],
-            "notes": [f"limited by {m.throughput.verdict or '?'}",
-                      f"limited by {after.verdict or '?'}; next: "
-                      f"{_cut(after.next_step or '-', 200)}"]}
+    same = before == after_how
+    return {"kind": "bars", "title": "Throughput before and after tuning, "
+            + ("by one method: " + before if same else "by different methods (compare with care)"),
+            "y_label": "Mbit/s",
+            "labels": ["before", "after"],
+            "values": [m.throughput.bits_per_second / 1e6, after_bps / 1e6],
+            "notes": [f"{before}; limited by {m.throughput.verdict or '?'}",
+                      f"{after_how}; limited by {after.verdict or '?'}; next: "
+                      f"{_cut(plain(after.next_step or '-', '-'), 200)}"]}
 
 
 def finding_markup(i: int, f: Finding) -> Markup:
     rows = evidence_rows(dict(f.evidence))
+    title = plain(f.title, f.title)
     parts = [f'<div class="finding {esc(f.severity)}"><h3>{i}. <span class="sev-'
-             f'{esc(f.severity)}">[{esc(f.severity.upper())}]</span> {esc(f.title)}</h3>',
-             f"<p><code>{esc(f.id)}</code></p>",
-             f"<p><b>Recommendation:</b> {esc(f.recommendation)}</p>"]
+             f'{esc(f.severity)}">[{esc(f.severity.upper())}]</span> {esc(title)}</h3>',
+             f"<p><b>Recommendation:</b> {esc(plain(f.recommendation, f.recommendation))}</p>"]
     if f.expected_effect:
-        parts.append(f"<p><b>Expected effect:</b> {esc(f.expected_effect)}</p>")
+        parts.append(f"<p><b>Expected effect:</b> {esc(plain(f.expected_effect))}</p>")
     if rows:
         parts.append(table(["evidence", "value", "source"],
                            [(_cut(k, 120), _cut(v), _cut(s)) for k, v, s in
@@ -156,16 +162,18 @@ def finding_markup(i: int, f: Finding) -> Markup:
             parts.append(f"<p class=\"note\">{len(rows) - MAX_EVIDENCE_ROWS} more evidence "
                          "rows in the JSON</p>")
     if f.knobs:
-        parts.append(table(["tuner", "key", "value", "reason"],
-                           [(k.tuner, k.key + (f" on {k.iface}" if k.iface else ""),
-                             _cut(str(k.value)), _cut(k.reason)) for k in f.knobs[:20]]))
+        parts.append(table(["host", "setting", "value", "why"],
+                           [(k.for_host, k.key + (f" on {k.iface}" if k.iface else ""),
+                             _cut(str(k.value)), _cut(plain(k.reason, title)))
+                            for k in f.knobs[:20]]))
     return Markup("".join(parts) + "</div>")
 
 
 def report_page(report: Report, total_findings: int | None = None) -> Page:
     """The page of one report (validated by ``report.document.load``)."""
     r, m = report, report.measured
-    title = f"wanprobe diagnose: {r.host.get('hostname', '?')} → {r.peer.get('address', '?')}"
+    title = (f"Network path report: {r.host.get('address') or r.host.get('hostname', '?')} → "
+             f"{r.peer.get('address', '?')}")
     page = Page(title)
     page.h(1, title)
     page.p(f"report {r.id} (schema {r.schema_version}), {r.created_at}, "

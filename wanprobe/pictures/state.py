@@ -1,6 +1,8 @@
 """What the daemon's page shows of the running daemon, copied on the event loop in one go (a
 snapshot), so the page is then drawn in a worker thread without touching live state: each peer's
-last session and its baseline, the reflector's refusals, where the history is.
+last session, its loss over the short and long windows (probe/loss_window.py: a steady 3 % that
+one 10-probe session shows as 0 % is told with its sample and interval), its baseline, the
+reflector's refusals, where the history is.
 
 The colour of a peer or a site pair is its *excess over its own baseline*, in units of the
 daemon's own regression threshold (daemon/baseline.py): 1.0 is where the daemon would call a
@@ -22,6 +24,7 @@ from typing import Any
 
 from wanprobe.daemon.config import BaselineSettings
 from wanprobe.pictures.html import number
+from wanprobe.probe.loss_window import WindowLoss
 
 # colour classes of page.css: below a quarter of the threshold, half, the threshold, above
 EXCESS_STEPS = ((0.25, "x0"), (0.5, "x1"), (1.0, "x2"), (math.inf, "x3"))
@@ -59,7 +62,9 @@ class Excess:
 
 
 def excess(last: Mapping[str, Any] | None, baseline: Mapping[str, Any],
-           s: BaselineSettings) -> Excess:
+           s: BaselineSettings, loss_window: Mapping[str, WindowLoss] | None = None) -> Excess:
+    """RTT from the last session; loss from the short window's counts where there are some (a
+    single session's 10 probes say nothing below 10 %), else from the last session."""
     if not last:
         return Excess()
 
@@ -71,14 +76,15 @@ def excess(last: Mapping[str, Any] | None, baseline: Mapping[str, Any],
 
     base_loss = baseline.get("loss_ratio")
 
-    def loss(key: str) -> float | None:
-        cur = number(last, "loss", key)
+    def loss(key: str, direction: str) -> float | None:
+        w = (loss_window or {}).get(direction)
+        cur = w.ratio if w is not None and w.of else number(last, "loss", key)
         if cur is None or base_loss is None:
             return None
         return max(cur - base_loss, 0.0) / s.loss_increase
 
-    return Excess(rtt("p50"), rtt("p99"), loss("forward_ratio"), loss("reverse_ratio"),
-                  loss("ratio"))
+    return Excess(rtt("p50"), rtt("p99"), loss("forward_ratio", "forward"),
+                  loss("reverse_ratio", "reverse"), loss("ratio", "round_trip"))
 
 
 @dataclass(frozen=True)
@@ -91,11 +97,14 @@ class PeerState:
     baseline: Mapping[str, Any]
     settings: BaselineSettings
     degraded: tuple[str, ...] = ()
+    # the loss per direction over the short and long windows (None before any session)
+    loss_short: Mapping[str, WindowLoss] | None = None
+    loss_long: Mapping[str, WindowLoss] | None = None
 
     @cached_property
     def excess(self) -> Excess:
         """Computed when first read, in the drawing thread, not on the daemon's loop."""
-        return excess(self.last, self.baseline, self.settings)
+        return excess(self.last, self.baseline, self.settings, self.loss_short)
 
     @property
     def last_ts(self) -> float | None:
@@ -131,12 +140,15 @@ def snapshot(daemon: Any) -> DaemonState:
     from wanprobe import __version__
 
     cfg, last, tracker = daemon.cfg, daemon.last_probes, daemon.baseline
+    windows, now = daemon.loss_windows, time.time()
     peers = []
     for p in daemon.peers:
         base = tracker.baseline(p.name)
         doc = last.get(p.name)
         peers.append(PeerState(p.name, p.site, p.address, p.methods[0], doc, base, cfg.baseline,
-                               tuple(k for k, v in tracker.degraded(p.name).items() if v)))
+                               tuple(k for k, v in tracker.degraded(p.name).items() if v),
+                               windows.loss(p.name, "short", now),
+                               windows.loss(p.name, "long", now)))
     refusals: Mapping[str, int] = {}
     if hasattr(daemon.reflector, "refusals"):
         try:

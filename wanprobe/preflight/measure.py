@@ -1,6 +1,7 @@
 """Measure every host of a job from the launching host, all in parallel, within one deadline.
 
-Per host: resolve the name; a STAMP session to its reflector (RFC 8762; the shared sender of
+Per host: resolve the name — through the mesh file when one is given (the address the fleet
+probes it at; the daemons' own peer names and sites), else DNS; a STAMP session to its reflector (RFC 8762; the shared sender of
 probe/sender.py, one socket for all hosts); where no reflector answers, an ICMP echo session
 instead (RFC 792; needs CAP_NET_RAW); where one answers, a DF-bit path MTU search against it
 (probe/mtu.py) and its host facts over the control channel (throughput/host_facts_op.py,
@@ -13,10 +14,11 @@ cancelled. What finished is kept; a host that did not is reported as such.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,6 +57,9 @@ class HostMeasure:
     entry: HostEntry
     address: str | None = None
     error: str | None = None        # the name did not resolve, the run timed out, ...
+    resolved: str | None = None     # how the address was found: address, mesh or dns
+    mesh_name: str | None = None    # its name in the mesh (the daemons' peer name), site there
+    site: str | None = None
     local: bool = False
     stamp: ProbeResult | None = None
     stamp_error: str | None = None
@@ -65,6 +70,11 @@ class HostMeasure:
     facts: HostFacts | None = None
     facts_error: str | None = None
     finished: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """What the local daemon may call it: its mesh name, then the name given."""
+        return tuple(dict.fromkeys(n for n in (self.mesh_name, self.entry.host) if n))
 
     @property
     def probe(self) -> ProbeResult | None:
@@ -156,12 +166,51 @@ async def _path_mtu(m: HostMeasure, plan: ProbePlan) -> None:
         m.mtu_error = _why(exc)
 
 
+class MeshNames:
+    """A mesh file's hosts by name and by address: a job host found here takes the mesh's
+    address without DNS (the one the fleet probes and scrapes: ``fleet targets``), and its
+    mesh name and site. A name matches case-insensitively, without a trailing dot, and by its
+    first label where the mesh lists short names and the job FQDNs (as daemon/mesh.find_self)."""
+
+    def __init__(self, hosts: Iterable[Any] = ()) -> None:
+        self.by_name = {h.name.lower().rstrip("."): h for h in hosts}
+        self.by_address = {h.address: h for h in self.by_name.values()}
+
+    def name(self, host: str) -> Any:
+        key = host.lower().rstrip(".")
+        return self.by_name.get(key) or self.by_name.get(key.split(".")[0])
+
+    def address(self, address: str | None) -> Any:
+        try:
+            return self.by_address.get(str(ipaddress.ip_address(address or "")))
+        except ValueError:
+            return None
+
+
+async def _address(m: HostMeasure, threads: _Threads, names: MeshNames) -> bool:
+    """Fill ``m.address`` (the mesh's, the literal, or DNS) and its mesh name and site; False
+    (with ``m.error``) when the name does not resolve."""
+    from wanprobe.probe.peer import numeric_family
+
+    found = names.name(m.entry.host)
+    if found is not None and numeric_family(m.entry.host) is None:
+        m.address, m.resolved = found.address, "mesh"
+    else:
+        try:
+            m.address = await threads.run(lambda: _resolve(m.entry.host))
+        except (WanprobeError, OSError) as exc:
+            m.error = f"{m.entry.host} {_why(exc)}"
+            return False
+        m.resolved = "address" if numeric_family(m.entry.host) is not None else "dns"
+        found = names.address(m.address)
+    if found is not None:
+        m.mesh_name, m.site = found.name, found.site
+    return True
+
+
 async def _one(m: HostMeasure, plan: ProbePlan, interval_s: float, threads: _Threads,
-               local: frozenset[str], deadline: float) -> None:
-    try:
-        m.address = await threads.run(lambda: _resolve(m.entry.host))
-    except (WanprobeError, OSError) as exc:
-        m.error = f"{m.entry.host} {_why(exc)}"
+               local: frozenset[str], deadline: float, names: MeshNames) -> None:
+    if not await _address(m, threads, names):
         m.finished = True
         return
     facts = None
@@ -196,13 +245,16 @@ def fit(plan: ProbePlan, hosts: int, budget_s: float) -> tuple[ProbePlan, float]
 
 
 async def measure(entries: list[HostEntry], plan: ProbePlan, deadline: float,
-                  local: frozenset[str] = frozenset(), grace_s: float = 0.5) -> list[HostMeasure]:
+                  local: frozenset[str] = frozenset(), grace_s: float = 0.5,
+                  names: MeshNames | None = None) -> list[HostMeasure]:
     """Every host measured at once; returns at ``deadline`` (time.monotonic()) at the latest.
-    ``local``: this host's addresses (a job host that is this host is read, not probed)."""
+    ``local``: this host's addresses (a job host that is this host is read, not probed);
+    ``names``: the mesh's hosts, resolved before DNS is asked."""
     out = [HostMeasure(e) for e in entries]
     plan, interval_s = fit(plan, len(entries), deadline - time.monotonic())
     threads = _Threads()
-    tasks = [asyncio.ensure_future(_one(m, plan, interval_s, threads, local, deadline))
+    tasks = [asyncio.ensure_future(_one(m, plan, interval_s, threads, local, deadline,
+                                        names or MeshNames()))
              for m in out]
     _done, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
     for t in pending:

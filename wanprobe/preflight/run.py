@@ -4,7 +4,10 @@ The document: ``{"go", "hosts": [{"host", "go", "reasons": [{"code", "text"}], .
 "nccl_env": {"variables", "by_site", "notes", "text"}, "elapsed_s", "bound_s", "notes"}``.
 ``go`` is true only when every host is go. The run is bounded by ``bound_s`` from the moment
 the command started, whatever the hosts do (measure.py); judging and the NCCL computation take
-milliseconds after that and are not bounded separately.
+milliseconds after that and are not bounded separately. With a mesh file, job hosts named there
+take the mesh's address (no DNS) and site. Each host's ``rate`` is what its buffers were judged
+against (judge.host_rates: its path's measured or ``--link-rate`` figure, at most the job's
+``--rate``); NCCL's sockets and buffer are sized for the fastest of them, never for the NIC.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any
 
 from wanprobe.daemon.mesh import Mesh, load_mesh
 from wanprobe.preflight.hostlist import parse_host_list
-from wanprobe.preflight.judge import Thresholds, verdicts
-from wanprobe.preflight.measure import HostMeasure, ProbePlan, measure
+from wanprobe.preflight.judge import Rate, Thresholds, host_rates, verdicts
+from wanprobe.preflight.measure import HostMeasure, MeshNames, ProbePlan, measure
 
 # Time kept back from the bound for cancelled probes to unwind and for judging: a tenth of
 # it, at most 1.5 s (measure.py gives the unwinding half of that).
@@ -34,17 +37,20 @@ class PreflightOptions:
     bound_s: float = 30.0
     max_hosts: int = 1024
     history: Path | None = None          # the local daemon's history.sqlite3, if one runs
-    history_window_s: float = 3600.0
+    history_window_s: float = 3600.0     # reroutes and RTT floors
+    capacity_window_s: float = 7 * 86400.0  # network-limited throughput tests (path capacity)
     mesh: Path | None = None             # sites of the hosts (cross-datacenter NCCL settings)
     nccl_version: tuple[int, int] = (2, 21)
     sys_root: Path = Path("/sys")
 
 
-def _host_json(m: HostMeasure, reasons: list) -> dict[str, Any]:
+def _host_json(m: HostMeasure, reasons: list, rate: Rate | None) -> dict[str, Any]:
     p = m.probe
     out: dict[str, Any] = {"host": m.entry.host, "go": not reasons,
                            "reasons": [r.to_json() for r in reasons],
-                           "address": m.address, "port": m.entry.port, "local": m.local}
+                           "address": m.address, "resolved": m.resolved, "port": m.entry.port,
+                           "mesh_name": m.mesh_name, "site": m.site, "local": m.local,
+                           "rate": rate.to_json() if rate else None}
     if p is not None:
         out |= {"method": p.method, "sent": p.loss.sent, "received": p.loss.received,
                 "loss_ratio": round(p.loss.ratio, 6),
@@ -64,26 +70,32 @@ def _history(opts: PreflightOptions, notes: list[str]):
         notes.append("no daemon history here: reroutes in the last hour not checked")
         return None
     try:
-        return read_history(opts.history, time.time() - opts.history_window_s)
+        now = time.time()
+        return read_history(opts.history, now - opts.history_window_s,
+                            now - opts.capacity_window_s)
     except (OSError, ValueError, sqlite3.Error) as exc:
         notes.append(f"daemon history {opts.history} unreadable ({exc}): reroutes not checked")
         return None
 
 
-def _egress(ms: list[HostMeasure], sys_root: Path) -> tuple[str | None, float | None]:
-    """The interface toward the job (``ip route get`` to a host that answered) and its speed
-    (/sys/class/net/IFACE/speed, Mbit/s): the rate to judge a job by when it did not say."""
+def _egress(ms: list[HostMeasure]) -> str | None:
+    """The interface toward the job (``ip route get`` to a host that answered), for
+    NCCL_SOCKET_IFNAME. Its speed is not asked: a NIC's speed is not its path's."""
     from collectors.route import route_get
 
     far = next((m.address for m in ms if m.address and not m.local and m.probe), None)
     route = route_get(far) if far else None
-    if route is None or route.iface is None:
-        return None, None
-    try:
-        speed = int((sys_root / "class/net" / route.iface / "speed").read_text().strip())
-    except (OSError, ValueError):
-        return route.iface, None
-    return route.iface, (speed * 1e6 if speed > 0 else None)
+    return route.iface if route is not None else None
+
+
+def _rate_notes(ms: list[HostMeasure], rates: list[Rate | None], notes: list[str]) -> None:
+    unjudged = [m.entry.host for m, r in zip(ms, rates, strict=True) if r is None and m.facts]
+    if unjudged:
+        notes.append(f"buffers and congestion control not judged for {len(unjudged)} of "
+                     f"{len(ms)} hosts ({', '.join(unjudged[:5])}{', ...' if len(unjudged) > 5 else ''}): "
+                     "the local daemon's history has no throughput test the path limited and "
+                     "neither --link-rate (what the paths carry) nor --rate (what the job needs) "
+                     "was given; a NIC's speed is not its path's")
 
 
 def _nccl(ms: list[HostMeasure], opts: PreflightOptions, mesh: Mesh | None,
@@ -125,8 +137,10 @@ def _job_sites(ms: list[HostMeasure], mesh: Mesh | None, notes: list[str]) -> di
 
     if mesh is None:
         return {None: None}
-    by_key = {k.lower(): h.site for h in mesh.hosts for k in (h.name, h.address)}
-    sites = {by_key.get(m.entry.host.lower()) or by_key.get(str(m.address)) for m in ms}
+    names = MeshNames(mesh.hosts)  # as measure() found them: by the mesh's name or address
+    found = [m.site or getattr(names.name(m.entry.host) or names.address(m.address), "site",
+                               None) for m in ms]
+    sites = set(found)
     if None in sites:
         notes.append("some hosts are not in the mesh: the sites the job spans are unknown")
         return {None: None}
@@ -151,16 +165,16 @@ def preflight(text: str, opts: PreflightOptions, started: float) -> dict[str, An
     reserve_s = min(RESERVE_S, opts.bound_s / 10)
     deadline = started + opts.bound_s - reserve_s
     ms = asyncio.run(measure(entries, opts.plan, deadline, _local_addresses(),
-                             grace_s=reserve_s / 2))
+                             grace_s=reserve_s / 2,
+                             names=MeshNames(mesh.hosts if mesh else ())))
     notes: list[str] = []
     history = _history(opts, notes)
-    iface, speed_bps = _egress(ms, opts.sys_root)
-    rate = opts.thresholds.rate_bps or speed_bps
-    if rate is None:
-        notes.append("no --rate and the NIC speed toward the job is unknown: buffers and "
-                     "congestion control not judged")
-    results = verdicts(ms, replace(opts.thresholds, rate_bps=rate), history, opts.bound_s)
-    doc = {"go": all(not r for _, r in results), "hosts": [_host_json(m, r) for m, r in results],
-           "nccl_env": _nccl(ms, opts, mesh, rate, iface)}
+    rates = host_rates(ms, opts.thresholds, history)
+    _rate_notes(ms, rates, notes)
+    results = verdicts(ms, opts.thresholds, history, opts.bound_s, rates)
+    fastest = max((r.bits_per_second for r in rates if r), default=None)
+    doc = {"go": all(not r for _, r in results),
+           "hosts": [_host_json(m, r, rate) for (m, r), rate in zip(results, rates, strict=True)],
+           "nccl_env": _nccl(ms, opts, mesh, fastest, _egress(ms))}
     return doc | {"elapsed_s": round(time.monotonic() - started, 3), "bound_s": opts.bound_s,
                   "notes": notes}

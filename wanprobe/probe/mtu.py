@@ -23,7 +23,7 @@ import time
 
 from wanprobe.errors import ProbeError, UsageError
 from wanprobe.probe import timestamps as ts
-from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer
+from wanprobe.probe.peer import IP_HEADER_BYTES, resolve_peer, silence_line, udp_silence_reason
 from wanprobe.probe.result import MtuResult, MtuStep
 from wanprobe.probe.sender import STAMP_PORT, UDP_HEADER
 from wanprobe.probe.stamp_packet import (
@@ -148,8 +148,9 @@ async def probe_path_mtu(peer: str, *, port: int = STAMP_PORT, timeout_s: float 
         probe = _Prober(sock, family, timeout_s or 2.0, tries, key)
         t0 = time.monotonic()
         if not await probe.passes(smallest, tries=3):
-            raise ProbeError(f"no STAMP reply from {peer} port {port}: is `wanprobe reflect` "
-                             "running there?")
+            reason = await udp_silence_reason(peer, port, probe.timeout_s)
+            raise ProbeError(silence_line(f"{peer} port {port}", reason, keyed=key is not None,
+                                          lead="no STAMP reply from"))
         if timeout_s is None:
             rtts = [time.monotonic() - t0]
             for _ in range(2):

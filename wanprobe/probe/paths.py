@@ -111,9 +111,10 @@ async def probe_ports(addr: str, port: int, ports: list[int], *, count: int, int
 async def measure_paths(peer: str, *, flows: int = 16, count: int = 100, interval_s: float = 0.1,
                         port: int = STAMP_PORT, timeout_s: float = 2.0, max_ttl: int = 16,
                         trace_tries: int = 12, trace_wait_s: float = 1.0,
-                        src_ports: list[int] | None = None) -> PathsResult:
+                        src_ports: list[int] | None = None, hmac_key=None) -> PathsResult:
     """Trace and probe ``flows`` flows to ``peer`` (IPv4), from ``src_ports`` when given (one
-    per flow) or from ephemeral ports; see the module docstring."""
+    per flow) or from ephemeral ports, the STAMP sessions authenticated with ``hmac_key`` (RFC
+    8762 §4.4; the trace's TTL-limited probes stay unsigned); see the module docstring."""
     if src_ports is not None:
         if len(set(src_ports)) != len(src_ports) or not all(1 <= p <= 65535 for p in src_ports):
             raise UsageError("source ports must be distinct and within 1-65535")
@@ -125,6 +126,6 @@ async def measure_paths(peer: str, *, flows: int = 16, count: int = 100, interva
     traces = await trace_ports(addr, port, src_ports or [0] * flows, max_ttl=max_ttl, tries=trace_tries,
                                wait_s=trace_wait_s)
     results = await probe_ports(addr, port, [t.src_port for t in traces], count=count,
-                                interval_s=interval_s, timeout_s=timeout_s)
+                                interval_s=interval_s, timeout_s=timeout_s, hmac_key=hmac_key)
     return PathsResult(peer, port, tuple(FlowResult(t, r) for t, r in
                                          zip(traces, results, strict=True)))

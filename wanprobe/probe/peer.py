@@ -6,7 +6,7 @@ import asyncio
 import re
 import socket
 
-from wanprobe.errors import UsageError, shown
+from wanprobe.errors import UsageError, WanprobeError, shown
 
 IP_HEADER_BYTES = {socket.AF_INET: 20, socket.AF_INET6: 40}
 
@@ -61,12 +61,16 @@ async def resolve_peer(peer: str) -> tuple[int, str]:
 
 NO_REPLY = "no reply"
 PORT_UNREACHABLE = "port unreachable (ICMP error)"
+ANSWERS_UNSIGNED = "answers unauthenticated probes"
 
 
 async def udp_silence_reason(peer: str, port: int, timeout_s: float) -> str:
     """Why a UDP peer sent nothing back: PORT_UNREACHABLE when one datagram to ``peer``:``port``
     from a connected socket draws an ICMP port unreachable (the kernel reports it as
-    ECONNREFUSED on a connected UDP socket, RFC 1122 §4.1.3.3 / udp(7)), else NO_REPLY."""
+    ECONNREFUSED on a connected UDP socket, RFC 1122 §4.1.3.3 / udp(7)); ANSWERS_UNSIGNED when
+    that datagram, an unauthenticated STAMP test packet, is answered (a reflector in
+    authenticated mode drops it unanswered, RFC 8762 §4.4, so whoever answers runs without a
+    key); else NO_REPLY."""
     family, addr = await resolve_peer(peer)
     loop = asyncio.get_running_loop()
     with socket.socket(family, socket.SOCK_DGRAM) as sock:
@@ -79,4 +83,42 @@ async def udp_silence_reason(peer: str, port: int, timeout_s: float) -> str:
             return PORT_UNREACHABLE
         except (OSError, TimeoutError):
             return NO_REPLY
-    return NO_REPLY
+    return ANSWERS_UNSIGNED
+
+
+def silence_line(where: str, reason: str, *, keyed: bool, lead: str = "no reply from") -> str:
+    """The one line for a STAMP peer that answered none of a run's probes (``where``: "HOST port
+    N"; ``reason``: :func:`udp_silence_reason`; ``keyed``: the probes carried an HMAC).
+
+    A reflector in authenticated mode drops unsigned probes without a word (RFC 8762 §4.4), and
+    one without a key cannot answer signed probes in a form the sender accepts, so silence from
+    an open port is most often a key mismatch: the line says which way. Callers say it only
+    when nothing came back; a run with some replies has loss, not a key problem."""
+    head = f"{lead} {where}"
+    if reason == PORT_UNREACHABLE:
+        return f"{head}: {PORT_UNREACHABLE}: no reflector listens there"
+    if keyed and reason == ANSWERS_UNSIGNED:
+        return (f"{head} to authenticated probes, but it answers unauthenticated ones: its "
+                "reflector runs without a key, so the key may not match (probe without "
+                "--hmac-key-file, or give the reflector the same key)")
+    if keyed:
+        return (f"{head} to authenticated probes: the key may not match its reflector's "
+                "--hmac-key-file (else the reflector is down or the probes are filtered)")
+    if reason == ANSWERS_UNSIGNED:
+        return (f"{head} during the run, though it answered a probe sent after it: the path or "
+                "the reflector dropped every probe of the run")
+    return (f"{head}: if its reflector runs with --hmac-key-file, pass the same key "
+            "(--hmac-key-file); else the reflector is down or the probes are filtered")
+
+
+def no_reply(host: str, method: str, kw: dict) -> WanprobeError:
+    """The exit-1 error of a run nothing answered (as ping(8)), saying why. For STAMP, what the
+    port's silence says (:func:`udp_silence_reason`) and whether a key is the likely cause
+    (:func:`silence_line`: a keyed reflector drops unsigned probes unanswered, RFC 8762 §4.4);
+    ``probe``, ``probe --flows`` and ``paths`` raise it only when zero replies came back."""
+    where = f"{host}" if method == "icmp" else f"{host} port {kw['port']}"
+    if method != "stamp":
+        return WanprobeError(f"no probe to {where} was answered: {NO_REPLY}", exit_code=1)
+    reason = asyncio.run(udp_silence_reason(host, kw["port"], kw["timeout_s"]))
+    return WanprobeError(silence_line(where, reason, keyed=kw.get("hmac_key") is not None),
+                         exit_code=1)

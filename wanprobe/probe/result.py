@@ -133,6 +133,9 @@ class LossStats:
             "ci95": ci(self.ci95), "forward_ci95": ci(self.forward_ci95),
             "reverse_ci95": ci(self.reverse_ci95), "forward_lost": self.forward_lost,
             "reverse_lost": self.reverse_lost, "late": self.late,
+            # the sample behind each ratio (1.2, issue 36): a loss figure carries its size
+            "path_sent": self.path_sent, "forward_of": self.forward_of,
+            "reverse_of": self.reverse_of,
             "reflector_rate_limited": self.reflector_rate_limited,
             "reflector_replays_refused": self.reflector_replays_refused,
             "reflector_resets": self.reflector_resets,
@@ -145,9 +148,11 @@ class LossStats:
         ``reverse_of`` are not written: recovered from the written counts and ratios."""
         (sent, received, ci95, f_lost, r_lost, f_ratio, r_ratio, f_ci, r_ci, late, limited,
          replays, resets, unattributed) = fields(doc, "path.loss", LOSS_KEYS)
-        return cls(sent, received, pair(ci95), f_lost, _count_of(f_lost, f_ratio, sent), r_lost,
-                   _count_of(r_lost, r_ratio, sent), pair(f_ci), pair(r_ci), late, limited,
-                   replays, resets, unattributed)
+        f_of, r_of = doc.get("forward_of"), doc.get("reverse_of")  # written since 1.2
+        return cls(sent, received, pair(ci95), f_lost,
+                   f_of if _is_count(f_of) else _count_of(f_lost, f_ratio, sent), r_lost,
+                   r_of if _is_count(r_of) else _count_of(r_lost, r_ratio, sent), pair(f_ci),
+                   pair(r_ci), late, limited, replays, resets, unattributed)
 
 
 @dataclass(frozen=True)
@@ -305,6 +310,10 @@ class MtuResult:
         *head, steps = fields(doc, "mtu", MTU_KEYS)
         return cls(*head, objects(steps, "mtu.steps", lambda s, at: MtuStep(
             *fields(s, at, ("size_bytes", "passed", "tries")))))
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _count_of(lost: int | None, ratio: float | None, sent: int) -> int | None:

@@ -27,7 +27,7 @@ from wanprobe.userfiles import read_json
 # measurements add "throughput_reverse", "peer_facts", "capacity"; path adds
 # "capacity_bits_per_second"/"capacity_source"; host adds "facts" and "address". Only optional
 # keys were added, so 1.0 readers still read 1.1 documents.
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
 
 

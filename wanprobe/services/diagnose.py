@@ -27,11 +27,12 @@ from wanprobe import __version__
 from wanprobe.diagnose.engine import run_rules
 from wanprobe.diagnose.host_config import read_host_config
 from wanprobe.diagnose.host_inputs import Host
-from wanprobe.diagnose.inputs import ASSUMED_LINK_BPS, OPERATOR_SOURCE, DiagnoseConfig
+from wanprobe.diagnose.inputs import ASSUMED_LINK_BPS, LOSS_SLO, OPERATOR_SOURCE, DiagnoseConfig
 from wanprobe.diagnose.tcp_verdict import against_capacity
 from wanprobe.errors import ProbeError, UsageError, WanprobeError
 from wanprobe.models.tcp_ramp import TestTime, tcp_test_time
 from wanprobe.probe.peer import check_peer
+from wanprobe.probe.stats import Z95
 from wanprobe.report.document import SCHEMA_VERSION, Report
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ STAMP_PORT = 862
 # wanprobe's reflector answers datagrams up to 9216 B (reflector.MAX_DATAGRAM) + IPv4/UDP headers
 REFLECTOR_MAX_IP_BYTES = 9216 + 20 + 8
 TRAINING_DSCP = 26  # AF31: the RoCE/NCCL convention (NCCL_IB_TC=106, roce-nccl.md §2.6)
+PROBE_PPS = 1000.0  # probes/s: ~0.8 Mbit/s of 100-byte probes, a fifth of the reflector's limit
 
 
 @dataclass(frozen=True)
@@ -63,14 +65,21 @@ class DiagnoseOptions:
     reverse: bool = True           # also measure peer → this host (issue 13: both ends)
     capacity: bool = True          # measure the path capacity with UDP bursts
     concurrent_flows: int = 16     # flows per host for the memory budget (NCCL sockets × peers)
+    loss_slo: float = LOSS_SLO     # the loss the path may have (a finding above it)
 
     @property
-    def probe_count(self) -> int:
-        return 200 if self.mode == "quick" else 1000
+    def probe_seconds(self) -> float:
+        """How long the probes run: enough at PROBE_PPS to resolve the default 0.1 % SLO with
+        no loss seen (z²/SLO ≈ 3,840 probes; diagnose/rules_loss.py), longer with --full."""
+        return 4.0 if self.mode == "quick" else 10.0
 
-    @property
-    def probe_interval_s(self) -> float:
-        return 0.01
+    def probe_plan(self, limit_pps: int | None) -> tuple[int, float]:
+        """(probes, interval): PROBE_PPS, or PACE_SHARE of the reflector's own limit when it
+        answers fewer (a third-party reflector's 256 per second), for ``probe_seconds``."""
+        from wanprobe.probe.rate_guard import PACE_SHARE
+
+        pps = PROBE_PPS if not limit_pps else min(PROBE_PPS, PACE_SHARE * limit_pps)
+        return max(int(pps * self.probe_seconds), 100), 1.0 / pps
 
     @property
     def throughput_s(self) -> float:
@@ -120,16 +129,32 @@ def _guard(errors: dict[str, str], part: str, fn: Callable[[], Any]) -> Any:
     return None
 
 
-def measure_path(opts: DiagnoseOptions) -> ProbeResult:
-    from wanprobe.probe.api import run_probe
+def measure_path(opts: DiagnoseOptions, say: Progress) -> ProbeResult:
+    """The STAMP probes: at the rate the reflector takes, long enough to resolve the loss SLO
+    (DiagnoseOptions.probe_plan); ProbeError when nothing answered (exit 5)."""
+    import asyncio
 
+    from wanprobe.probe.api import run_probe
+    from wanprobe.probe.peer import resolve_peer
+    from wanprobe.probe.rate_guard import ask_limit_pps
+
+    async def limit() -> int | None:
+        _family, addr = await resolve_peer(opts.peer)
+        return await ask_limit_pps(addr, opts.port, timeout_s=2.0, hmac_key=opts.hmac_key)
+
+    count, interval_s = opts.probe_plan(asyncio.run(limit()))
+    say(f"probing {opts.peer} (STAMP, {count} probes at {1 / interval_s:.0f}/s, DSCP "
+        f"{opts.dscp}: loss resolved to about {Z95 ** 2 / count:.2%} with none seen)")
     key = {"hmac_key": opts.hmac_key} if opts.hmac_key is not None else {}
-    res = run_probe(opts.peer, "stamp", port=opts.port, count=opts.probe_count,
-                    interval_s=opts.probe_interval_s, dscp=opts.dscp, **key)
+    res = run_probe(opts.peer, "stamp", port=opts.port, count=count, interval_s=interval_s,
+                    dscp=opts.dscp, **key)
     if not res.loss.received:
         # no reply at all says nothing about the path, only that no reflector answers
         raise ProbeError(f"no STAMP reply from {opts.peer} port {opts.port}: is `wanprobe "
-                         "reflect` running there?")
+                         "reflect` running there? " + (
+                             "(the key given may not be its key)" if opts.hmac_key else
+                             "(a reflector run with --hmac-key-file drops unsigned probes: "
+                             "pass its key with --hmac-key-file)"))
     return res
 
 
@@ -336,8 +361,7 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
     if opts.counters:
         say("sampling counters")
         before = _guard(errors, "counters", lambda: snapshot(sys_root, proc_root))
-    say(f"probing {opts.peer} (STAMP, {opts.probe_count} probes, DSCP {opts.dscp})")
-    probe = _guard(errors, "path", lambda: measure_path(opts))
+    probe = _guard(errors, "path", lambda: measure_path(opts, say))
     say("searching the path MTU")
     mtu = _guard(errors, "mtu", lambda: measure_mtu(opts)) if probe is not None else None
     if probe is None:
@@ -362,7 +386,8 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
                     "errors": errors}
     say("evaluating rules")
     findings = run_rules(measurements, host, DiagnoseConfig(
-        link_rate_bps=opts.link_rate_bps, dscp=opts.dscp, concurrent_flows=opts.concurrent_flows))
+        link_rate_bps=opts.link_rate_bps, dscp=opts.dscp, concurrent_flows=opts.concurrent_flows,
+        loss_slo=opts.loss_slo))
     return Report(
         id=uuid.uuid4().hex[:16], created_at=started,
         tool={"name": "wanprobe", "version": __version__}, host=host,

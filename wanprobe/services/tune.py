@@ -57,7 +57,7 @@ class TuneSession:
         from tuners.registry import build_tuners
 
         proc, sys_ = existing_dir(proc_root, "--proc-root"), existing_dir(sys_root, "--sys-root")
-        if netns:
+        if netns is not None:  # --netns "" is refused (tuners.netns.enter), never "here"
             ns.enter(netns)
         nft = os.environ.get("WANPROBE_NFT", "nft")
         tuners = build_tuners(proc, sys_, nft=nft or None, allow_network_control_dscp=allow_nc_dscp)
@@ -123,29 +123,35 @@ class TuneSession:
     def apply(self, plan: Any, *, persist_dir: Path | None = None, verify: str | None = None,
               hmac_key: bytes | None = None) -> Applied:
         """Apply ``plan`` as a transaction (journal first, each value verified, undone on
-        failure); with ``verify`` re-measure the path to that peer (diagnose/verify.py)."""
+        failure); with ``verify`` re-measure the path to that peer (diagnose/verify.py) by the
+        method of the test the plan was made from (:func:`source_method`)."""
         from tuners import plan as plan_mod
         from tuners import transaction
 
         self.recover()
         journal, prep = transaction.apply_plan(plan, self.tuners, self.store,
                                                host_id=plan_mod.host_id(), persist_dir=persist_dir)
-        return Applied(journal, prep, self.verify(verify, hmac_key))
+        return Applied(journal, prep, self.verify(verify, hmac_key, source_method(plan)))
 
-    def verify(self, peer: str | None, hmac_key: bytes | None = None) -> Any:
+    def verify(self, peer: str | None, hmac_key: bytes | None = None,
+               method: dict[str, float] | None = None) -> Any:
         """The closed loop after an apply (None without a peer, or when it could not measure:
-        the plan is applied and journalled; only the re-measure failed, said in one line)."""
+        the plan is applied and journalled; only the re-measure failed, said in one line).
+        ``method``: the before test's ``duration_s`` and ``omit_s``, so before and after are
+        measured alike (issue 36); verify_path's own defaults without it."""
         if not peer:
             return None
         from wanprobe.diagnose.verify import verify_path
 
         try:
-            return verify_path(peer, hmac_key=hmac_key)
+            return verify_path(peer, hmac_key=hmac_key, **(method or {}))
         except WanprobeError as exc:
             self.say(f"wanprobe: applied, but --verify could not measure {peer}: {exc}")
             return None
 
     def rollback(self, journal_id: str | None, *, force: bool = False) -> Any:
+        """The journal rolled back; tuners.transaction.RollbackIncomplete (a TuneError, exit 6)
+        carrying the journal when a key was left as it is (see :func:`outcome`)."""
         from tuners import transaction
 
         if journal_id:
@@ -171,6 +177,41 @@ class TuneSession:
         return rows
 
 
+def outcome(entry: Any) -> str:
+    """What a rollback did to one journal entry's key, as one line: restored (over a value
+    someone else set, with --force), already at its old value, or not restored and why. The
+    words come from the entry's status and the note the rollback wrote for it
+    (tuners.transaction._restore), never from a note of an earlier run."""
+    from tuners.transaction import ALREADY_OLD
+
+    c = entry.change
+    what = f"{c.tuner} {c.key}"
+    if entry.status == "restored":
+        if entry.note == ALREADY_OLD:
+            return f"unchanged {what} = {c.old} (already at its old value)"
+        return f"restored {what} = {c.old}" + (f" ({entry.note})" if entry.note else "")
+    if entry.status == "pending":
+        return f"untouched {what}: the apply never wrote it"
+    return f"NOT restored {what} (old value {c.old}): {entry.note or 'not attempted'}"
+
+
+def drift_error(rows: list[dict[str, Any]]) -> WanprobeError | None:
+    """The exit-9 error of ``tune status`` when a live value differs from what an applied plan
+    set (errors.DriftFound; the output is printed first), naming the drifted keys; else None."""
+    from wanprobe.errors import DriftFound
+
+    drifted = [(r["journal"], e) for r in rows for e in r.get("entries", ()) if e["drift"]]
+    if not drifted:
+        return None
+    keys = "; ".join(f"{e['key']} live {e['live']!r}, applied {e['wanted']!r}"
+                     for _j, e in drifted[:5])
+    more = f" and {len(drifted) - 5} more" if len(drifted) > 5 else ""
+    journals = sorted({j for j, _e in drifted})
+    return DriftFound(f"drift: {len(drifted)} setting(s) of journal {', '.join(journals)} differ "
+                      f"from the applied plan: {keys}{more} (`tune apply` the plan again, or "
+                      "`tune rollback`)")
+
+
 def persist_dir(persist: bool, sysctl_d: str | None) -> Path | None:
     """Where ``--persist`` writes, refused from a container's namespace without its own
     directory (it would write the host's /etc/sysctl.d)."""
@@ -183,6 +224,29 @@ def persist_dir(persist: bool, sysctl_d: str | None) -> Path | None:
         raise ConfigError("--persist from a non-init network namespace would write the host's "
                           "/etc/sysctl.d; pass --sysctl-d for this container's own directory")
     return Path(chosen or "/etc/sysctl.d")
+
+
+def source_method(plan: Any) -> dict[str, float] | None:
+    """How the plan's source report measured the forward rate (``duration_s``, ``omit_s``: the
+    diagnose TCP test sized from the path, ramp-up left out), for the verify to measure the
+    same way; None when the report is not readable or its test left no ramp-up out (a
+    report from before 1.2), and the verify keeps its own (the picture then says "different
+    methods")."""
+    from wanprobe.report.document import load_json
+
+    path = (plan.source_report or {}).get("path")
+    if not path:
+        return None
+    try:
+        tput = load_json(path).get("measurements", {}).get("throughput") or {}
+    except (WanprobeError, AttributeError):
+        return None
+    duration, omit = tput.get("requested_duration_s"), tput.get("omit_s")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (duration, omit)):
+        return None
+    if not 0 < omit < duration <= 60:
+        return None
+    return {"duration_s": float(duration), "omit_s": float(omit)}
 
 
 def source_report(plan: Any, out: str, verify: str | None) -> dict:

@@ -4,14 +4,16 @@ Every query is a range query with a one-hour step whose points close each hour o
 (https://prometheus.io/docs/prometheus/latest/querying/api/#range-queries); the point at T
 covers (T - 1 h, T] and goes to the hour of the week of T - 1 h.
 
-- Goodput: ``wanprobe_throughput_bits_per_second`` holds the last scheduled test of each host
-  pair (daemon/metrics.py). A new test shows as a new value at the next hourly point, so every
+- Goodput: ``wanprobe_throughput_bytes_per_second`` (× 8: bit/s; the bit/s gauge of daemons
+  before issue 36, rules.throughput_bits) holds the last scheduled test of each host pair
+  (daemon/metrics.py). A new test shows as a new value at the next hourly point, so every
   change of a host pair's value is one sample of the hour it appeared in. A daemon spaces one
   peer's tests ``throughput.interval`` apart (default 2 h); below an hour, all but the last
   test of each hour are hidden (the store keeps them).
 - Loss: ``increase()`` of the packet counters summed over the pair's host pairs, forward
   ``lost_fwd / sent``, reverse ``lost_rev / (sent - lost_fwd)`` (rules.py); RTT: the median over
-  host pairs of each one's hourly median of session medians.
+  host pairs of each one's hourly median of session medians (``stat="p50"``, or the
+  ``quantile="0.5"`` of daemons before issue 36: rules.rtt_series).
 - With the recording rules of ``fleet rules`` (profile_queries) the path figures read one
   recorded series per figure instead of every host pair's raw samples; ``auto`` uses them when
   their history covers the whole lookback.
@@ -25,6 +27,7 @@ from typing import Any
 
 from wanprobe.errors import UsageError, shown
 from wanprobe.fleet import prom_http
+from wanprobe.fleet.rules import rtt_series, throughput_bits
 from wanprobe.windows.profile import (
     HOUR_S,
     GoodputSample,
@@ -53,8 +56,8 @@ def raw_queries(src: str, dst: str, method: str = "stamp") -> dict[str, str]:
         return f"sum by ({PAIR}) (increase({metric}{{{_sel(src, dst, m + extra)}}}[1h]))"
 
     return {
-        "rtt_p50_seconds": f"quantile by ({PAIR}) (0.5, quantile_over_time(0.5, "
-                           f'wanprobe_rtt_seconds{{{_sel(src, dst, m)}, quantile="0.5"}}[1h]))',
+        "rtt_p50_seconds": f"quantile by ({PAIR}) (0.5, "
+                           f"{rtt_series(_sel(src, dst, m), 'p50', '1h', 'quantile_over_time(0.5, ')})",
         "sent": inc("wanprobe_probe_packets_sent_total"),
         "lost_forward": inc("wanprobe_probe_packets_lost_total", ', direction="forward"'),
         "lost_reverse": inc("wanprobe_probe_packets_lost_total", ', direction="reverse"'),
@@ -78,7 +81,7 @@ def recorded_queries(src: str, dst: str) -> dict[str, str]:
 
 
 def goodput_query(src: str, dst: str) -> str:
-    return f"wanprobe_throughput_bits_per_second{{{_sel(src, dst)}}}"
+    return throughput_bits(_sel(src, dst))
 
 
 def new_tests(points: list[tuple[float, float]], first_step_s: float) -> list[GoodputSample]:
