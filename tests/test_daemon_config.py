@@ -88,6 +88,7 @@ BAD_KEYS = [
     ({"probe": {"jitter": "20s", "interval": "10s"}}, "probe.jitter"),
     ({"probe": {"count": 0}}, "probe.count"),
     ({"probe": {"dscp": "AF99"}}, "probe.dscp"),
+    ({"probe": {"dscp": 62}}, "probe.dscp"),  # network control is never sent (issue 37)
     ({"probe": {"methods": ["udp"]}}, "probe.methods"),
     ({"probe": {"timeout": True}}, "probe.timeout"),
     ({"throughput": {"budget_per_day": "lots"}}, "throughput.budget_per_day"),

@@ -21,12 +21,14 @@ def run(*args):
     (["127.0.0.1", "--quick", "--full"], "exclude each other"),
     (["127.0.0.1", "--port", "70000"], "out of range"),
     (["127.0.0.1", "--dscp", "AF99"], "DSCP"),
+    (["127.0.0.1", "--dscp", "49"], "network-control DSCP"),  # issue 37: 48-63 never sent
     (["127.0.0.1", "--link-rate", "fast"], "rate"),
     (["no-such-host.invalid"], "cannot resolve"),
     (["127.0.0.1", "--netns", "no-such-ns-wanprobe"], "no network namespace"),
     (["127.0.0.1", "--loss-slo", "0"], "loss-slo"),
     (["127.0.0.1", "--loss-slo", "80%"], "loss-slo"),
     (["127.0.0.1", "--loss-slo", "lots"], "ratio"),
+    (["127.0.0.1", "--loss-slo", "abc"], "--loss-slo: cannot parse ratio 'abc'"),  # issue 37
 ])
 def test_bad_input_is_one_line_error(args, needle):
     r = run(*args)

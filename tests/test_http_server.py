@@ -78,18 +78,66 @@ def test_clients_that_never_read_are_reset_and_others_are_served():
             s.close()
 
 
-def test_connection_flood_is_capped_and_the_listener_still_answers():
-    with Served(lambda: routes(max_connections=4, head_timeout_s=1.0)) as server:
+def test_idle_connections_at_the_cap_give_their_slots_to_a_request():
+    """Issue 37: 16 slow partial heads held all 16 slots and 9 of 10 scrapes got 503. At the cap
+    a new connection now takes the slot of the oldest idle one; only when every slot is doing
+    work is a newcomer told 503 at once."""
+    with Served(lambda: routes(max_connections=4, head_timeout_s=30.0)) as server:
         port = port_of(server)
-        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
-        time.sleep(0.2)
-        extra = socket.create_connection(("127.0.0.1", port), timeout=5)
-        assert extra.recv(100).startswith(b"HTTP/1.1 503")  # over the cap: told at once
-        extra.close()
-        time.sleep(1.5)  # the idle ones sent no request: dropped at the head timeout
-        assert get(port, "/healthz") == (200, b'{"ok": true}\n')
-        assert server.stats()["too_many_connections"] >= 1 and server.stats()["timeout"] == 4
+        idle, got = [], []
+        for _ in range(3):  # the slow clients fill the listener again before each request
+            while server.active < 4:
+                s = socket.create_connection(("127.0.0.1", port))
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # a head never finished
+                idle.append(s)
+                time.sleep(0.05)
+            got.append(get(port, "/healthz"))
+            time.sleep(0.1)  # its own slot freed
+        assert got == [(200, b'{"ok": true}\n')] * 3
+        assert server.stats()["preempted"] == 3 and server.stats().get("too_many_connections", 0) == 0
         for s in idle:
+            s.close()
+
+
+def test_busy_slots_refuse_a_newcomer_and_one_source_cannot_take_them_all():
+    import asyncio
+
+    from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Response
+
+    async def slow(_r):
+        await asyncio.sleep(1.5)
+        return Response(200, b"done\n")
+
+    def make():
+        srv = BoundedHttpServer(HttpLimits(max_connections=2, per_source=8), name="test")
+        srv.route("/slow", slow)
+        return srv
+
+    with Served(make) as server:
+        port = port_of(server)
+        busy = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        for s in busy:
+            s.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as extra:
+            assert extra.recv(100).startswith(b"HTTP/1.1 503")  # every slot at work: told at once
+        assert all(s.makefile("rb").read().endswith(b"done\n") for s in busy)  # not dropped
+        for s in busy:
+            s.close()
+    with Served(make) as server:  # a source at its share: its own idle ones make room, or 503
+        server.limits = HttpLimits(max_connections=64, per_source=2, head_timeout_s=30.0)
+        port = port_of(server)
+        mine = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        time.sleep(0.2)
+        assert get(port, "/slow")[0] == 200 and server.stats()["preempted"] == 1
+        busy = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        for s in busy:
+            s.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as third:
+            assert third.recv(100).startswith(b"HTTP/1.1 503")
+        assert server.stats()["per_source_limit"] == 1
+        for s in mine + busy:
             s.close()
 
 

@@ -91,6 +91,15 @@ def test_rollback_does_not_restore_a_persist_file_outside_sysctl_d(tmp_path):
                      "right": {"prefix": {"addr": "0.0.0.0", "len": 0}}}},
           {"mangle": {"key": {"payload": {"protocol": "ip", "field": "dscp"}}, "value": "cs7"}}]}}],
      "never mark everything"),
+    # issue 37: two halves of IPv4, each harmless alone, judged together as a plan is
+    ([{"table": {"family": "inet", "name": "wanprobe"}},
+      {"chain": {"family": "inet", "table": "wanprobe", "name": "out", "type": "filter",
+                 "hook": "output", "prio": -150, "policy": "accept"}}]
+     + [{"rule": {"family": "inet", "table": "wanprobe", "chain": "out", "expr": [
+         {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
+                    "right": {"prefix": {"addr": half, "len": 1}}}},
+         {"mangle": {"key": {"payload": {"protocol": "ip", "field": "dscp"}}, "value": "af41"}}]}}
+        for half in ("0.0.0.0", "128.0.0.0")], "together mark"),
     # a statement the tuner never writes
     ([{"rule": {"family": "inet", "table": "wanprobe", "chain": "out",
                 "expr": [{"accept": None}]}}], "not one the tuner writes"),

@@ -20,6 +20,7 @@ from wanprobe.probe.tcp_connect import probe_tcp
 @pytest.mark.parametrize("args, words", [
     (["probe", "no-such-host.invalid"], "unknown host"),
     (["probe", "127.0.0.1", "--dscp", "AF99"], "DSCP"),
+    (["probe", "127.0.0.1", "--dscp", "CS7"], "network-control DSCP"),  # issue 37: 48-63
     (["probe", "127.0.0.1", "--count", "0"], "count"),
     (["probe", "127.0.0.1", "--port", "70000"], "out of range"),
     (["probe", "127.0.0.1", "--method", "udp"], "method"),

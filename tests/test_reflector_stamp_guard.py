@@ -86,18 +86,24 @@ def test_a_session_flood_from_one_source_does_not_lock_out_a_new_probe():
         assert len(r.stats().sessions) <= 2048
 
 
-def _cos_reply(port: int, dscp: int) -> tuple[int, int]:
-    """(RP flag, DSCP the reply carried) for a CoS TLV asking for ``dscp`` (RFC 8972 §4.4)."""
+def _cos_reply(port: int, dscp: int | None, sent: int = 0) -> tuple[int | None, int]:
+    """(RP flag, DSCP the reply carried) for a probe sent with DSCP ``sent`` and a CoS TLV
+    asking for ``dscp`` (RFC 8972 §4.4; None: no TLV, RP None). The reply's TOS is read with
+    IP_RECVTOS, as it arrived."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, sent << 2)
     s.settimeout(2)
     try:
-        pkt = sp.pack_sender(sp.SenderPacket(1, 0, ssid=9, tlvs=(sp.cos_tlv(dscp),)))
+        tlvs = (sp.cos_tlv(dscp),) if dscp is not None else ()
+        pkt = sp.pack_sender(sp.SenderPacket(1, 0, ssid=9, tlvs=tlvs))
         s.sendto(pkt, ("127.0.0.1", port))
         data, anc, _, _ = s.recvmsg(2048, 64)
     finally:
         s.close()
     tos = next(c[2][0] for c in anc if c[1] == socket.IP_TOS)
+    if dscp is None:
+        return None, tos >> 2
     cos = sp.find_tlv(sp.unpack_reflector(data).tlvs, sp.TLV_CLASS_OF_SERVICE)
     return struct.unpack("!H", cos.value[:2])[0] & 1, tos >> 2
 
@@ -111,6 +117,21 @@ def test_cos_tlv_dscp_is_restricted_to_the_configured_set(permitted, asked, gran
         rp, tos_dscp = _cos_reply(r.address[1], asked)
     assert (rp == 0) == granted and (tos_dscp == asked) == granted
     assert 48 not in DEFAULT_COS_DSCP and 56 not in DEFAULT_COS_DSCP
+
+
+def test_a_reply_never_carries_network_control_under_the_default_policy():
+    """Issue 37: a CS7 probe got a CS7 reply. IP precedence 6 and 7 (DSCP 48-63, RFC 791 and
+    RFC 2474 §4.2.2.2) are network control; the reflector's local policy decides what its
+    replies carry (RFC 8972 §4.4), echoed or asked for: such a probe is answered in CS0."""
+    control = range(48, 64)
+    with ServedReflector() as r:  # no dscp_permitted: the reflector's own default
+        port = r.address[1]
+        for sent in range(64):
+            assert _cos_reply(port, None, sent) == (None, 0 if sent in control else sent), sent
+        assert _cos_reply(port, 56, sent=56) == (1, 0)        # refused, and not echoed either
+        assert _cos_reply(port, 34, sent=56) == (0, 34)       # a permitted class is granted
+    with ServedReflector(dscp_permitted=DscpPolicy(frozenset(range(64)))) as r:
+        assert _cos_reply(r.address[1], None, 56) == (None, 56)  # the operator allowed it
 
 
 def test_sources_outside_allow_are_dropped_before_parsing():

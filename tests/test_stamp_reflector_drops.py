@@ -42,7 +42,7 @@ from wanprobe.probe.session_table import (
 # -- session table: floods recycle only what is not probing (issue 19) --------------------------
 
 
-def _probe(t: SessionTable, key: tuple, now_s: float, seq: int = 1000):
+def probe_as_reflector(t: SessionTable, key: tuple, now_s: float, seq: int = 1000):
     """What the reflector does per datagram: touch, mark a session's start (its probe number
     ``seq`` below START_SEQS), count it as received."""
     sess = t.touch(key, now_s)
@@ -56,16 +56,16 @@ def _probe(t: SessionTable, key: tuple, now_s: float, seq: int = 1000):
 def test_a_same_source_flood_does_not_evict_a_session_that_is_probing():
     t = SessionTable(max_sessions=10_000, per_source=64, idle_s=120.0)
     prober = (7, "198.18.0.1", 40000, None)
-    first = _probe(t, prober, 0.0, seq=0)
+    first = probe_as_reflector(t, prober, 0.0, seq=0)
     epochs = set()
     now, ssid = 0.0, 1000
     for step in range(1, 20):   # a probe every 50 ms; 100 one-probe flood sessions in between
         for _ in range(100):    # (the issue's reproducer: its n-th packet is number n, SSID n)
             now += 0.0005
-            _probe(t, (ssid & 0xFFFF, "198.18.0.1", 40001, None), now, seq=ssid)
+            probe_as_reflector(t, (ssid & 0xFFFF, "198.18.0.1", 40001, None), now, seq=ssid)
             ssid += 1
         now += 0.0005
-        epochs.add(_probe(t, prober, now, seq=step)[EPOCH])
+        epochs.add(probe_as_reflector(t, prober, now, seq=step)[EPOCH])
     assert len(t) <= 64 and t.evicted > 1000
     assert epochs == {first[EPOCH]} and t.refused == 0   # one session from start to end
 
@@ -74,15 +74,15 @@ def test_sources_elsewhere_do_not_evict_it_through_the_global_table():
     t = SessionTable(max_sessions=256, per_source=64, idle_s=120.0)
     prober = (7, "198.18.0.1", 40000, None)
     now = 0.0
-    sess = _probe(t, prober, now, seq=0)
-    _probe(t, prober, now + 0.1, seq=1)
+    sess = probe_as_reflector(t, prober, now, seq=0)
+    probe_as_reflector(t, prober, now + 0.1, seq=1)
     ssid = 0
     for step in range(2, 30):
         for k in range(490):   # 64 sources at 4.9 k/s between two probes 100 ms apart
             now = step * 0.1 + k * 0.0002
-            _probe(t, (ssid, f"198.18.100.{k % 64 + 1}", 5000, None), now)
+            probe_as_reflector(t, (ssid, f"198.18.100.{k % 64 + 1}", 5000, None), now)
             ssid += 1
-        assert _probe(t, prober, step * 0.1 + 0.099, seq=step) is sess
+        assert probe_as_reflector(t, prober, step * 0.1 + 0.099, seq=step) is sess
     assert len(t) == 256 and t.refused == 0 and t.evicted > 10_000
 
 
@@ -91,13 +91,13 @@ def test_a_share_full_of_active_sessions_refuses_new_ones_until_they_go_idle():
     out new sessions of its own source address for a second or two; it cannot evict one."""
     t = SessionTable(max_sessions=1000, per_source=4, idle_s=120.0)
     for ssid in range(2):   # two probes each: active
-        _probe(t, (ssid, "a", 1, None), 0.0)
-        _probe(t, (ssid, "a", 1, None), 0.01)
+        probe_as_reflector(t, (ssid, "a", 1, None), 0.0)
+        probe_as_reflector(t, (ssid, "a", 1, None), 0.01)
     for ssid in range(2, 4):   # a session's first probe: active for PROTECT_NEW_S
-        _probe(t, (ssid, "a", 1, None), 0.0, seq=0)
+        probe_as_reflector(t, (ssid, "a", 1, None), 0.0, seq=0)
     assert t.touch((99, "a", 1, None), 0.5) is None and t.refused == 1
-    assert _probe(t, (99, "b", 1, None), 0.5) is not None   # other sources are not affected
-    assert _probe(t, (99, "a", 1, None), 5.0) is not None   # idle after 1-2 s: recycled
+    assert probe_as_reflector(t, (99, "b", 1, None), 0.5) is not None   # other sources are not affected
+    assert probe_as_reflector(t, (99, "a", 1, None), 5.0) is not None   # idle after 1-2 s: recycled
     assert t.evicted == 1
 
 

@@ -3,6 +3,7 @@ namespaces joined by a veth pair, checked on the far end with IP_RECVTOS (netns)
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -119,6 +120,57 @@ def test_network_control_dscp_needs_the_operator(tmp_path) -> None:
     allowed.validate(Change("dscp", "iptables:mangle WANPROBE", None, cs7))
 
 
+ALL_PORTS = "1-65535"
+
+
+@pytest.mark.parametrize("spec,named", [
+    # issue 37's bypasses: each classifier passed alone, the plan marks (nearly) all egress
+    ([{"dscp": 26, "daddr": ["0.0.0.0/0", "::/0"], "dport": ALL_PORTS}], ["#1"]),
+    ([{"dscp": 26, "daddr": "0.0.0.0/1"}, {"dscp": 26, "daddr": "128.0.0.0/1"}], ["#1", "#2"]),
+    ([{"dscp": 26, "dport": ALL_PORTS}], ["#1"]),
+    ([{"dscp": 26, "uid": 0}], ["uid 0"]),
+    ([{"dscp": 26, "uid": 0, "dport": ALL_PORTS}], ["uid 0"]),
+    # split over classifiers by port, by protocol, or all but one address
+    ([{"dscp": 26, "dport": "1-30000"}, {"dscp": 26, "proto": "tcp", "dport": "30001-65535"},
+      {"dscp": 26, "uid": 1000}], ["#1", "#2"]),
+    ([{"dscp": 26, "daddr": "::/1", "proto": "udp"}, {"dscp": 26, "daddr": "8000::/1"}], ["#2"]),
+    ([{"dscp": 26, "daddr": [str(n) for n in ipaddress.ip_network("0.0.0.0/0")
+                             .address_exclude(ipaddress.ip_network("198.18.0.1/32"))]}], ["#1"]),
+])
+def test_the_union_of_a_plans_classifiers_is_judged(spec, named) -> None:
+    """Issue 37: "everything" is judged over all of a plan's classifiers together (address
+    coverage per family, ports, protocols; uid 0 narrows nothing), naming those involved."""
+    with pytest.raises(ConfigError, match="never mark everything") as err:
+        canonical(spec)
+    assert all(n in str(err.value) for n in named) and "\n" not in str(err.value)
+    narrowed = [{**c, "daddr": "198.18.0.2"} for c in spec]  # one host: a job, not the host
+    assert canonical(narrowed)
+
+
+@pytest.mark.parametrize("spec", [
+    [{"dscp": 26, "daddr": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                            "fc00::/7"]}],  # every private block (RFC 1918, 6598, 4193)
+    [{"dscp": 26, "daddr": "0.0.0.0/0", "dport": 47001}, {"dscp": 26, "dport": "29500-29510"}],
+    [{"dscp": 26, "uid": 1000}, {"dscp": 26, "cgroup": "training.slice"}],
+    [{"dscp": 26, "uid": 0, "daddr": "198.18.0.0/15"}],
+])
+def test_narrow_plans_still_pass(spec) -> None:
+    assert len(canonical(spec)) == len(spec)
+
+
+@pytest.mark.parametrize("dscp", range(48, 64))
+def test_the_whole_network_control_range_needs_the_operator(tmp_path, dscp) -> None:
+    """IP precedence 6 and 7 (RFC 791, RFC 2474 §4.2.2.2) are 48-63, not just CS6/CS7: issue
+    37 applied DSCP 62. The refusal is one line naming the classifier and the value."""
+    from tuners.knob import Change
+
+    plan = json.dumps([{"dscp": 26, "uid": 1000}, {"dscp": dscp, "daddr": ["198.18.0.2/32"]}])
+    tuner = DscpTuner(nft=None, iptables=str(tmp_path / "absent"), ip6tables=str(tmp_path / "absent"))
+    with pytest.raises(ConfigError, match=f"classifier #2 .*DSCP .*{dscp}.* not permitted"):
+        tuner.validate(Change("dscp", "iptables:mangle WANPROBE", None, plan))
+    tuner.validate(Change("dscp", "iptables:mangle WANPROBE", None, plan.replace(f": {dscp},", ": 47,")))
+
+
 def test_cgroup_classifiers_fall_back_to_iptables_when_nft_json_lacks_cgroupv2(tmp_path) -> None:
     """nftables 1.0.6's JSON parser has no ``socket cgroupv2`` ("Invalid socket key value"):
     a plan with a cgroup classifier then uses the iptables backend (xt_cgroup) instead of
@@ -149,7 +201,8 @@ tos = [c[2][0] for c in anc if c[0] == socket.IPPROTO_IP and c[1] == socket.IP_T
 print(tos[0] if tos else -1, flush=True)
 """
 SENDER = r"""
-import socket, sys
+import os, socket, sys
+os.setuid(65534)  # nobody: a uid classifier names a job's user, never root (issue 37)
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, int(sys.argv[3]))  # ECN bits the marking must keep
 for _ in range(3):
@@ -211,7 +264,7 @@ def plan_and_apply(ns: str, tmp_path: Path, env: dict, classifier=PORT_CLASSIFIE
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("classifier", [PORT_CLASSIFIER, json.dumps({"dscp": "AF41", "uid": 0})],
+@pytest.mark.parametrize("classifier", [PORT_CLASSIFIER, json.dumps({"dscp": "AF41", "uid": 65534})],
                          ids=["prefix-port", "uid-as-json-string"])  # report knob values are strings
 def test_nft_table_marks_and_rollback_removes_it(veth_pair, tmp_path: Path, classifier) -> None:
     a, b = veth_pair
@@ -296,3 +349,32 @@ def run_in(ns: str, code: str) -> str:
                        text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("bad,says", [
+    ([{"dscp": 62, "daddr": ["0.0.0.0/0", "::/0"], "dport": "1-65535"}], "never mark everything"),
+    ([{"dscp": 62, "daddr": [f"{B_ADDR}/32"]}], "DSCP 62 is not permitted"),
+], ids=["everything", "dscp-62"])
+def test_a_hand_edited_plan_past_the_policy_is_refused_at_apply(veth_pair, tmp_path: Path, bad,
+                                                                says) -> None:
+    """Issue 37: a plan edited to mark all egress with DSCP 62 was applied. ``tune apply``
+    judges the plan file as it would a report: exit 2, one line, nothing marked."""
+    a, b = veth_pair
+    rep = {"schema_version": "1.0", "id": "d1", "host": {}, "peer": {"address": B_ADDR},
+           "measurements": {}, "findings": [{"id": "dscp-bleached", "severity": "medium",
+                                             "title": "unmarked", "knobs": [
+               {"tuner": "dscp", "key": "training", "reason": "r", "value": PORT_CLASSIFIER}]}]}
+    (tmp_path / "r.json").write_text(json.dumps(rep))
+    r = wanprobe(a, "tune", "plan", "-r", str(tmp_path / "r.json"), "-o", str(tmp_path / "p.json"))
+    assert r.returncode == 0, r.stderr
+    plan = json.loads((tmp_path / "p.json").read_text())
+    plan["changes"][0]["new"] = json.dumps(bad)
+    (tmp_path / "p.json").write_text(json.dumps(plan))
+    r = wanprobe(a, "tune", "apply", str(tmp_path / "p.json"), "--yes", "--state-dir",
+                 str(tmp_path / "st"))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == UsageError.exit_code and len(lines) == 1 and says in lines[0], r.stderr
+    assert "wanprobe" not in subprocess.run(["ip", "netns", "exec", a, "nft", "list", "tables"],
+                                            capture_output=True, text=True).stdout
+    assert received_tos(a, b, ecn=0) == 0

@@ -24,7 +24,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from tuners import dscp_nft
+from tuners import dscp_nft, dscp_scope
 from tuners.knob import Change, Skip
 from wanprobe.errors import ConfigError, TuneError, UsageError, shown
 from wanprobe.units import parse_dscp, parse_port
@@ -100,36 +100,24 @@ def _classifier(item: Any) -> dict[str, Any]:
         raise ConfigError(f"dscp uid must be an integer 0-{MAX_UID}, got {uid!r}")
     c["uid"] = uid
     c["cgroup"] = _cgroup(item.get("cgroup"))
-    if not (c["dport"] or uid is not None or c["cgroup"]):
-        whole = _whole_family(c["daddr"])
-        if not c["daddr"] or whole:
-            raise ConfigError("a dscp classifier needs daddr, dport, uid or cgroup (never mark "
-                              "everything" + (f": daddr covers all {whole} egress)" if whole else ")"))
     return c
-
-
-def _whole_family(daddr: list[str]) -> str | None:
-    """"IPv4"/"IPv6" when the prefixes of ``daddr`` together cover that whole family
-    (0.0.0.0/0, ::/0, or 0.0.0.0/1 + 128.0.0.0/1), else None."""
-    for version, name in ((4, "IPv4"), (6, "IPv6")):
-        nets = [ipaddress.ip_network(d) for d in daddr]
-        mine = [n for n in nets if n.version == version]
-        if any(n.prefixlen == 0 for n in ipaddress.collapse_addresses(mine)):
-            return name
-    return None
 
 
 def check_policy(spec: list[dict[str, Any]], permitted: Any) -> None:
     """Refuse (ConfigError, one line) a classifier whose DSCP the host's policy forbids
-    (``wanprobe.probe.access.DscpPolicy``: CS6/CS7 unless the operator allowed them)."""
-    for c in spec:
-        why = permitted.refusal(c["dscp"], "dscp plan")
-        if why:
-            raise ConfigError(why + "; tune --allow-network-control-dscp permits it")
+    (``wanprobe.probe.access.DscpPolicy``: network control, 48-63, unless the operator allowed
+    it), naming the classifier."""
+    bad = [(i, c) for i, c in enumerate(spec) if not permitted(c["dscp"])]
+    if bad:
+        i, c = bad[0]
+        why = permitted.refusal(c["dscp"], f"dscp classifier #{i + 1} ({dscp_scope.describe(c)})")
+        also = f" (so do #{', #'.join(str(j + 1) for j, _ in bad[1:])})" if bad[1:] else ""
+        raise ConfigError(f"{why}{also}; tune --allow-network-control-dscp permits it")
 
 
 def canonical(value: Any) -> list[dict[str, Any]]:
-    """Validate classifiers and put them in one canonical form (ConfigError on bad input)."""
+    """Validate classifiers and put them in one canonical form (ConfigError on bad input); the
+    plan as a whole must not mark effectively everything (``dscp_scope``)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -138,6 +126,7 @@ def canonical(value: Any) -> list[dict[str, Any]]:
     out = [_classifier(item) for item in (value if isinstance(value, list) else [value])]
     if not out:
         raise ConfigError("no dscp classifiers")
+    dscp_scope.check_scope(out)  # judged together: no "everything" one classifier at a time
     return out
 
 
@@ -227,7 +216,7 @@ class DscpTuner:
 
         self.nft = shutil.which(nft) if nft else None
         self.iptables, self.ip6tables = iptables, ip6tables
-        self.permitted = permitted or DscpPolicy()  # the one DSCP policy: no CS6/CS7 by default
+        self.permitted = permitted or DscpPolicy()  # the one DSCP policy: no 48-63 by default
 
     def _run(self, argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
         try:

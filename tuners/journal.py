@@ -17,6 +17,7 @@ systemd DynamicUser's); docs/runbook.md explains the ownership model.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -31,7 +32,16 @@ from typing import Any
 
 from tuners.knob import Change
 from wanprobe.atomic_file import atomic_write  # noqa: F401 - re-exported for the tuners
-from wanprobe.errors import ConfigError, PermissionRequired, TuneError, UsageError, shown
+from wanprobe.errors import (
+    TRANSIENT_WRITE_ERRNOS,
+    ConfigError,
+    OutputError,
+    PermissionRequired,
+    TuneError,
+    UsageError,
+    WanprobeError,
+    shown,
+)
 from wanprobe.userfiles import check_path_text, read_json
 
 JOURNAL_VERSION = 1
@@ -43,11 +53,13 @@ TOUCHED = ("writing", "written")
 
 
 def state_dir_from(option: str | Path | None) -> Path:
-    """``--state-dir`` wins, then ``$WANPROBE_STATE_DIR``, then /var/lib/wanprobe-tune."""
+    """``--state-dir`` wins, then ``$WANPROBE_STATE_DIR``, then /var/lib/wanprobe-tune; one
+    that is not a directory (and cannot become one) is bad input, exit 2 naming where it came
+    from (``--state-dir /etc/passwd`` was exit 6 "File exists", issue 37)."""
     if option:
-        return check_path_text(option, "--state-dir")
+        return _directory(option, "--state-dir")
     env = os.environ.get("WANPROBE_STATE_DIR")
-    return check_path_text(env, "$WANPROBE_STATE_DIR") if env else DEFAULT_STATE_DIR
+    return _directory(env, "$WANPROBE_STATE_DIR") if env else DEFAULT_STATE_DIR
 
 
 @dataclass(frozen=True)
@@ -148,6 +160,20 @@ def check_private(path: Path, what: str) -> None:
                           f"{st.st_mode & 0o777:o}); chmod go-w it")
 
 
+def _dir_error(exc: OSError, what: str) -> WanprobeError:
+    """The one-line error for a state dir or journal that cannot be written: a full, read-only
+    or failing filesystem is exit 74 (README "Exit codes": a state file could not be written;
+    it may pass by itself), a file where a directory should be is bad input (exit 2), anything
+    else a failed tune step (exit 6)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in TRANSIENT_WRITE_ERRNOS:
+        return OutputError(f"cannot write {what}: {reason}")
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        where = shown(str(exc.filename)) if exc.filename else "a path in it"
+        return ConfigError(f"cannot use {what}: {where} is not a directory ({reason})")
+    return TuneError(f"cannot write {what}: {reason}")
+
+
 class JournalStore:
     """The journal directory of one state dir, guarded by an exclusive flock. ``refused``
     maps the id of each journal that failed its checks to the one-line reason."""
@@ -181,7 +207,7 @@ class JournalStore:
             raise PermissionRequired(f"cannot write state dir {self.state_dir} (root needed, "
                                      "or --state-dir / WANPROBE_STATE_DIR)") from None
         except OSError as exc:
-            raise TuneError(f"cannot use state dir {self.state_dir}: {exc.strerror}") from None
+            raise _dir_error(exc, f"state dir {shown(str(self.state_dir))}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield self
@@ -204,7 +230,7 @@ class JournalStore:
         try:
             atomic_write(self.path(journal.id), json.dumps(journal.to_json(), indent=1) + "\n", 0o644)
         except OSError as exc:
-            raise TuneError(f"cannot write journal in {self.dir}: {exc.strerror}") from None
+            raise _dir_error(exc, f"journal in {shown(str(self.dir))}") from None
         return journal
 
     def load(self, jid: str) -> Journal:

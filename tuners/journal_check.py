@@ -14,7 +14,7 @@ same rules as a plan, and stricter where a plan never goes:
   classifier list, or a saved state of the tuner's own schema — nftables objects of table
   ``inet wanprobe`` with its one chain and rules of the matches the tuner writes, or iptables
   ``-S`` lines of the ``WANPROBE`` chain with the flags the tuner writes — whose rules decode to
-  classifiers that pass the same checks (no CS6/CS7 unless allowed, never "everything");
+  classifiers that pass the same checks (no DSCP 48-63 unless allowed, never "everything");
 - the persist file only ``<configured sysctl.d>/90-wanprobe.conf``, its saved text only
   ``key = value`` lines of SPECS keys.
 
@@ -205,13 +205,14 @@ def _dscp(key: str, new: str, old: str | None, permitted: Any) -> None:
         dscp.check_policy(dscp.canonical(data), permitted)
         return
     rules = _nft_objects(data) if key == dscp.NFT_KEY else _ipt_lines(data)
-    for values in rules:
-        try:
-            spec = dscp.canonical([{k: v for k, v in _classifier_of(values).items()
-                                    if v is not None}])
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"dscp saved rule: {exc}") from None
-        dscp.check_policy(spec, permitted)
+    if not rules:
+        return
+    try:  # judged together, as a plan is (dscp_scope): no "everything" rule by rule
+        spec = dscp.canonical([{k: v for k, v in _classifier_of(values).items() if v is not None}
+                               for values in rules])
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"dscp saved rule: {exc}") from None
+    dscp.check_policy(spec, permitted)
 
 
 # -- the journal ------------------------------------------------------------------------------

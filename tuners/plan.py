@@ -128,7 +128,7 @@ def load(path: str | Path) -> Plan:
 
 
 def save(plan: Plan, path: str | Path) -> Path | None:
-    """Write under the output policy (``atomic_file``: a file atomically, a device or FIFO in
+    """Write under the output policy (``atomic_file``: a file atomically, a FIFO or /dev/null in
     place, ``-`` to stdout); a failed write is one line (exit 2 refused, 74 I/O)."""
     from wanprobe.atomic_file import write_error, write_output
 

@@ -11,7 +11,7 @@ def build_tuners(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys"),
                  *, nft: str | None = "nft", iptables: str = "iptables",
                  allow_network_control_dscp: bool = False) -> dict[str, Tuner]:
     """One tuner per area; each reads and writes only through the roots it is given. DSCP
-    plans follow the one DSCP policy (``wanprobe.probe.access``): no CS6/CS7 unless allowed."""
+    plans follow the one DSCP policy (``wanprobe.probe.access``): no network control (48-63) unless allowed."""
     from tuners.dscp import DscpTuner
     from tuners.link import LinkTuner
     from tuners.roce import RoceTuner

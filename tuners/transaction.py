@@ -20,7 +20,7 @@ from tuners.journal import TOUCHED, Entry, Journal, JournalStore, atomic_write
 from tuners.knob import Change, Skip, Tuner
 from tuners.netns import current_cookie, current_inode
 from tuners.plan import Plan, check_host, now_iso
-from wanprobe.errors import ConfigError, TuneError, WanprobeError
+from wanprobe.errors import ConfigError, OutputError, TuneError, WanprobeError
 
 PERSIST_NAME = "90-wanprobe.conf"
 
@@ -72,17 +72,45 @@ class RollbackIncomplete(TuneError):
 
 
 ALREADY_OLD = "already at the old value; nothing written"
+UNRECORDED = ("; the journal on disk lags behind (the next `tune` run with room on the disk "
+              "brings it up to date)")
+
+
+def _kept(store: JournalStore, journal: Journal, unsaved: list[WanprobeError]) -> Journal:
+    """``store.save(journal)``, except that a journal the disk cannot take (full, read-only:
+    journal._dir_error) does not stop a restore: the settings go back all the same, and the
+    error waits in ``unsaved`` for the one line at the end (:func:`_unsaved_error`). The
+    journal left on disk is older, never torn; its old values are still right."""
+    try:
+        return store.save(journal)
+    except WanprobeError as exc:
+        unsaved.append(exc)
+        return journal
+
+
+def _unsaved_error(message: str, unsaved: list[WanprobeError],
+                   tail: str = UNRECORDED) -> WanprobeError:
+    """The error of a restore whose journal writes failed: the first write error's kind (a
+    full disk is exit 74), ``message`` saying what was done to the settings."""
+    return type(unsaved[0])(f"{message}, but {unsaved[0]}{tail}")
 
 
 def _restore(journal: Journal, tuners: Mapping[str, Tuner], store: JournalStore,
-             *, force: bool = False) -> tuple[Journal, list[str]]:
+             *, force: bool = False,
+             unsaved: list[WanprobeError] | None = None) -> tuple[Journal, list[str]]:
     """Undo touched entries in reverse order; returns the journal and one note per problem.
 
     Every entry this acts on gets a note of its own outcome, never one left from an earlier run
     (a retry with --force once printed "restored ... (left alone)"). An entry an earlier
     rollback left alone is tried again: without ``force`` it is still left alone while its key
-    differs from what the plan set, so a retry never reports a partial rollback as complete."""
+    differs from what the plan set, so a retry never reports a partial rollback as complete.
+    A journal write that fails goes to ``unsaved`` and the restore goes on (:func:`_kept`)."""
     problems: list[str] = []
+    unsaved = [] if unsaved is None else unsaved
+
+    def save(j: Journal) -> Journal:
+        return _kept(store, j, unsaved)
+
     for i in reversed(range(len(journal.entries))):
         entry = journal.entries[i]
         if entry.status not in (*TOUCHED, "skipped"):
@@ -90,27 +118,27 @@ def _restore(journal: Journal, tuners: Mapping[str, Tuner], store: JournalStore,
         c = entry.change
         tuner = tuners.get(c.tuner)
         if tuner is None:
-            journal = store.save(journal.with_entry(i, note=f"tuner {c.tuner} unavailable here"))
+            journal = save(journal.with_entry(i, note=f"tuner {c.tuner} unavailable here"))
             problems.append(f"{c.key}: tuner {c.tuner} unavailable")
             continue
         try:
             live = tuner.current(c.key)
             if tuner.verify(c.key, c.old):
-                journal = store.save(journal.with_entry(i, status="restored", note=ALREADY_OLD))
+                journal = save(journal.with_entry(i, status="restored", note=ALREADY_OLD))
                 continue
             drifted = entry.status in ("written", "skipped") and not tuner.verify(c.key, c.new)
             if drifted and not force:
                 note = f"changed by someone else since (live {live!r}); left alone"
-                journal = store.save(journal.with_entry(i, status="skipped", note=note))
+                journal = save(journal.with_entry(i, status="skipped", note=note))
                 problems.append(f"{c.key}: {note}")
                 continue
             tuner.rollback(c)
             if not tuner.verify(c.key, c.old):
                 raise TuneError(f"reads {tuner.current(c.key)!r} after restoring {c.old!r}")
             note = f"--force: over live {live!r}, changed by someone else since" if drifted else ""
-            journal = store.save(journal.with_entry(i, status="restored", note=note))
+            journal = save(journal.with_entry(i, status="restored", note=note))
         except (WanprobeError, OSError) as exc:
-            journal = store.save(journal.with_entry(i, note=f"restore failed: {exc}"))
+            journal = save(journal.with_entry(i, note=f"restore failed: {exc}"))
             problems.append(f"{c.key}: {exc}")
     if journal.persist.get("path"):
         try:
@@ -126,10 +154,14 @@ def recover(store: JournalStore, tuners: Mapping[str, Tuner]) -> list[Journal]:
     done = []
     for j in store.all():
         if j.state == "applying" and j.belongs_to(inode, cookie):
-            j, problems = _restore(j, tuners, store, force=True)
+            unsaved: list[WanprobeError] = []
+            j, problems = _restore(j, tuners, store, force=True, unsaved=unsaved)
             msg = "recovered after an interrupted apply" + (f"; {'; '.join(problems)}" if problems else "")
-            done.append(store.save(replace(j, state="recovered" if not problems else "rollback_incomplete",
-                                           message=msg)))
+            state = "recovered" if not problems else "rollback_incomplete"
+            j = _kept(store, replace(j, state=state, message=msg), unsaved)
+            if unsaved:
+                raise _unsaved_error(f"rolled back the interrupted apply {j.id}", unsaved)
+            done.append(j)
     return done
 
 
@@ -168,10 +200,14 @@ def apply_plan(plan: Plan, tuners: Mapping[str, Tuner], store: JournalStore, *, 
         prep = prepare(plan, tuners, host_id=host_id)
         if not prep.changes:
             return None, prep
-        journal = store.save(Journal(
-            id=store.new_id(), state="applying", netns_inode=current_inode(),
-            netns_cookie=current_cookie(), host_id=host_id, plan_id=plan.id,
-            created_at=now_iso(), entries=tuple(Entry(c) for c in prep.changes), pid=os.getpid()))
+        try:  # the journal, with every old value, is on disk before the first write (R-24)
+            journal = store.save(Journal(
+                id=store.new_id(), state="applying", netns_inode=current_inode(),
+                netns_cookie=current_cookie(), host_id=host_id, plan_id=plan.id,
+                created_at=now_iso(), entries=tuple(Entry(c) for c in prep.changes),
+                pid=os.getpid()))
+        except WanprobeError as exc:
+            raise type(exc)(f"{exc}; nothing changed") from None
         where = ""
         try:
             for step, c in enumerate(prep.changes):
@@ -190,16 +226,31 @@ def apply_plan(plan: Plan, tuners: Mapping[str, Tuner], store: JournalStore, *, 
                 previous = path.read_text() if path.exists() else None
                 journal = store.save(replace(journal, persist={"path": os.fspath(path), "previous": previous}))
                 _persist(path, prep.changes, previous)
+            where = "recording the apply"  # a journal left "applying" is rolled back as a crash
+            journal = store.save(replace(journal, state="applied"))
         except (WanprobeError, OSError) as exc:
-            journal, problems = _restore(journal, tuners, store, force=True)
-            restored = sum(1 for e in journal.entries if e.status == "restored" and not e.note)
-            tail = f"; restore problems: {'; '.join(problems)}" if problems else ""
-            msg = f"apply failed at {where}: {exc}; rolled back ({restored} restored){tail}"
-            store.save(replace(journal, state="failed" if not problems else "rollback_incomplete",
-                               message=msg))
-            raise TuneError(msg) from None
-        journal = store.save(replace(journal, state="applied"))
+            _roll_back_failed(journal, tuners, store, f"apply failed at {where}: {exc}", exc)
     return journal, prep
+
+
+def _roll_back_failed(journal: Journal, tuners: Mapping[str, Tuner], store: JournalStore,
+                      why: str, exc: Exception) -> None:
+    """Undo a failed apply and raise its one line: exit 74 when the journal could not be
+    written (a full or read-only disk, README "Exit codes"), else exit 6. The settings go back
+    even when the journal cannot record it (:func:`_kept`), so a full disk never leaves a plan
+    half-applied."""
+    unsaved: list[WanprobeError] = []
+    journal, problems = _restore(journal, tuners, store, force=True, unsaved=unsaved)
+    restored = sum(1 for e in journal.entries if e.status == "restored" and not e.note)
+    tail = f"; restore problems: {'; '.join(problems)}" if problems else ""
+    msg = f"{why}; rolled back ({restored} restored){tail}"
+    _kept(store, replace(journal, state="failed" if not problems else "rollback_incomplete",
+                         message=msg), unsaved)
+    if isinstance(exc, OutputError):
+        raise OutputError(msg + (UNRECORDED if unsaved else "")) from None
+    if unsaved:
+        raise _unsaved_error(msg, unsaved) from None
+    raise TuneError(msg) from None
 
 
 def _here(journals: list[Journal]) -> list[Journal]:
@@ -230,9 +281,16 @@ def rollback(store: JournalStore, tuners: Mapping[str, Tuner], jid: str | None =
             if newer.id > j.id and newer.state == "applied" and keys & {
                     (e.change.tuner, e.change.key) for e in newer.entries}:
                 raise ConfigError(f"journal {newer.id} changed the same keys later; roll it back first")
-        j, problems = _restore(j, tuners, store, force=force)
+        unsaved: list[WanprobeError] = []
+        j, problems = _restore(j, tuners, store, force=force, unsaved=unsaved)
         state = "rolled_back" if not problems else "rollback_incomplete"
-        j = store.save(replace(j, state=state, message="; ".join(problems)))
+        j = _kept(store, replace(j, state=state, message="; ".join(problems)), unsaved)
+        if unsaved:  # the settings went back all the same; the journal still says "applied"
+            done = sum(1 for e in j.entries if e.status == "restored")
+            raise _unsaved_error(f"rollback of {j.id}: {done} of {len(j.entries)} keys at their "
+                                 "old values" + (f" ({'; '.join(problems)})" if problems else ""),
+                                 unsaved, "; the journal still says applied until `tune "
+                                 "rollback` runs again with room on the disk")
         if problems:
             hint = "" if force else " (--force restores anyway)"
             raise RollbackIncomplete(f"rollback of {j.id} incomplete: {'; '.join(problems)}{hint}",

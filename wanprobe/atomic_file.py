@@ -7,14 +7,19 @@ The policy (issue 19), decided from what is at the path (``lstat``), never from 
   ``write_to_textfile`` pattern; rename(2) is atomic within one filesystem, and fsync of the
   file then of the directory makes the new name survive a crash, as ext4/xfs document for the
   write-temp-then-rename idiom);
-- a character device, a FIFO, or this process's own stdout/stderr: written in place, never
-  replaced (``-o /dev/null`` and ``-o /dev/stdout`` do what a shell user expects; renaming over
-  ``/dev/full`` turned it into a regular file). A FIFO nobody reads is refused, not waited on.
-  State files (``in_place=False``) refuse these instead;
+- a FIFO, a sink device (the null, zero and full devices, known by their numbers 1:3, 1:5, 1:7,
+  not by name), or this process's own stdout/stderr: written in place, never replaced
+  (``-o /dev/null`` and ``-o /dev/stdout`` do what a shell user expects; renaming over
+  ``/dev/full`` turned it into a regular file). A FIFO nobody reads is refused, not waited on,
+  and its reader gets WRITE_TIMEOUT_S to take the whole output (one that opens it and never
+  reads would otherwise hold the command forever). State files (``in_place=False``) refuse these;
+- any other character device (``/dev/mem``, a terminal, a disk's raw node): refused before it
+  is opened — a report is never written into memory, a port or a serial line, and opening some
+  devices has side effects of its own (a tape rewinds, a modem line raises DTR);
 - a symlink: followed only if the kernel's own ``fs.protected_symlinks`` rule would follow it
   (not in a sticky world-writable directory such as /tmp, or owned by us or by that
   directory's owner), so a link planted in /tmp cannot steer a root write elsewhere;
-- a block device, a socket, a directory: refused.
+- a block device, a socket, a directory: refused, each named for what it is.
 
 A refusal is an ``OSError`` whose strerror says why (callers already turn OSError into one line);
 a failed write (ENOSPC, EIO) is the OSError the kernel gave.
@@ -23,14 +28,21 @@ a failed write (ENOSPC, EIO) is the OSError the kernel gave.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
+import select
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 MAX_LINKS = 40  # as the kernel's MAXSYMLINKS
+WRITE_TIMEOUT_S = 10.0  # a FIFO's reader takes the whole output within this, or the write fails
+# drivers/char/mem.c: a write to null or zero is discarded, to full fails with ENOSPC
+SINKS = {(1, 3): "/dev/null", (1, 5): "/dev/zero", (1, 7): "/dev/full"}
+# Documentation/admin-guide/devices.txt: BSD ptys, ttyN/ttyS, tty/console/ptmx, Unix98 ptys,
+# ttyACM, ttyUSB, low-density serial, hvc consoles
+TTY_MAJORS = frozenset({2, 3, 4, 5, *range(128, 144), 166, 188, 204, 229})
 
 
 class Refused(OSError):
@@ -51,6 +63,27 @@ def write_error(exc: OSError, label: str) -> Exception:
     if isinstance(exc, Refused):
         return ConfigError(f"{label}: {reason}")
     return OutputError(f"{label}: cannot write: {reason}")
+
+
+def kind(st: os.stat_result) -> str:
+    """What a file is, in words, for a refusal (never "a FIFO" for a device)."""
+    mode = st.st_mode
+    if stat.S_ISCHR(mode):
+        major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+        if major in TTY_MAJORS:
+            return f"a terminal (tty character device {major}:{minor})"
+        return SINKS.get((major, minor)) or f"a character device ({major}:{minor})"
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a symlink" if stat.S_ISLNK(mode) else "a regular file" if stat.S_ISREG(mode)
+            else "not a regular file")
+
+
+def in_place_ok(st: os.stat_result) -> bool:
+    """A FIFO or a sink device: written in place by a user-named output."""
+    if stat.S_ISFIFO(st.st_mode):
+        return True
+    return stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) in SINKS
 
 
 def _trusted_link(link: str, st: os.stat_result) -> bool:
@@ -119,16 +152,15 @@ def _target(path: str | Path, in_place: bool) -> tuple[str, int | None]:
         if followed is not None:  # reached through a link we cannot read (/proc magic links)
             raise refused(path, "cannot tell what this path points to; not written")
         return real, None
-    mode = st.st_mode
-    if stat.S_ISREG(mode):
+    if stat.S_ISREG(st.st_mode):
         return real, None
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+    if in_place_ok(st):
         if not in_place:
-            raise refused(path, "is a device or FIFO, not a file; a state file must be a file")
+            raise refused(path, f"is {kind(st)}, not a file; a state file must be a regular file")
         return real, -1
-    kind = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
-    raise refused(path, f"is {kind}; not written")
+    only = ("; only a regular file, a FIFO or /dev/null, /dev/zero, /dev/full is written"
+            if stat.S_ISCHR(st.st_mode) else "")
+    raise refused(path, f"is {kind(st)}; not written{only}")
 
 
 def _write_all(fd: int, raw: bytes) -> None:
@@ -138,21 +170,40 @@ def _write_all(fd: int, raw: bytes) -> None:
         view = view[n:]
 
 
+def _write_by_deadline(fd: int, raw: bytes, path: str) -> None:
+    """Write all of ``raw`` to a non-blocking ``fd`` within WRITE_TIMEOUT_S, waiting in poll(2)
+    while the reader's pipe is full; ETIMEDOUT (an OutputError, exit 74) when it is not taken."""
+    view = memoryview(raw)
+    deadline = time.monotonic() + WRITE_TIMEOUT_S
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+            continue
+        except BlockingIOError:
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise OSError(errno.ETIMEDOUT, f"the FIFO's reader took {len(raw) - len(view):,} of "
+                          f"{len(raw):,} bytes in {WRITE_TIMEOUT_S:g} s (the write deadline)", path)
+        poller.poll(max(1, int(left * 1e3)))
+
+
 def _write_in_place(path: str, raw: bytes) -> None:
-    """Write a character device or FIFO without creating, truncating or replacing it."""
+    """Write a FIFO or sink device without creating, truncating or replacing it."""
     flags = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        if exc.errno == errno.ENXIO:
+        if exc.errno == errno.ENXIO and stat.S_ISFIFO(os.stat(path).st_mode):
             raise refused(path, "is a FIFO that no process reads; not written") from None
         raise
     try:
         st = os.fstat(fd)
-        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):  # swapped meanwhile
-            raise refused(path, "changed while it was opened; not written")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        _write_all(fd, raw)
+        if not in_place_ok(st):  # swapped meanwhile
+            raise refused(path, f"changed while it was opened (now {kind(st)}); not written")
+        _write_by_deadline(fd, raw, path)
     finally:
         os.close(fd)
 
@@ -160,7 +211,7 @@ def _write_in_place(path: str, raw: bytes) -> None:
 def atomic_write(path: str | Path, data: str | bytes, mode: int = 0o644, *,
                  in_place: bool = False) -> Path:
     """Write ``data`` (text as UTF-8) to ``path`` under the policy above: a reader sees the old
-    or the new file, never half of one. ``in_place`` lets a user-named output be a device,
+    or the new file, never half of one. ``in_place`` lets a user-named output be a sink device,
     FIFO or our stdout/stderr. Creates missing parent directories; raises OSError on failure."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     if not isinstance(raw, bytes | bytearray | memoryview):

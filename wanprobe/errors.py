@@ -9,10 +9,12 @@ One exit code per kind of failure (the README's table; ``tests/test_exit_codes.p
       (systemd does not restart the daemon for it: ``RestartPreventExitStatus=2``)
 3     the emulated lab could not be built, found or removed
 4     permission: root or CAP_NET_ADMIN needed
-5     peer unreachable: no answer, connection refused or timed out, not a wanprobe peer
+5     peer unreachable: no answer, connection refused or timed out, not a wanprobe peer; for
+      ``fleet``, a Prometheus unreachable, too slow, over its answer limits or absurd
 6     tuning failed: apply, verify or rollback
 7     the peer refused us: authentication (no key, wrong key) or its allow-list
-8     the peer refused the request under its limits: busy, quota, a limit, tests disabled
+8     the peer refused the request under its limits: busy, quota, a limit, tests disabled,
+      DSCP policy, no room for a STAMP session (not counted as path loss)
 9     drift: live settings differ from the applied plan (``tune status``; its output printed
       first, as ``diff`` exits 1 when the files differ)
 70    internal error, a bug (sysexits.h EX_SOFTWARE; ``WANPROBE_DEBUG=1`` shows where)

@@ -208,7 +208,8 @@ def check_path_text(path: str | Path, what: str) -> Path:
 def check_output_path(path: str | Path, what: str) -> Path:
     """Refuse, as one error line, an output path that cannot be written: see
     ``check_path_text``; a directory; a parent that is missing or not a directory; what the
-    output policy of ``atomic_file`` refuses (a block device, a socket, an untrusted symlink).
+    output policy of ``atomic_file`` refuses (a device other than null, zero and full, a
+    socket, an untrusted symlink).
     ``-`` is stdout."""
     from wanprobe.atomic_file import Refused, check_writable
 

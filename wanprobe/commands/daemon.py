@@ -50,6 +50,9 @@ def daemon(
     check_plan: Annotated[bool, typer.Option("--check-plan", help="Exit 0 only if the "
                                              "auto-apply plan is signed off and whitelisted "
                                              "(for wanprobe-tune.service's ExecCondition).")] = False,
+    web_config_file: Annotated[Path | None, typer.Option(
+        "--web-config-file", help="The listener's TLS and basic auth (exporter-toolkit web "
+        "config YAML, as node_exporter's --web.config.file); replaces daemon.web_config_file.")] = None,
 ) -> None:
     """Run the measurement daemon: reflector, mesh probing, counters, history, /metrics.
 
@@ -57,17 +60,17 @@ def daemon(
     sd_notify to systemd (Type=notify, watchdog)."""
     from wanprobe.daemon import main as dmain
     from wanprobe.daemon.auto_apply import check_plan as gate
-    from wanprobe.daemon.state_dir import check_state_dir
+    from wanprobe.daemon.runtime import check_runtime
 
     try:
-        if check or check_plan:
-            cfg, peers = dmain.load_runtime(config)
-            if check_plan:  # root's ExecCondition: never writes into the daemon's state dir
-                changes = gate(cfg.auto_apply)
-                typer.echo(f"plan {cfg.auto_apply.plan}: signed off, {len(changes)} changes, "
-                           f"tuners {', '.join(sorted({c['tuner'] for c in changes})) or '-'}")
-                return
-            check_state_dir(cfg.state_dir, cfg.reports_dir)
+        if check_plan:  # root's ExecCondition: never writes into the daemon's state dir
+            cfg, _ = dmain.load_runtime(config)
+            changes = gate(cfg.auto_apply)
+            typer.echo(f"plan {cfg.auto_apply.plan}: signed off, {len(changes)} changes, "
+                       f"tuners {', '.join(sorted({c['tuner'] for c in changes})) or '-'}")
+            return
+        if check:  # the same checks as SIGHUP's reload (runtime.check_runtime)
+            cfg, peers = check_runtime(config, web_config_file)
             shown_peers = [f"{p.name}={p.address}" + (f" ({p.site})" if p.site else "")
                            for p in peers[:MAX_PEERS_SHOWN]]
             more = len(peers) - len(shown_peers)
@@ -75,6 +78,11 @@ def daemon(
                              f"{len(peers)} peers: " + ", ".join(shown_peers)
                              + (f", and {more} more" if more > 0 else "")))
             _warn_unscrapable(cfg)
+            from wanprobe.daemon.web_config import load_web_config
+
+            typer.echo(f"listener {cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}: "
+                       + load_web_config(cfg.web_config_file).describe()
+                       + (f" ({cfg.web_config_file})" if cfg.web_config_file else ""))
             t = cfg.throughput
             if t.enabled:
                 from wanprobe.daemon.throughput_spread import describe_cost
@@ -83,24 +91,26 @@ def daemon(
                                          t.budget_bytes_per_peer_per_day, t.budget_bytes_per_day,
                                          len(peers)))
             return
-        dmain.run(config)
+        dmain.run(config, web_config_file)
     except ConfigInvalid as exc:
         _print_problems(exc)
         raise typer.Exit(exc.exit_code) from None
 
 
 def _warn_unscrapable(cfg) -> None:
-    """One warning line (stderr, exit stays 0) when Prometheus, scraping the mesh's address and
-    port for this host (``fleet targets``), would find no /metrics there: a daemon listening on
-    loopback, the default, is up and every target of it down."""
-    if cfg.mesh_file is None:
-        return
-    from wanprobe.daemon.config_fields import scrape_problem
+    """One warning line each (stderr, exit stays 0) when Prometheus, scraping the mesh's address
+    and port for this host (``fleet targets``), would find no /metrics there — a daemon
+    listening on loopback, the default, is up and every target of it down — and when a
+    listener off loopback has no web config (anyone who reaches it reads the fleet)."""
+    from wanprobe.daemon.config_fields import exposure_problem, scrape_problem
     from wanprobe.daemon.mesh import load_mesh
 
-    me = next((h for h in load_mesh(cfg.mesh_file).hosts if h.name == cfg.hostname), None)
-    problem = me and scrape_problem(cfg.metrics_listen, me.address, me.metrics_port)
-    if problem:
+    problems = []
+    if cfg.mesh_file is not None:
+        me = next((h for h in load_mesh(cfg.mesh_file).hosts if h.name == cfg.hostname), None)
+        problems.append(me and scrape_problem(cfg.metrics_listen, me.address, me.metrics_port))
+    problems.append(exposure_problem(cfg.metrics_listen, cfg.web_config_file))
+    for problem in filter(None, problems):
         err_console.print(f"wanprobe: warning: {clean(one_line(f'{cfg.source}: {problem}'))}",
                           markup=False)
 

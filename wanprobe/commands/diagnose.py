@@ -56,13 +56,14 @@ def diagnose(
     flows: Annotated[int, typer.Option("--flows", min=1, max=4096, help="TCP flows each host carries at once (NCCL sockets × peers): splits its tcp_mem budget.")] = 16,
     loss_slo: Annotated[str, typer.Option("--loss-slo", help="The loss the path may have, e.g. 0.1% (default): loss above it is a finding per direction, and a run that cannot tell says so.")] = "0.1%",
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report JSON to this file (- for stdout; a device or FIFO is written in place).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the report JSON to this file (- for stdout; /dev/null or a FIFO is written in place, any other device refused).")] = None,
     hmac_key_file: Annotated[str | None, typer.Option(
         "--hmac-key-file", help="The reflector's shared key (file, >= 16 characters): "
         "authenticated STAMP and throughput tests.")] = None,
 ) -> None:
     """Probe the path, run a capped throughput test, read counters and host config, and say
     what limits the link, with evidence, recommendations and tuner knobs."""
+    from wanprobe.probe.access import check_sent_dscp
     from wanprobe.report.document import Report, save
     from wanprobe.report.render_rich import render_rich
     from wanprobe.services.diagnose import DiagnoseOptions
@@ -76,7 +77,7 @@ def diagnose(
     opts = DiagnoseOptions(
         peer=peer, port=parse_port(port), mode="full" if full else "quick",
         link_rate_bps=parse_rate_bps(link_rate) if link_rate else None,
-        dscp=parse_dscp(dscp), throughput=not no_throughput, concurrent_flows=flows,
+        dscp=check_sent_dscp(parse_dscp(dscp)), throughput=not no_throughput, concurrent_flows=flows,
         hmac_key=read_hmac_key_file(hmac_key_file), loss_slo=_slo(loss_slo))
     err = Console(stderr=True, highlight=False)
     if netns is not None:
@@ -108,8 +109,11 @@ def diagnose(
 
 
 def _slo(text: str) -> float:
-    """--loss-slo as a ratio in (0, 0.5]."""
-    value = parse_ratio(text)
+    """--loss-slo as a ratio in (0, 0.5]; a bad one is one line naming the option."""
+    try:
+        value = parse_ratio(text)
+    except UsageError as exc:
+        raise UsageError(f"--loss-slo: {exc}") from None
     if not 0 < value <= 0.5:
         raise UsageError(f"--loss-slo {text!r} must be above 0 and at most 50%")
     return value

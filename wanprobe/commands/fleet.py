@@ -24,6 +24,7 @@ app = typer.Typer(name="fleet", help="Run a fleet on Prometheus: scrape targets 
                   no_args_is_help=True)
 
 WINDOW_HELP = "rate() window for loss and liveness, e.g. 5m."
+TIMEOUT_HELP = "Each query as a whole: connecting, Prometheus's evaluation and the last byte."
 
 
 # Bounds an operator would not exceed: a rate() window or `for:` over 6 h hides every incident
@@ -60,20 +61,60 @@ def _matching(option: str, pattern: re.Pattern, text: str, what: str) -> str:
     return text
 
 
+TARGET_FORMATS = ("file-sd", "scrape-config")
+
+
 @app.command("targets")
 def targets(
     mesh: Annotated[Path, typer.Option("--mesh", help="The fleet's mesh file (TOML or JSON).")],
     site: Annotated[str | None, typer.Option("--site", help="Only this site's daemons (for a "
                                              "per-site Prometheus).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="file-sd (JSON for file_sd_configs) or "
+                                     "scrape-config (the prometheus.yml job, with the TLS and "
+                                     "basic auth settings below).")] = "file-sd",
+    job: Annotated[str | None, typer.Option("--job", help="scrape-config: the job name (as "
+                                            "`fleet rules --job`; default wanprobe).")] = None,
+    targets_file: Annotated[str | None, typer.Option(
+        "--targets-file", help="scrape-config: read the daemons from this file_sd file (the "
+        "file-sd output) instead of listing them inline.")] = None,
+    scheme: Annotated[str, typer.Option("--scheme", help="https when the daemons have a "
+                                        "web_config_file with tls_server_config.")] = "http",
+    ca_file: Annotated[str | None, typer.Option("--ca-file", help="CA of the daemons' "
+                                                "certificates (default: the system's).")] = None,
+    server_name: Annotated[str | None, typer.Option(
+        "--server-name", help="Name the daemons' certificates carry, when it is not their "
+        "mesh address.")] = None,
+    client_cert: Annotated[str | None, typer.Option(
+        "--client-cert", help="Prometheus's client certificate (client_auth_type).")] = None,
+    client_key: Annotated[str | None, typer.Option("--client-key", help="Its key.")] = None,
+    user: Annotated[str | None, typer.Option("--basic-auth-user", help="A user of the web "
+                                             "config's basic_auth_users.")] = None,
+    password_file: Annotated[str | None, typer.Option(
+        "--password-file", help="File holding that user's password.")] = None,
 ) -> None:
-    """Print Prometheus file_sd JSON: every daemon in the mesh, with site and host labels."""
+    """Print Prometheus file_sd JSON (every daemon in the mesh, with site and host labels), or
+    with --format scrape-config the whole scrape job, https and basic auth included."""
     from wanprobe.daemon.mesh import load_mesh
-    from wanprobe.fleet.targets import file_sd
+    from wanprobe.fleet.targets import ScrapeAuth, file_sd, scrape_config
+    from wanprobe.fleet.yaml_text import dumps
 
+    if fmt not in TARGET_FORMATS:
+        raise UsageError(f"--format: {shown(fmt)} is not one of {', '.join(TARGET_FORMATS)}")
+    auth = ScrapeAuth(scheme=scheme, ca_file=ca_file, server_name=server_name,
+                      cert_file=client_cert, key_file=client_key, username=user,
+                      password_file=password_file)
+    if fmt == "file-sd" and (auth.secured or targets_file is not None or job is not None):
+        raise UsageError("--job, --scheme, TLS, basic auth and --targets-file are settings of "
+                         "the scrape job, which file_sd cannot carry: add --format scrape-config")
     m = load_mesh(mesh)
     if site is not None and site not in m.sites:
         raise UsageError(f"--site: {site!r} is not a site of {mesh} ({', '.join(m.sites)})")
-    typer.echo(json.dumps(file_sd(m, site=site), indent=2))
+    if fmt == "file-sd":
+        typer.echo(json.dumps(file_sd(m, site=site), indent=2))
+        return
+    job = _matching("--job", _JOB, job or "wanprobe", "a Prometheus job name")
+    typer.echo(dumps(scrape_config(m, job=job, auth=auth, site=site,
+                                   targets_file=targets_file)), nl=False)
 
 
 @app.command("rules")
@@ -155,9 +196,29 @@ def kubernetes(
     tuner_namespace: Annotated[str, typer.Option("--tuner-namespace")] = "wanprobe-tuner",
     plan: Annotated[Path | None, typer.Option("--plan", help="The signed-off plan the tuner may "
                                               "apply (from `wanprobe tune plan`).")] = None,
+    web_config_secret: Annotated[str | None, typer.Option(
+        "--web-config-secret", help="Secure the listener: an existing Secret holding "
+        "web-config.yml (exporter-toolkit format); needs --tls-secret.")] = None,
+    tls_secret: Annotated[str | None, typer.Option(
+        "--tls-secret", help="An existing kubernetes.io/tls Secret: the listener's certificate "
+        "(tls.crt, tls.key; ca.crt for Prometheus unless --ca-secret).")] = None,
+    ca_secret: Annotated[str | None, typer.Option(
+        "--ca-secret", help="A Secret whose ca.crt Prometheus verifies the certificate "
+        "with (default: the --tls-secret).")] = None,
+    server_name: Annotated[str | None, typer.Option(
+        "--server-name", help="The DNS name in the certificate (default: "
+        "wanprobe-agent.NAMESPACE.svc).")] = None,
+    client_cert_secret: Annotated[str | None, typer.Option(
+        "--scrape-client-cert-secret", help="A kubernetes.io/tls Secret: Prometheus's client "
+        "certificate (for the web config's client_auth_type).")] = None,
+    basic_auth_secret: Annotated[str | None, typer.Option(
+        "--basic-auth-secret", help="A Secret with keys username and password Prometheus "
+        "scrapes with (a user of basic_auth_users).")] = None,
 ) -> None:
     """Print Kubernetes manifests (one YAML stream): agent DaemonSets, config, Service,
-    ServiceMonitor, PrometheusRule, and the opt-in tuner."""
+    ServiceMonitor, PrometheusRule, and the opt-in tuner.
+
+    Long because each of its options is a typer parameter with its --help text."""
     from wanprobe.fleet.kubernetes import KubeSettings, render
     from wanprobe.fleet.rules import prom_duration
 
@@ -168,7 +229,11 @@ def kubernetes(
                             job=_matching("--job", _JOB, job, "a Prometheus job name"),
                             monitor_labels=_labels("--monitor-label", monitor_label or []),
                             scrape_interval=prom_duration(_duration(
-                                "--scrape-interval", scrape_interval, allow_zero=False)))
+                                "--scrape-interval", scrape_interval, allow_zero=False)),
+                            web_config_secret=web_config_secret, tls_secret=tls_secret,
+                            ca_secret=ca_secret, server_name=server_name,
+                            client_cert_secret=client_cert_secret,
+                            basic_auth_secret=basic_auth_secret)
     if image is not None:
         settings = replace(settings, image=image)
     typer.echo(render(mesh, settings, rules_file, plan), nl=False)
@@ -179,7 +244,7 @@ def matrix(
     prometheus: Annotated[str, typer.Option("--prometheus", help="Prometheus base URL, e.g. "
                                             "http://prometheus:9090.")],
     window: Annotated[str, typer.Option("--window", help=WINDOW_HELP)] = "5m",
-    timeout: Annotated[str, typer.Option("--timeout", help="Per query.")] = "10s",
+    timeout: Annotated[str, typer.Option("--timeout", help=TIMEOUT_HELP)] = "10s",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Show the site x site matrix (RTT, loss per direction, throughput, firing alerts)."""
@@ -198,16 +263,24 @@ def matrix(
 
 
 def _cell(p) -> str:
-    def ms(x):
-        return "-" if x is None else f"{x * 1e3:.1f}"
+    """One matrix cell; a figure outside its range (assemble refuses them; this is the last
+    guard against "loss inf%" and a 300-digit rate) shows as "?", no data as "-"."""
+    from wanprobe.fleet.matrix import RANGES
 
-    def pct(x):
-        return "-" if x is None else f"{x * 100:.2f}%"
+    def fig(name: str, show) -> str:
+        x = getattr(p, name)
+        return "-" if x is None else show(x) if 0 <= x <= RANGES[name].high else "?"
 
-    lines = [f"{ms(p.rtt_p50_seconds)} / {ms(p.rtt_p99_seconds)} ms",
-             f"loss {pct(p.loss_forward_ratio)} → {pct(p.loss_reverse_ratio)} ←"]
+    def ms(name: str) -> str:
+        return fig(name, lambda x: f"{x * 1e3:.1f}")
+
+    def pct(name: str) -> str:
+        return fig(name, lambda x: f"{x * 100:.2f}%")
+
+    lines = [f"{ms('rtt_p50_seconds')} / {ms('rtt_p99_seconds')} ms",
+             f"loss {pct('loss_forward_ratio')} → {pct('loss_reverse_ratio')} ←"]
     if p.throughput_bits_per_second is not None:
-        lines.append(units.format_rate(p.throughput_bits_per_second))
+        lines.append(fig("throughput_bits_per_second", units.format_rate))
     lines += [f"[bold red]{a}[/]" for a in p.alerts]
     return "\n".join(lines)
 
@@ -247,7 +320,7 @@ def windows(
     unit: views.UnitOpt = "wanprobe-sync.service",
     series: Annotated[str, typer.Option("--series", help="auto (recording rules when their "
                                         "history covers the lookback), raw or recorded.")] = "auto",
-    timeout: Annotated[str, typer.Option("--timeout", help="Per query.")] = "30s",
+    timeout: Annotated[str, typer.Option("--timeout", help=TIMEOUT_HELP)] = "30s",
 ) -> None:
     """When to move SIZE from one site to another: the hour-of-week profile of the pair (goodput
     p10/p50, loss, RTT; hour 0 = Monday 00:00 UTC) and the best start hours, best first."""

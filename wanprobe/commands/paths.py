@@ -85,13 +85,20 @@ def paths(
         sys.stdout.write(json.dumps(doc) + "\n")
     else:
         _print(doc)
-    _exit_if_silent(peer, kw, sum(f.probe.loss.received for f in result.flows))
+    losses = [f.probe.loss for f in result.flows]
+    _exit_if_silent(peer, kw, sum(x.received for x in losses),
+                    sum(x.reflector_session_refused for x in losses), sum(x.sent for x in losses))
 
 
-def _exit_if_silent(peer: str, kw: dict, received: int) -> None:
-    """Exit 1 as ``probe`` does when not one probe of any flow was answered, saying why (a key
+def _exit_if_silent(peer: str, kw: dict, received: int, refused: int = 0, sent: int = 0) -> None:
+    """Exit 8 when the reflector refused a session to any probe (probe.peer.session_refused);
+    else exit 1 as ``probe`` does when not one probe of any flow was answered, saying why (a key
     the reflector wants, or one it does not share: probe.peer.no_reply); any reply at all
     makes it loss, and the output above stands."""
+    if refused:
+        from wanprobe.probe.peer import session_refused
+
+        raise session_refused(peer, kw["port"], refused, sent)
     if not received:
         from wanprobe.probe.peer import no_reply
 
@@ -130,7 +137,7 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
     doc["peer"] = host
     if as_json:
         sys.stdout.write(json.dumps(doc) + "\n")
-        return _exit_if_silent(host, kw, doc["loss"]["received"])
+        return _exit_if_silent(host, kw, doc["loss"]["received"], *_refused_of(doc))
     console = Console(highlight=False)
     rtt, loss = doc["rtt_ms"], doc["loss"]
     console.print(f"{host}: {loss['sent']} probes over {flows} flows, rtt p50 "
@@ -140,7 +147,12 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
         console.print(doc["reflector"]["note"])
     if "paths" in doc:
         _print({"peer": host, "flows": doc["flows"], "summary": doc["paths"]})
-    _exit_if_silent(host, kw, doc["loss"]["received"])
+    _exit_if_silent(host, kw, doc["loss"]["received"], *_refused_of(doc))
+
+
+def _refused_of(doc: dict) -> tuple[int, int]:
+    """(probes refused a session by the reflector, probes sent) of a probe document."""
+    return doc["loss"].get("reflector_session_refused") or 0, doc["loss"]["sent"]
 
 
 def _ports(text: str) -> list[int]:

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from wanprobe.commands.options import JsonObject, Netns, ReflectorKeyFile, ReplyTimeout, enter_netns
 from wanprobe.errors import UsageError, shown
-from wanprobe.probe.peer import no_reply, numeric_family
+from wanprobe.probe.peer import no_reply, numeric_family, session_refused
 from wanprobe.probe.session_table import MAX_SESSIONS, PER_SOURCE
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import dscp_name, parse_bytes, parse_dscp, parse_duration_s, parse_port
@@ -61,7 +61,8 @@ def reflect(
         "default: everyone). Others are dropped unparsed.")] = None,
     cos_dscp: Annotated[list[str] | None, typer.Option(
         "--cos-dscp", help="DSCP a Class-of-Service TLV may ask replies to carry, and a "
-        "throughput test its streams (repeatable; default: any but CS6/CS7).")] = None,
+        "throughput test its streams, and any reply carry (repeatable; default: any but "
+        "network control, 48-63).")] = None,
     sessions_per_source: Annotated[int, typer.Option(
         "--sessions-per-source", min=1, max=MAX_SESSIONS, help="STAMP sessions one source "
         f"address may hold (default {PER_SOURCE:,} of {MAX_SESSIONS:,}); raise it only for a "
@@ -118,7 +119,8 @@ async def _serve(bind: str, port: int, service: ReflectService) -> None:
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"wanprobe reflect: stopped; {s.reflected} reflected, {s.short + s.oversize} short/oversize,"
         f" {s.malformed} malformed, {s.rate_limited} rate-limited, {s.session_refused} new "
-        "sessions refused (their source's share was all in use)"
+        f"sessions refused (no room they could take; {s.refusals_answered} told so), "
+        f"{s.reclaimed} taken from the largest source's share"
         + (f", {s.auth_failed} failed authentication, {s.replayed} replays refused"
            if authenticated else "")
         + f", {s.not_allowed} from outside --allow; throughput refusals: "
@@ -175,6 +177,9 @@ def probe(
         _print_probe(result)
         if doc.get("reflector") and doc["reflector"].get("note"):
             Console(highlight=False).print(doc["reflector"]["note"])
+    if result.loss.reflector_session_refused:   # the reflector said no: exit 8, not loss
+        raise session_refused(host, kw["port"], result.loss.reflector_session_refused,
+                              result.loss.sent)
     if result.loss.sent and not result.loss.received:  # as ping(8): exit 1 when nothing answered
         raise no_reply(host, method, kw)
 

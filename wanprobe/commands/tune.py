@@ -26,7 +26,7 @@ SysctlD = Annotated[str | None, typer.Option(
     "--sysctl-d", help="sysctl.d directory of --persist (default $WANPROBE_SYSCTL_D or "
     "/etc/sysctl.d); a journal's persist file must be there.")]
 AllowNcDscp = Annotated[bool, typer.Option(
-    "--allow-network-control-dscp", help="Permit DSCP plans that mark CS6/CS7 (network "
+    "--allow-network-control-dscp", help="Permit DSCP plans that mark DSCP 48-63 (network "
     "control, RFC 4594 §3.1; refused by default).")]
 
 
@@ -58,7 +58,7 @@ def _diff_table(rows: list[dict[str, Any]], title: str) -> Table:
 @app.command("plan")
 def plan_cmd(
     report: Annotated[str, typer.Option("--report", "-r", help="Report JSON from `wanprobe diagnose`.")],
-    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan here (- for stdout; a device or FIFO is written in place).")] = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write the plan here (- for stdout; /dev/null or a FIFO is written in place, any other device refused).")] = None,
     side: Annotated[str, typer.Option("--host", "--side", help="local: the host that ran diagnose; peer: the far end (the plan is bound to its address).")] = "local",
     netns: Netns = None, state_dir: StateDir = None, allow_nc_dscp: AllowNcDscp = False,
     sysctl_d: SysctlD = None,

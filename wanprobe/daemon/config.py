@@ -161,6 +161,9 @@ class DaemonConfig:
     # the tuner's journals, read (never written) for the page's tuning changes (docs/runbook.md)
     tune_state_dir: Path = Path("/var/lib/wanprobe-tune")
     metrics_listen: tuple[str, int] = ("127.0.0.1", 9862)
+    # the listener's TLS and basic auth, exporter-toolkit format (daemon/web_config.py)
+    web_config_file: Path | None = None
+    web_healthz_open: bool = False  # /healthz answers without authentication (kubelet probes)
     reflector_listen: tuple[tuple[str, int], ...] = (("0.0.0.0", 862),)
     reflector_enabled: bool = True
     hmac_key: bytes | None = None
@@ -211,7 +214,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
     d = v.table(data, "daemon")
     v.known(d, "daemon", {"state_dir", "tune_state_dir", "metrics_listen", "reflector_listen", "reflector",
                           "hmac_key", "hmac_key_file", "hostname", "site", "mesh_file",
-                          "log_format"} | DAEMON_KEYS)
+                          "log_format", "web_config_file", "web_healthz_open"} | DAEMON_KEYS)
     allow, cos_dscp = reflector_access(v, d)
     throughput_t = v.table(data, "throughput")
     throughput = _throughput(v, throughput_t)
@@ -225,6 +228,8 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
                                 v.string(d, "daemon.metrics_listen", "127.0.0.1:9862")),
         reflector_listen=tuple(v.listen("daemon.reflector_listen", x) for x in
                                v.str_list(d, "daemon.reflector_listen", ["0.0.0.0:862"])),
+        web_config_file=v.path(d, "daemon.web_config_file", None),
+        web_healthz_open=v.boolean(d, "daemon.web_healthz_open", False),
         reflector_enabled=v.boolean(d, "daemon.reflector", True),
         hmac_key=_hmac_key(v, d),
         allow=allow,

@@ -13,6 +13,7 @@ from typing import Any
 
 from wanprobe import units
 from wanprobe.errors import ConfigError, WanprobeError
+from wanprobe.probe.access import check_sent_dscp
 
 METHODS = ("stamp", "icmp", "tcp")
 
@@ -220,6 +221,20 @@ def scrape_problem(listen: tuple[str, int], address: str, port: int) -> str | No
             f"{_host_port(address, port)} or {wildcard}:{port}")
 
 
+def exposure_problem(listen: tuple[str, int], web_config_file: Path | None) -> str | None:
+    """Why a listener other processes' hosts can reach is open to them, as one line; None on
+    loopback or with a web config. ``daemon --check`` prints it as a warning: /metrics, the
+    fleet page and /peer/NAME name every peer, site, address, path event and tuning change."""
+    host, port = listen
+    if web_config_file is not None or ipaddress.ip_address(host).is_loopback:
+        return None
+    return (f"daemon.metrics_listen {_host_port(host, port)} is not loopback and no "
+            "daemon.web_config_file secures it: the fleet's topology and tuning history are "
+            "open to anyone who can reach it; set web_config_file (TLS and basic auth, "
+            "exporter-toolkit format) and scrape with `wanprobe fleet targets --format "
+            "scrape-config --scheme https ...`")
+
+
 def parse_window(text: str) -> TimeWindow:
     """``"01:00-05:30"`` (local time) → minutes 60..330; ``"22:00-04:00"`` wraps midnight."""
     try:
@@ -255,7 +270,8 @@ def _scalar(types: tuple[type, ...], what: str,
 _RATIO = _scalar((int, float, str), 'a ratio such as "1%" or 0.01',
                  lambda x: units.parse_ratio(str(x)))
 _SIZE = _scalar((int, str), 'a size such as "10GiB"', lambda x: units.parse_bytes(str(x)))
-_DSCP = _scalar((int, str), "a DSCP number or name", units.parse_dscp)
+_DSCP = _scalar((int, str), "a DSCP number or name",  # what probes send: never 48-63 (access.py)
+                lambda x: check_sent_dscp(units.parse_dscp(x), "DSCP"))
 _PORT = _scalar((int,), "an integer port", units.parse_port)
 
 

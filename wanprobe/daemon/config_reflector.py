@@ -1,7 +1,8 @@
 """The daemon config keys that bound its reflector: who may use it, and what a client may run.
 
 ``daemon.allow`` (CIDRs; empty = everyone) and ``daemon.cos_dscp`` (the DSCP a Class-of-Service
-TLV may ask for, RFC 8972 §4.4; default any but CS6/CS7) apply to STAMP and throughput alike.
+TLV may ask for, RFC 8972 §4.4, and any reply may carry; default any but network control, 48-63)
+apply to STAMP and throughput alike.
 The ``[throughput]`` table binds the daemon's throughput server as well as its own scheduled
 tests: ``enabled = false`` refuses every client, ``max_bytes_per_test`` caps what one may request,
 and the keys below bound duration, streams, concurrency and the hourly and daily quotas.

@@ -1,8 +1,8 @@
 """Composition root of the daemon: builds every part once, owns the event loop and the signals.
 
-SIGHUP re-reads the config (and mesh file); a bad one is logged key by key and the running
-config stays in force. SIGTERM/SIGINT send STOPPING=1 first, then cancel the probe tasks, close
-the reflector and the HTTP endpoint, flush the history and exit 0, all bounded to well under 2 s.
+SIGHUP re-reads the config (and mesh file) as `daemon --check` does; a bad one is logged key by
+key, the running config stays. SIGTERM/SIGINT send STOPPING=1 first, then cancel the probe tasks,
+close the reflector and HTTP endpoint, flush the history and exit 0, well under 2 s in all.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe.atomic_file import atomic_write
-from wanprobe.daemon import flow_probe
+from wanprobe.daemon import flow_probe, listener
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
 from wanprobe.daemon.config import DaemonConfig, Peer
-from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
+from wanprobe.daemon.metrics import DaemonMetrics
 from wanprobe.daemon.prober import MeshProber
 from wanprobe.daemon.reflector_limit import ReflectorPacing
-from wanprobe.daemon.runtime import load_runtime
+from wanprobe.daemon.runtime import check_runtime, load_runtime
 from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.state_dir import check_state_dir
@@ -54,8 +54,10 @@ class Daemon:
     def __init__(self, cfg: DaemonConfig, peers: tuple[Peer, ...], *, config_path: Path | None = None,
                  prober: ProbeFn = flow_probe.probe_peer,
                  throughput_fn: ThroughputFn = measure.throughput,
-                 reflector: Any = None, counters: Any = None, notifier: Notifier | None = None) -> None:
+                 reflector: Any = None, counters: Any = None, notifier: Notifier | None = None,
+                 web_config_file: Path | None = None) -> None:
         self.cfg, self.peers, self.config_path = cfg, peers, config_path
+        self.web_override = web_config_file  # `daemon --web-config-file`: wins at each reload
         # peers share the key: their reflectors drop unauthenticated probes (RFC 8762 §4.4)
         real = prober is flow_probe.probe_peer
         self.prober = measure.with_key(prober, cfg.hmac_key) if real else prober
@@ -124,7 +126,7 @@ class Daemon:
         check_state_dir(self.cfg.state_dir, self.cfg.reports_dir)  # as `daemon --check` did
         self.store = Store(self.cfg.db_path)
         self._warm_baseline()
-        server = MetricsServer(self.metrics, self.health)
+        server = listener.build(self.metrics, self.health, self.cfg)  # TLS, auth: web_config.py
         DaemonPages(self).install(server.http)   # the read-only page (pictures/routes.py)
         try:
             self.metrics_address = await server.start(*self.cfg.metrics_listen)
@@ -215,13 +217,13 @@ class Daemon:
             dlog.log(logging.WARNING, "auto-apply: plan refused", reason=exc)
 
     async def reload(self) -> None:
-        """SIGHUP: validate the new config fully; apply it only if it is good."""
+        """SIGHUP: validate the new config as `daemon --check` does; apply it only if good."""
         if self.config_path is None:
             dlog.log(logging.WARNING, "reload: no config file to re-read")
             return
         self.notifier.reloading()
         try:
-            cfg, peers = await run_blocking(load_runtime, self.config_path)
+            cfg, peers = await run_blocking(check_runtime, self.config_path, self.web_override)
         except WanprobeError as exc:
             problems = getattr(exc, "problems", None) or [str(exc)]
             for p in problems:
@@ -240,6 +242,7 @@ class Daemon:
             cfg = replace(cfg, **{k: getattr(self.cfg, k) for k in restart_needed})
         self.loss_windows.retune(cfg.baseline.loss_short_s, cfg.baseline.loss_long_s)
         self.cfg, self.peers = cfg, peers
+        listener.reload(getattr(self, "_server", None), cfg)
         dlog.set_style(cfg.log_format)
         self.baseline.s = cfg.baseline
         if hasattr(self.reflector, "set_limits"):
@@ -483,14 +486,15 @@ async def _timed(coro) -> float:
     return time.monotonic() - t0
 
 
-def run(config_path: Path | str, **inject: Any) -> int:
+def run(config_path: Path | str, web_config_file: Path | None = None, **inject: Any) -> int:
     """Entry point of ``wanprobe daemon``: load, validate, run until SIGTERM."""
     path = Path(config_path)
     dlog.setup("journal")
-    cfg, peers = load_runtime(path)
+    cfg, peers = load_runtime(path, web_config_file)
     dlog.set_style(cfg.log_format)
 
     async def main() -> int:
-        return await Daemon(cfg, peers, config_path=path, **inject).run()
+        return await Daemon(cfg, peers, config_path=path, web_config_file=web_config_file,
+                            **inject).run()
 
     return asyncio.run(main())

@@ -137,8 +137,9 @@ class DaemonMetrics:
                             path + ["direction", "method"], registry=r)
         self.reflector_drops = Counter(
             "wanprobe_probe_reflector_drops_total", "Probes the peer's reflector received and did "
-            "not answer, by cause (rate_limited, replay: a copy refused by authentication), as its "
-            "Reflector Report TLV said; never in wanprobe_probe_packets_lost_total. Series appear "
+            "not answer, by cause (rate_limited, replay: a copy refused by authentication, "
+            "session_refused: no room for its session in the table), as its Reflector Report "
+            "TLV said; never in wanprobe_probe_packets_lost_total. Series appear "
             "with the first drop.",
             path + ["cause", "method"], registry=r)
         self.reflector_resets = Counter(
@@ -241,7 +242,8 @@ class DaemonMetrics:
         if sent is not None and received is not None:
             ch["sent"].inc(sent)
             ch["received"].inc(received)
-            not_path = sum(loss.get(k) or 0 for k in ("reflector_rate_limited", "unattributed"))
+            not_path = sum(loss.get(k) or 0 for k in ("reflector_rate_limited", "unattributed",
+                                                      "reflector_session_refused"))
             lost = {"round_trip": max(0, sent - received - not_path),
                     "forward": loss.get("forward_lost"), "reverse": loss.get("reverse_lost")}
             for direction, child in ch["lost"]:
@@ -257,7 +259,8 @@ class DaemonMetrics:
         """The reflector's drops and session restarts (issue 20), children made on first use."""
         lab = self.path_labels(peer)
         for cause, key in (("rate_limited", "reflector_rate_limited"),
-                           ("replay", "reflector_replays_refused")):
+                           ("replay", "reflector_replays_refused"),
+                           ("session_refused", "reflector_session_refused")):
             if loss.get(key):
                 self.reflector_drops.labels(*lab, cause, method).inc(loss[key])
         if loss.get("reflector_resets"):

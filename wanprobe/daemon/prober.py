@@ -35,6 +35,7 @@ from typing import Any
 from wanprobe.daemon.config import Peer, ProbeSettings
 from wanprobe.errors import WanprobeError
 from wanprobe.probe.peer import numeric_family as peer_family
+from wanprobe.probe.peer import session_refused
 from wanprobe.probe.sender import COALESCE_SESSIONS, SEND_AHEAD_S, StampSender
 from wanprobe.probe.sender_session import session_result as _result
 from wanprobe.probe.stamp_packet import HmacKey
@@ -215,6 +216,12 @@ class MeshProber:
             self.on_failed(run.peer, ts, f"summary failed: {exc}")
             return
         doc["peer"] = run.peer.address   # as configured, like probe_stamp's result ("[::1]")
+        loss = doc["loss"]
+        if loss["reflector_session_refused"] and not loss["received"]:
+            # its reflector refused the session (issue 37): no sample of the path at all
+            self.on_failed(run.peer, ts, str(session_refused(
+                run.address, run.peer.port, loss["reflector_session_refused"], loss["sent"])))
+            return
         self.on_done(run.peer, ts, doc)
 
     def _rcvbuf_bytes(self) -> int:

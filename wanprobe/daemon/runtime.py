@@ -11,6 +11,8 @@ from pathlib import Path
 from wanprobe.daemon import budget, mesh
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.config import DaemonConfig, Peer, load_config
+from wanprobe.daemon.state_dir import check_state_dir
+from wanprobe.daemon.web_config import load_web_config
 
 
 def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
@@ -42,7 +44,24 @@ def resolve_peers(cfg: DaemonConfig, *, hostname: str | None = None,
     return resolve_runtime(cfg, hostname=hostname, local_addresses=local_addresses)[1]
 
 
-def load_runtime(path: Path) -> tuple[DaemonConfig, tuple[Peer, ...]]:
+def load_runtime(path: Path, web_config_file: Path | None = None
+                 ) -> tuple[DaemonConfig, tuple[Peer, ...]]:
     """Config (identity settled) and resolved peers, both validated; raises before anything
-    takes effect."""
-    return resolve_runtime(load_config(path))
+    takes effect. ``web_config_file`` (``daemon --web-config-file``) replaces the config's."""
+    cfg = load_config(path)
+    if web_config_file is not None:
+        cfg = replace(cfg, web_config_file=web_config_file)
+    return resolve_runtime(cfg)
+
+
+def check_runtime(path: Path, web_config_file: Path | None = None
+                  ) -> tuple[DaemonConfig, tuple[Peer, ...]]:
+    """Everything ``daemon --check`` refuses, and SIGHUP runs before it applies anything: the
+    config, its key files and the mesh (:func:`load_runtime`), then the state dir as the daemon
+    uses it (state_dir.py), and the listener's web config (web_config.py: certificates load,
+    bcrypt hashes only). One function, so a reload never accepts what the next start would
+    refuse with exit 2 (``RestartPreventExitStatus=2`` would leave the daemon down, issue 37)."""
+    cfg, peers = load_runtime(path, web_config_file)
+    check_state_dir(cfg.state_dir, cfg.reports_dir)
+    load_web_config(cfg.web_config_file)
+    return cfg, peers

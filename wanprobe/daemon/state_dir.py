@@ -1,6 +1,6 @@
 """The daemon's state directory, checked the way the daemon uses it.
 
-``daemon --check`` and the daemon's start run the same check, so a check that says "ok" means the
+``daemon --check``, SIGHUP's reload and the daemon's start run the same check, so a check that says "ok" means the
 daemon will not fail on the directory later: create it (and ``reports/``) with parents, then
 create (O_EXCL, never through a symlink), write, fsync and remove a file in each. A failure that
 may pass by itself (a full disk, a quota, EIO) is an OutputError (exit 74: systemd restarts the

@@ -32,6 +32,11 @@ CONFIG_DIR = "/etc/wanprobe"
 KEY_DIR = "/etc/wanprobe/key"
 KEY_FILE_NAME = "hmac.key"
 PLAN_DIR = "/etc/wanprobe/plan"
+# the web config (exporter-toolkit format) and the listener's certificate, from two Secrets
+# projected into one directory: the web config names `tls.crt`/`tls.key` relative to itself
+WEB_DIR = "/etc/wanprobe/web"
+WEB_CONFIG_NAME = "web-config.yml"
+TLS_KEYS = ("tls.crt", "tls.key")   # a kubernetes.io/tls Secret (cert-manager writes these)
 PLAN_FILE_NAME = "plan.json"
 STATE_DIR = "/var/lib/wanprobe"
 TUNE_STATE_DIR = "/var/lib/wanprobe-tune"
@@ -103,15 +108,31 @@ def _pod(containers: list[dict], volumes: list[dict], node: dict[str, Any]) -> d
             "containers": containers, "volumes": volumes}
 
 
-def _http_probe(period_s: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": period_s,
-            "timeoutSeconds": 5, "failureThreshold": failures}
+def _http_probe(period_s: int, failures: int, tls: bool) -> dict[str, Any]:
+    """GET /healthz; over TLS the kubelet does not verify the certificate and sends no
+    credentials, so the daemon answers it unauthenticated (``web_healthz_open``)."""
+    get: dict[str, Any] = {"path": "/healthz", "port": "metrics"}
+    if tls:
+        get["scheme"] = "HTTPS"
+    return {"httpGet": get, "periodSeconds": period_s, "timeoutSeconds": 5,
+            "failureThreshold": failures}
+
+
+def web_volume(web_config_secret: str, tls_secret: str) -> dict[str, Any]:
+    """The web config Secret (every key: ``web-config.yml`` and a client CA, if any) and the
+    certificate's ``tls.crt``/``tls.key`` in one read-only directory. A projected Secret is
+    updated in place, so a renewed certificate reaches the daemon without a restart."""
+    return {"name": "web", "projected": {"defaultMode": 0o400, "sources": [
+        {"secret": {"name": web_config_secret}},
+        {"secret": {"name": tls_secret, "items": [{"key": k, "path": k} for k in TLS_KEYS]}}]}}
 
 
 def agent_pod(*, image: str, metrics_port: int, resources: Resources, key_secret: str | None,
-              plan: bool, node_selector: dict[str, str]) -> dict[str, Any]:
+              plan: bool, node_selector: dict[str, str],
+              web: dict[str, Any] | None = None) -> dict[str, Any]:
     """The agent's pod spec: the daemon with the ConfigMap's config, the key Secret (if any)
-    as a file, its history on the node (it outlives the pod: baselines) and /healthz probes."""
+    as a file, its history on the node (it outlives the pod: baselines), the web config and
+    certificate (``web``, from :func:`web_volume`) and /healthz probes."""
     mounts = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
               {"name": "state", "mountPath": STATE_DIR},
               {"name": "tmp", "mountPath": "/tmp"}]
@@ -126,6 +147,10 @@ def agent_pod(*, image: str, metrics_port: int, resources: Resources, key_secret
     if plan:
         mounts.append({"name": "plan", "mountPath": PLAN_DIR, "readOnly": True})
         volumes.append({"name": "plan", "configMap": {"name": "wanprobe-plan"}})
+    if web is not None:
+        mounts.append({"name": "web", "mountPath": WEB_DIR, "readOnly": True})
+        volumes.append(web)
+    tls = web is not None
     container = {
         "name": "agent", "image": image, "imagePullPolicy": "IfNotPresent",
         "args": ["daemon", "--config", f"{CONFIG_DIR}/wanprobe.toml"],
@@ -136,8 +161,8 @@ def agent_pod(*, image: str, metrics_port: int, resources: Resources, key_secret
                   {"name": "control", "containerPort": STAMP_PORT, "protocol": "TCP"}],
         "resources": resources.to_k8s(),
         "securityContext": container_security(agent_capabilities([metrics_port, STAMP_PORT])),
-        "startupProbe": _http_probe(2, 30), "livenessProbe": _http_probe(30, 3),
-        "readinessProbe": _http_probe(10, 1),
+        "startupProbe": _http_probe(2, 30, tls), "livenessProbe": _http_probe(30, 3, tls),
+        "readinessProbe": _http_probe(10, 1, tls),
         "volumeMounts": mounts}
     return _pod([container], volumes, {"nodeSelector": node_selector})
 

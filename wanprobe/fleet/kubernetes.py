@@ -14,6 +14,10 @@ node_exporter ship the same shape):
   ``site`` target label ``fleet targets`` gives file_sd users;
 - a headless Service, a ServiceMonitor and a PrometheusRule for the Prometheus operator
   (monitoring.coreos.com/v1), the rule groups exactly those of ``wanprobe fleet rules``;
+- with ``--web-config-secret`` and ``--tls-secret``: the listener behind TLS (and basic auth,
+  client certificates, as the operator's web config says): both Secrets projected into the
+  pod, the daemon config naming the web config, HTTPS probes on the open ``/healthz``, and a
+  ServiceMonitor with ``scheme: https``, ``tlsConfig`` and ``basicAuth`` from Secrets;
 - with ``--tuner``: a second namespace (PSA ``privileged``: ``NET_ADMIN`` is only allowed
   there, kubernetes/kubernetes#106107) holding the tuner DaemonSet, the plan it may apply and
   a config without the key.
@@ -34,7 +38,7 @@ import yaml
 from wanprobe import __version__
 from wanprobe.daemon.config import AUTO_APPLY_TUNERS
 from wanprobe.daemon.mesh import Mesh, select_peers
-from wanprobe.errors import ConfigError, UsageError
+from wanprobe.errors import ConfigError, UsageError, shown
 from wanprobe.fleet import kube_pods as pods
 from wanprobe.userfiles import read_text
 
@@ -45,6 +49,7 @@ MAX_CONFIGMAP_BYTES = 1024 * 1024 - 4096
 # RFC 1123 label (names of DaemonSets, namespaces) and a label value (Kubernetes object names
 # and labels: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?")
 _LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?"
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -65,6 +70,23 @@ class KubeSettings:
     monitor_labels: dict[str, str] = field(default_factory=dict)  # ruleSelector etc.
     scrape_interval: str = "30s"
     plan_json: str | None = None           # --tuner: the signed-off plan
+    # a secured listener: Secrets the operator creates in `namespace`
+    web_config_secret: str | None = None   # web-config.yml (exporter-toolkit format)
+    tls_secret: str | None = None          # kubernetes.io/tls: the listener's certificate
+    ca_secret: str | None = None           # ca.crt Prometheus verifies it with (default tls_secret)
+    server_name: str | None = None         # the name in the certificate (default: the Service's)
+    client_cert_secret: str | None = None  # kubernetes.io/tls: Prometheus's client certificate
+    basic_auth_secret: str | None = None   # keys `username` and `password`
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_secret is not None
+
+    @property
+    def tls_server_name(self) -> str:
+        """The headless Service's DNS name: one certificate for every node (Prometheus scrapes
+        the pod IP, which with hostNetwork is each node's own)."""
+        return self.server_name or f"wanprobe-agent.{self.namespace}.svc"
 
 
 def check_settings(s: KubeSettings) -> None:
@@ -82,6 +104,29 @@ def check_settings(s: KubeSettings) -> None:
     for key, value in [(s.site_label, "x"), *s.monitor_labels.items()]:
         if not _LABEL_KEY.fullmatch(key) or not _LABEL_VALUE.fullmatch(value):
             raise UsageError(f"label {key}={value!r} is not a Kubernetes label")
+    _check_web(s)
+
+
+def _check_web(s: KubeSettings) -> None:
+    """The secured listener's options: Secret names, and only combinations that scrape."""
+    secrets = {"--web-config-secret": s.web_config_secret, "--tls-secret": s.tls_secret,
+               "--ca-secret": s.ca_secret, "--scrape-client-cert-secret": s.client_cert_secret,
+               "--basic-auth-secret": s.basic_auth_secret}
+    for option, value in secrets.items():
+        if value is not None and not _DNS_SUBDOMAIN.fullmatch(value):
+            raise UsageError(f"{option}: {shown(value)} is not a Kubernetes Secret name (RFC 1123 "
+                             "subdomain: lower-case letters, digits, '-' and '.', at most 253)")
+    if (s.web_config_secret is None) != (s.tls_secret is None):
+        raise UsageError("--web-config-secret and --tls-secret go together: the web config's "
+                         "tls_server_config names the certificate (tls.crt, tls.key beside it); "
+                         "without TLS the page and any password cross the network in clear")
+    if not s.tls:
+        given = [o for o in list(secrets)[2:] if secrets[o] is not None]
+        if given or s.server_name is not None:
+            raise UsageError(f"{(given or ['--server-name'])[0]} is a setting of the secured "
+                             "listener: add --web-config-secret and --tls-secret")
+    if s.server_name is not None and not _DNS_SUBDOMAIN.fullmatch(s.server_name):
+        raise UsageError(f"--server-name: {shown(s.server_name)} is not a DNS name")
 
 
 def _meta(name: str, namespace: str | None, component: str,
@@ -121,17 +166,22 @@ def _toml(tables: dict[str, dict[str, Any]]) -> str:
                      for name, t in tables.items())
 
 
-def daemon_config(mesh_name: str, metrics_port: int, *, key: bool, plan: dict | None) -> str:
+def daemon_config(mesh_name: str, metrics_port: int, *, key: bool, plan: dict | None,
+                  web: bool = False) -> str:
     """The daemon's config for a pod: the mesh from the ConfigMap, /metrics on the node's
     addresses (Prometheus scrapes the pod IP, which is the node's), logfmt to stdout (journal
-    priority prefixes mean nothing to a container log); every other table at its defaults,
-    which are the schedule the footprint was measured with."""
+    priority prefixes mean nothing to a container log); with ``web`` the web config from its
+    Secret and /healthz open for the kubelet's probes (they carry no credentials); every other
+    table at its defaults, which are the schedule the footprint was measured with."""
     daemon: dict[str, Any] = {
         "state_dir": pods.STATE_DIR, "mesh_file": f"{pods.CONFIG_DIR}/{mesh_name}",
         "metrics_listen": f"0.0.0.0:{metrics_port}",
         "reflector_listen": [f"0.0.0.0:{pods.STAMP_PORT}"], "log_format": "logfmt"}
     if key:
         daemon["hmac_key_file"] = f"{pods.KEY_DIR}/{pods.KEY_FILE_NAME}"
+    if web:
+        daemon["web_config_file"] = f"{pods.WEB_DIR}/{pods.WEB_CONFIG_NAME}"
+        daemon["web_healthz_open"] = True
     tables: dict[str, dict[str, Any]] = {"daemon": daemon}
     if plan is not None:
         tables["auto_apply"] = plan
@@ -225,10 +275,30 @@ def _monitoring(s: KubeSettings, port: int, rule_doc: dict[str, Any]) -> list[di
                                             "targetLabel": "host"},
                                            {"action": "replace", "targetLabel": "job",
                                             "replacement": s.job}]}]}}
+    monitor["spec"]["endpoints"][0] |= _endpoint_security(s)
     rule = {"apiVersion": MONITORING, "kind": "PrometheusRule",
             "metadata": _meta("wanprobe", s.namespace, "rules", s.monitor_labels),
             "spec": rule_doc}
     return [service, monitor, rule]
+
+
+def _endpoint_security(s: KubeSettings) -> dict[str, Any]:
+    """A ServiceMonitor endpoint's ``scheme``, ``tlsConfig`` and ``basicAuth``
+    (monitoring.coreos.com/v1 Endpoint, SafeTLSConfig, BasicAuth): every secret a
+    ``secretKeyRef``-style selector into the ServiceMonitor's namespace, read by the operator."""
+    if not s.tls:
+        return {}
+    tls: dict[str, Any] = {"ca": {"secret": {"name": s.ca_secret or s.tls_secret,
+                                             "key": "ca.crt"}},
+                           "serverName": s.tls_server_name}
+    if s.client_cert_secret is not None:
+        tls["cert"] = {"secret": {"name": s.client_cert_secret, "key": "tls.crt"}}
+        tls["keySecret"] = {"name": s.client_cert_secret, "key": "tls.key"}
+    out: dict[str, Any] = {"scheme": "https", "tlsConfig": tls}
+    if s.basic_auth_secret is not None:
+        out["basicAuth"] = {"username": {"name": s.basic_auth_secret, "key": "username"},
+                            "password": {"name": s.basic_auth_secret, "key": "password"}}
+    return out
 
 
 def _tuner(s: KubeSettings, sites: list[str], mesh_name: str, mesh_text: str,
@@ -264,15 +334,19 @@ def manifests(mesh: Mesh, mesh_name: str, mesh_text: str, s: KubeSettings,
     port = _site_ports(mesh, sites)
     gate = _plan_gate(s.plan_json) if s.plan_json is not None else None
     resources = pods.agent_resources(sessions_per_daemon(mesh))
-    config = {"wanprobe.toml": daemon_config(mesh_name, port, key=bool(s.key_secret), plan=gate),
+    config = {"wanprobe.toml": daemon_config(mesh_name, port, key=bool(s.key_secret), plan=gate,
+                                             web=s.tls),
               mesh_name: mesh_text}
+    web = (pods.web_volume(s.web_config_secret, s.tls_secret)
+           if s.web_config_secret and s.tls_secret else None)
     out = [_namespace(s.namespace), _configmap("wanprobe-config", s.namespace, config)]
     if gate is not None:
         out.append(_configmap("wanprobe-plan", s.namespace, {pods.PLAN_FILE_NAME: s.plan_json}))
     for site in sites:
         pod = pods.agent_pod(image=s.image, metrics_port=port, resources=resources,
                              key_secret=s.key_secret, plan=gate is not None,
-                             node_selector={"kubernetes.io/os": "linux", s.site_label: site})
+                             node_selector={"kubernetes.io/os": "linux", s.site_label: site},
+                             web=web)
         out.append(_daemonset(_object_name(site), s.namespace, "agent", site, pod))
     out += _monitoring(s, port, rule_doc)
     if gate is not None:

@@ -16,7 +16,7 @@ MAX_FILE_BYTES = 5 * 2**20   # an attachment a ticket system takes; a file opens
 
 def write(text: str, output: Path | None) -> None:
     """``text`` to ``output`` under the output policy (atomic_file: a regular file replaced
-    atomically, mode 0644 as a file meant to be shared; a device or FIFO written in place; ``-``
+    atomically, mode 0644 as a file meant to be shared; a FIFO or /dev/null written in place; ``-``
     stdout), or stdout."""
     if output is None:
         sys.stdout.write(text)

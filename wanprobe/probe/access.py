@@ -6,10 +6,17 @@ and the throughput server make on the source address before they parse anything.
 ``DscpPolicy`` is the one DSCP policy (issue 19): what a Class-of-Service TLV (RFC 8972 §4.4) may
 ask the reflector to mark its reply with, what a throughput client may ask the server's streams
 to carry, and what a DSCP plan may mark. By default every code point except the network-control
-classes CS6 and CS7 (RFC 4594 §3.1: reserved for routing and network control traffic), so
-neither a remote client nor a plan can put bulk traffic in the class routers protect for their
-own control plane; an operator allows them explicitly (``--cos-dscp``, ``daemon.cos_dscp``,
-``tune --allow-network-control-dscp``).
+range 48-63, so neither a remote client nor a plan can put bulk traffic in the class routers
+protect for their own control plane; an operator allows them explicitly (``--cos-dscp``,
+``daemon.cos_dscp``, ``tune --allow-network-control-dscp``). ``check_sent_dscp`` is the same
+line for what this host's own probes and tests send (``probe``/``throughput``/``diagnose
+--dscp``, ``probe.dscp``): no opt-in there.
+
+Why 48-63 and not just CS6/CS7: RFC 4594 §3.1 reserves CS6 for network control and CS7 for
+future network control, but a device that still classifies by IP precedence (RFC 791, the top
+three TOS bits) reads the whole of 48-55 as precedence 6 (Internetwork Control) and 56-63 as
+precedence 7 (Network Control) — RFC 2474 §4.2.2.2 keeps that mapping for compatibility — so
+DSCP 49 or 62 lands in the same protected queue as CS6/CS7.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ import ipaddress
 from collections.abc import Iterable
 
 from wanprobe.errors import UsageError
-from wanprobe.units import parse_dscp
+from wanprobe.units import dscp_name, parse_dscp
 
-NETWORK_CONTROL_DSCP = frozenset({48, 56})  # CS6, CS7 (RFC 4594 §3.1)
+NETWORK_CONTROL_DSCP = frozenset(range(48, 64))  # IP precedence 6 and 7 (RFC 791, RFC 2474 §4.2.2.2)
+NETWORK_CONTROL_WHY = ("DSCP 48-63 are network control: IP precedence 6/7, RFC 791 and RFC 2474 "
+                       "§4.2.2.2; CS6/CS7 in RFC 4594 §3.1")
 DEFAULT_COS_DSCP = frozenset(range(64)) - NETWORK_CONTROL_DSCP
 _CACHE_MAX = 65536
 
@@ -93,8 +102,20 @@ class DscpPolicy:
         """One line saying why ``dscp`` may not be used for ``what``, or None."""
         if dscp in self.permitted:
             return None
-        from wanprobe.units import dscp_name
+        why = f" ({NETWORK_CONTROL_WHY})" if dscp in NETWORK_CONTROL_DSCP else ""
+        return f"{what}: DSCP {dscp_text(dscp)} is not permitted by this host's policy{why}"
 
-        why = (" (CS6/CS7 are network control, RFC 4594 §3.1)"
-               if dscp in NETWORK_CONTROL_DSCP else "")
-        return f"{what}: DSCP {dscp_name(dscp)} ({dscp}) is not permitted by this host's policy{why}"
+
+def dscp_text(dscp: int) -> str:
+    """``CS7 (56)`` for a named code point, ``62`` for one without a name."""
+    name = dscp_name(dscp)
+    return name if name == str(dscp) else f"{name} ({dscp})"
+
+
+def check_sent_dscp(dscp: int, option: str = "--dscp") -> int:
+    """``dscp`` if this host may send it on its own probes and tests, else one-line UsageError:
+    never network control (48-63), whatever the far end would accept. Returns ``dscp``."""
+    if dscp in NETWORK_CONTROL_DSCP:
+        raise UsageError(f"{option} {dscp_text(dscp)} is refused: wanprobe does not "
+                         f"send network-control DSCP ({NETWORK_CONTROL_WHY})")
+    return dscp

@@ -24,6 +24,12 @@ count in the round-trip ratio (``tail``), unless the reflector was dropping prob
 session, or of a sibling flow from the same host (multiflow.py): then each could be its drop as
 well as the path's loss, and they are ``unattributed`` too (at twice the limit, the last few
 probes of one flow of sixteen are often all the reflector's).
+
+A probe whose new session the reflector refused (its Reflector Report TLV's session-refused
+flag, issue 37) reached no session and is counted nowhere: it is taken out of the sequence
+(``reflector_session_refused``), and a refusal between two answers splits the session as a
+restart does (the session after it is a new one, admitted later), the unanswered probes
+around it ``unattributed``: each could be a refusal whose answer was rate-limited or lost.
 """
 
 from __future__ import annotations
@@ -51,16 +57,33 @@ _START = _Point(-1, 0)
 
 def split_loss(sent: int, received: int, late: int, kept: list, reports=None) -> LossStats:
     """``kept``: the answered replies in sender sequence order (probe_summary.Reply);
-    ``reports``: the session's ReportLog (reflector_report.py) or None."""
+    ``reports``: the session's ReportLog (reflector_report.py) or None. Long because: one pass
+    over the answered probes keeps every count of a part together."""
     points = _points(kept, received, reports.by_seq if reports is not None else {})
-    if not points:
-        return LossStats(sent, received, stats.wilson_interval(sent - received, sent), late=late)
     answered = [r.sseq for r in kept]
+    no = _refusals(sent, answered, reports)
+    if not points:
+        if not no:
+            return LossStats(sent, received, stats.wilson_interval(sent - received, sent),
+                             late=late)
+        unanswered = sent - received - len(no)   # a refusal whose answer was lost, or loss
+        return LossStats(sent, received, stats.wilson_interval(0, received), late=late,
+                         unattributed=unanswered, reflector_session_refused=len(no))
+
+    def refused_in(lo: int, hi: int) -> int:   # refusals in (lo, hi]
+        return bisect_right(no, hi) - bisect_right(no, lo) if no else 0
+
     known = bool(points) and all(p.epoch is not None for p in points)
     fwd = fwd_of = rev = rev_of = limited = refused = resets = unattributed = 0
     base, prev = _START, None
     for p in points + [None]:
-        if p is not None and (prev is None or not _restarted(prev, p)):
+        if p is not None and prev is None:
+            if refused_in(-1, p.sseq):   # admitted after refusals: its count starts at p
+                unattributed += p.sseq + 1 - bisect_right(answered, p.sseq) - refused_in(-1, p.sseq)
+                base = p
+            prev = p
+            continue
+        if p is not None and not _restarted(prev, p) and not refused_in(prev.sseq, p.sseq):
             prev = p
             continue
         window = prev.sseq - base.sseq
@@ -75,16 +98,18 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
         rev_of += reached - dropped
         limited += dropped
         refused += max(0, prev.refused - base.refused) if known else 0
-        if p is not None:   # a restart between prev and p: p starts the next part
-            resets += 1
+        if p is not None:   # a restart (or a refusal) between prev and p: p starts a part
+            resets += _restarted(prev, p)
             unattributed += (p.sseq - prev.sseq) - (bisect_right(answered, p.sseq)
-                                                    - bisect_right(answered, prev.sseq))
+                                                    - bisect_right(answered, prev.sseq)) \
+                - refused_in(prev.sseq, p.sseq)
             base = prev = p
     dropped = limited if known else 0
-    tail = (sent - 1 - prev.sseq) - (len(answered) - bisect_right(answered, prev.sseq))
-    if dropped:   # the tail after the last answer: the reflector's or the path's, unknown
+    tail = (sent - 1 - prev.sseq) - (len(answered) - bisect_right(answered, prev.sseq)) \
+        - refused_in(prev.sseq, sent)
+    if dropped or refused_in(prev.sseq, sent):   # the tail: the reflector's or the path's
         unattributed, tail = unattributed + tail, 0
-    path_sent = sent - dropped - unattributed
+    path_sent = sent - dropped - unattributed - len(no)
     return LossStats(
         sent, received, stats.wilson_interval(path_sent - received, path_sent),
         forward_lost=fwd, forward_of=fwd_of, reverse_lost=rev, reverse_of=rev_of,
@@ -92,7 +117,18 @@ def split_loss(sent: int, received: int, late: int, kept: list, reports=None) ->
         reverse_ci95=stats.wilson_interval(rev, rev_of), late=late,
         reflector_rate_limited=limited if known else None,
         reflector_replays_refused=refused if known else None,
-        reflector_resets=resets, unattributed=unattributed, tail=tail)
+        reflector_resets=resets, unattributed=unattributed, tail=tail,
+        reflector_session_refused=len(no))
+
+
+def _refusals(sent: int, answered: list[int], reports) -> list[int]:
+    """The probes (sender sequence numbers, sorted) whose new session the reflector refused and
+    that no other answer contradicts."""
+    said = getattr(reports, "session_refused", None)
+    if not said:
+        return []
+    got = set(answered)
+    return sorted(s for s in said if 0 <= s < sent and s not in got)
 
 
 def _points(kept: list, received: int, by_seq: dict) -> list[_Point] | None:

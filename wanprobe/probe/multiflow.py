@@ -61,7 +61,8 @@ def merge(results: list[ProbeResult], interval_s: float) -> ProbeResult:
         late=sum(r.loss.late for r in results), reflector_rate_limited=limited,
         reflector_replays_refused=refused,
         reflector_resets=sum(r.loss.reflector_resets for r in results),
-        unattributed=sum(r.loss.unattributed for r in results))
+        unattributed=sum(r.loss.unattributed for r in results),
+        reflector_session_refused=sum(r.loss.reflector_session_refused for r in results))
     jitters = [r.jitter_ms for r in results if r.jitter_ms is not None]
     return replace(
         results[0], duration_s=max(r.duration_s for r in results), interval_s=interval_s,

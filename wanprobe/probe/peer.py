@@ -6,7 +6,7 @@ import asyncio
 import re
 import socket
 
-from wanprobe.errors import UsageError, WanprobeError, shown
+from wanprobe.errors import PeerLimit, UsageError, WanprobeError, shown
 
 IP_HEADER_BYTES = {socket.AF_INET: 20, socket.AF_INET6: 40}
 
@@ -109,6 +109,16 @@ def silence_line(where: str, reason: str, *, keyed: bool, lead: str = "no reply 
                 "the reflector dropped every probe of the run")
     return (f"{head}: if its reflector runs with --hmac-key-file, pass the same key "
             "(--hmac-key-file); else the reflector is down or the probes are filtered")
+
+
+def session_refused(host: str, port: int, refused: int, sent: int) -> PeerLimit:
+    """The exit-8 error of a STAMP run whose reflector refused ``refused`` of ``sent`` probes a
+    session (the Reflector Report TLV's session-refused flag, issue 37): a refusal under its
+    limits, not path loss. ``probe``, ``probe --flows`` and ``paths`` raise it after printing
+    what the other probes measured."""
+    return PeerLimit(f"{host} port {port}: its reflector refused a STAMP session to {refused:,} "
+                     f"of {sent:,} probes (its session table had no room: a flood, or this "
+                     "source's share of it full); not counted as path loss")
 
 
 def no_reply(host: str, method: str, kw: dict) -> WanprobeError:

@@ -16,6 +16,7 @@ from typing import Any
 from wanprobe.errors import UsageError
 from wanprobe.probe import limits
 from wanprobe.probe import timestamps as ts
+from wanprobe.probe.access import check_sent_dscp
 from wanprobe.probe.result import ProbeResult
 
 DEFAULT_COUNT = 10
@@ -43,11 +44,13 @@ def probe_count(count: int | None, duration_s: float | None, interval_s: float) 
 
 
 def check_common(port: int | None, dscp: int, timeout_s: float) -> None:
-    """One-line UsageError for a port, DSCP or timeout out of range."""
+    """One-line UsageError for a port, DSCP or timeout out of range; a network-control DSCP
+    (48-63) is refused too (``access.check_sent_dscp``)."""
     if port is not None and not 1 <= int(port) <= 65535:
         raise UsageError(f"port {port} out of range 1-65535")
     if not 0 <= int(dscp) <= 63:
         raise UsageError(f"DSCP {dscp} out of range 0-63")
+    check_sent_dscp(int(dscp))
     limits.check_timeout(timeout_s)
 
 

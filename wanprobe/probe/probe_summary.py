@@ -6,7 +6,9 @@ RFC 8972 §4.5, or a stateful reflector's sequence number, RFC 8762 §4.3.1) at 
 probe: forward lost = probes sent up to it - probes the reflector had received; reverse lost =
 probes the reflector had received - replies that came back. Probes after the last answered one
 cannot be attributed to a direction; they count in ``loss.ratio`` only. The reflector's own drops
-and restarts of its session are taken out (loss_split.py).
+and restarts of its session are taken out (loss_split.py), and so are probes whose new session
+it refused (an answer with the Reflector Report TLV's session-refused flag, issue 37: such an
+answer is no reply of the path's).
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ def summarize(*, method: str, peer: str, port: int | None, started_ns: int, dura
     replaces T3 read before sendmsg. ``clock`` (both ends' clocks) gives the one-way delays and
     their bound (owd.py). ``reports``: what the replies' Reflector Report TLVs said
     (reflector_report.ReportLog; STAMP only)."""
+    refused = reports.session_refused if reports is not None else None
+    if refused:   # answers that say the reflector kept no session: they measure nothing
+        replies = [r for r in replies if r[0] not in refused]
     arrival = [r[0] for r in replies]
     first: dict[int, Reply] = {r[0]: r for r in reversed(replies)}  # the first copy of each
     seqs, kept, rtts_ms, fwd_ms, rev_ms, kernel_tx, late = _samples(

@@ -148,6 +148,9 @@ def note(loss: dict, reflector: dict | None, session_pps: float) -> str | None:
             parts.append(f"{loss['reflector_replays_refused']:,} copies refused as replays")
         if loss.get("reflector_resets"):
             parts.append(f"its session restarted {loss['reflector_resets']} time(s)")
+        if loss.get("reflector_session_refused"):
+            parts.append(f"{loss['reflector_session_refused']:,} probes refused a session "
+                         "(its session table had no room: a flood, or this source's share full)")
         if parts and loss.get("unattributed"):
             parts.append(f"{loss['unattributed']:,} unanswered probes could be either's")
         if parts:

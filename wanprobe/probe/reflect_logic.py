@@ -74,8 +74,8 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
     session's previous reflected packet, for the Follow-Up Telemetry TLV (RFC 8972 §4.7);
     ``report`` = (epoch, rate limit, rate-limited, refused) for a Reflector Report TLV (None:
     the TLV is answered as unknown). Without
-    a CoS TLV the reply carries the received DSCP (ECN cleared). The reply is never longer than
-    the request.
+    a CoS TLV the reply carries the received DSCP (ECN cleared) if ``dscp_permitted`` allows it,
+    else CS0 (``_reply_tos``). The reply is never longer than the request.
 
     With ``auth`` (authenticated mode, RFC 8762 §4.3.2/§4.4) the request must be at least 112
     octets with a valid HMAC (checked here unless ``base_verified``), else None; the reply uses the
@@ -100,7 +100,7 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
         ssid = 0
     base = _REFLECTOR_BASE.pack(reflector_seq & 0xFFFFFFFF, t3_ntp, error_estimate, ssid,
                                 t2_ntp, sseq, t1, serr, ttl & 0xFF)
-    reply_tos = tos_received & 0xFC
+    reply_tos = _reply_tos(tos_received >> 2, dscp_permitted)
     if n < BASE_LEN:
         return Reply(base[:n], reply_tos)
     rest = request[BASE_LEN:]
@@ -115,6 +115,15 @@ def build_reply(request: bytes, *, reflector_seq: int, rx_count: int, tx_count: 
         kept = [b for i, b in enumerate(out) if i not in padding_idx]
         return Reply(_padded_to(base + b"".join(kept), want_len)[:n], reply_tos)
     return Reply(base + b"".join(out), reply_tos, malformed)
+
+
+def _reply_tos(dscp: int, dscp_permitted: Callable[[int], bool] | None) -> int:
+    """The TOS byte of a reply that would carry ``dscp`` (ECN cleared): ``dscp`` when the policy
+    lets this reflector send it, else CS0 (RFC 2474 §4.1, default forwarding). RFC 8972 §4.4
+    leaves the DSCP of the reply to the reflector's local policy; so a probe that arrives in a
+    class the policy forbids (CS7 by default, issue 37) is not echoed into it, with or without
+    a Class-of-Service TLV — the TLV still reports the DSCP received (DSCP2)."""
+    return dscp << 2 if dscp_permitted is None or dscp_permitted(dscp) else 0
 
 
 def _padded_to(body: bytes, want_len: int) -> bytes:
@@ -140,7 +149,7 @@ def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
     want_len: int | None = None
     hmac_idx: int | None = None
     malformed = False
-    reply_tos = tos_received & 0xFC
+    reply_tos = _reply_tos(tos_received >> 2, dscp_permitted)
     off = 0
     m = len(rest)
     while off < m:
@@ -166,7 +175,7 @@ def _reflect_tlvs(rest: bytes, tos_received: int, rx_count: int, tx_count: int,
             if dscp_permitted is None or dscp_permitted(dscp1):
                 rp, reply_tos = 0, dscp1 << 2
             else:
-                rp, reply_tos = 1, dscp_rx << 2
+                rp, reply_tos = 1, _reply_tos(dscp_rx, dscp_permitted)
             word = (dscp1 << 10) | (dscp_rx << 4) | (ecn_rx << 2) | rp
             value = struct.pack("!H", word) + value[2:]
         elif typ == TLV_DIRECT_MEASUREMENT and length == DIRECT_MEASUREMENT_LEN:
@@ -227,7 +236,7 @@ def _build_auth_reply(request: bytes, key: HmacKey, *, base_verified: bool, refl
     head = _AUTH_REFLECTOR_HEAD.pack(reflector_seq & 0xFFFFFFFF, t3_ntp, error_estimate, ssid,
                                      t2_ntp, sseq, t1, serr, ttl & 0xFF)
     base = head + key.base_hmac(head)
-    reply_tos = tos_received & 0xFC
+    reply_tos = _reply_tos(tos_received >> 2, dscp_permitted)
     rest = request[AUTH_BASE_LEN:]
     if not any(rest):
         return Reply(base + rest, reply_tos)

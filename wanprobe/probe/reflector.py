@@ -23,7 +23,11 @@ session that the rate limit drops, or that authenticated mode refuses as a repla
 RFC 8972 §4.5) and counted by cause; every reply carries the session's causes, its epoch and the
 rate limit in the Reflector Report TLV (reflector_report.py). A new session that would have to
 evict a session that is still probing is refused instead (session_table.py, issue 19), counted
-in ``session_refused``.
+in ``session_refused``; the table shares its room max-min fairly between source groups, so a
+flood from many sources cannot lock other probers out (issue 37). A refused probe that carries
+the Reflector Report TLV (a wanprobe sender) is answered, within its source's reply rate limit,
+with the TLV's session-refused flag and no session behind it, so the sender reports a refusal
+rather than path loss (``refusals_answered``).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from wanprobe.probe.access import AllowList, DscpPolicy
 from wanprobe.probe.local_clock import LOCAL_CLOCK, ClockWatcher
 from wanprobe.probe.probe_options import close_socket, ready_socket
 from wanprobe.probe.reflect_logic import build_reply
+from wanprobe.probe.reflector_report import SESSION_REFUSED, offset_in
 from wanprobe.probe.replay_window import fresh
 from wanprobe.probe.session_table import (
     EPOCH,
@@ -56,6 +61,7 @@ from wanprobe.probe.session_table import (
 )
 from wanprobe.probe.stamp_packet import (
     AUTH_BASE_LEN,
+    BASE_LEN,
     TWAMP_REFLECTOR_MIN_LEN,
     HmacKey,
     ntp_from_ns,
@@ -102,21 +108,24 @@ class ReflectorStats:
     evicted: int = 0           # idle sessions evicted (per-source share or table full), LRU first
     session_refused: int = 0   # new sessions refused: the share or table held only active ones
     replayed: int = 0          # authenticated mode: refused by the anti-replay window
+    refusals_answered: int = 0  # refused probes told so (Reflector Report TLV flag)
+    reclaimed: int = 0         # sessions taken from the largest source group for a smaller one
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in ("received", "reflected", "tapped", "short",
                                           "oversize", "malformed", "rate_limited",
                                           "send_errors", "auth_failed", "tlv_auth_failed",
                                           "authenticated", "not_allowed", "evicted",
-                                          "session_refused", "replayed")}
+                                          "session_refused", "replayed", "refusals_answered",
+                                          "reclaimed")}
         d["sessions"] = [s.to_json() for s in self.sessions]
         return d
 
 
 class Reflector:
     """Stateful STAMP / TWAMP-Light reflector. ``rate_pps``/``burst`` bound replies per source
-    address (token bucket); ``dscp_permitted(dscp)`` is the CoS TLV policy (default: any DSCP but
-    CS6/CS7, see access.py); ``hmac_key`` switches to authenticated mode (RFC 8762 §4.4);
+    address (token bucket); ``dscp_permitted(dscp)`` is the DSCP policy of replies (default: any
+    but 48-63, see access.py); ``hmac_key`` switches to authenticated mode (RFC 8762 §4.4);
     ``allow`` (CIDRs) drops datagrams from other sources before they are parsed; the session
     table gives each source at most ``sessions_per_source`` of ``max_sessions`` (LRU, O(1))."""
 
@@ -149,7 +158,8 @@ class Reflector:
         self._buckets: dict[str, list[float]] = {}    # source -> [tokens, last_s]
         self._c = dict.fromkeys(("received", "reflected", "tapped", "short", "oversize",
                                  "malformed", "rate_limited", "send_errors", "auth_failed",
-                                 "tlv_auth_failed", "not_allowed", "replayed"), 0)
+                                 "tlv_auth_failed", "not_allowed", "replayed",
+                                 "refusals_answered"), 0)
         self._last_sweep = time.monotonic()
         self._cmsgs: dict[tuple, list] = {}
         # this host's clock: the Error Estimate of T2/T3 and the clock TLVs (local_clock.py)
@@ -190,7 +200,8 @@ class Reflector:
         )
         return ReflectorStats(**self._c, sessions=sessions, authenticated=self._auth is not None,
                               evicted=self._sessions.evicted,
-                              session_refused=self._sessions.refused)
+                              session_refused=self._sessions.refused,
+                              reclaimed=self._sessions.reclaimed)
 
     def refusals(self) -> dict[str, int]:
         """Datagrams refused, by reason (the daemon's wanprobe_reflector_refusals_total)."""
@@ -265,8 +276,10 @@ class Reflector:
             ssid = int.from_bytes(data[14:16], "big") if nbytes >= 44 else 0
         now = time.monotonic()
         sess = self._sessions.touch((ssid, addr[0], addr[1], anc.local_addr), now)
-        if sess is None:
-            return  # its source's share (or the table) holds only active sessions: refused
+        if sess is None:   # refused: no room it may take (session_table.py)
+            if self._allow(addr[0], now):
+                self._refuse(data, addr, anc, rx_ns)
+            return
         if auth is not None and not fresh(sess, int.from_bytes(data[:4], "big")):
             sess[REFUSED] += 1   # a replay: not counted as received, no tokens spent
             c["replayed"] += 1
@@ -315,6 +328,36 @@ class Reflector:
         sess[TX] += 1
         c["reflected"] += 1
         self._tx_stamps.sent((sess, rseq))
+
+    def _refuse(self, data: bytes, addr: tuple, anc, rx_ns: int) -> None:
+        """Answer a probe whose new session was refused with the Reflector Report TLV's
+        session-refused flag (reflector_report.py): no session, epoch and counts 0. Only a probe
+        that carries the TLV is answered: any other sender would take the answer for a
+        measurement."""
+        base = AUTH_BASE_LEN if self._auth is not None else BASE_LEN
+        if len(data) <= base or offset_in(data, base) is None:
+            return
+        clock = self._clock.answer()
+        reply = build_reply(
+            data, reflector_seq=0, rx_count=0, tx_count=0, t2_ntp=ntp_from_ns(rx_ns),
+            t3_ntp=ntp_from_ns(time.time_ns()), ttl=anc.ttl or 0, tos_received=anc.tos or 0,
+            dscp_permitted=self.dscp_permitted, auth=self._auth, base_verified=True,
+            error_estimate=clock.error_estimate, clock=clock,
+            report=(0, self._limit_pps, 0, 0, SESSION_REFUSED))
+        if reply is None:
+            return
+        family = self._sock.family
+        if family == socket.AF_INET6 and addr[0].startswith("::ffff:"):
+            family = socket.AF_INET
+        cmsgs = [ts.tos_cmsg(family, reply.tos)]
+        if anc.local_addr and (family == socket.AF_INET6) == (":" in anc.local_addr):
+            cmsgs.append(ts.source_cmsg(family, anc.local_addr))
+        try:
+            self._sock.sendmsg([reply.data], cmsgs, 0, addr)
+        except OSError:
+            self._c["send_errors"] += 1
+            return
+        self._c["refusals_answered"] += 1
 
     def _allow(self, source: str, now: float) -> bool:
         b = self._buckets.get(source)

@@ -25,7 +25,9 @@ parses packets that carry it, and that our sender handles a reflector that only 
 
 Value, 20 octets, big-endian::
 
-    0 Magic 0x7770 ("wp")(2) | 2 Version = 1 (1) | 3 Reserved (1)
+    0 Magic 0x7770 ("wp")(2) | 2 Version = 1 (1) | 3 Flags (1), zero in a probe:
+      0x01 session refused: the reflector kept no state for this probe, its session table had
+      no room it may take (session_table.py); epoch and counts are then 0 (issue 37)
     4 Session epoch (4): random, non-zero, chosen when the reflector created the session; a
       different epoch means the session was evicted or reset and its counters restarted
     8 Rate limit (4): probes per second per source address the reflector answers, 0 = none
@@ -36,6 +38,14 @@ Value, 20 octets, big-endian::
 The sender zeroes everything after the version. Counts are cumulative over the session, so each
 reply carries the drops up to it and the sender takes differences between replies
 (loss_split.py).
+
+A refused new session (issue 37: a flood held the table; the sender read the silence as 90 %
+forward loss) is told, not left silent: the reflector answers a refused probe that carries this
+TLV, within the source's reply rate limit, with the session-refused flag. The answer measures
+nothing (no session counted it); the sender counts the probe as refused by the reflector, not
+sent on the path. A reflector predating the flag leaves the octet zero, and a sender predating
+it ignores an epoch of 0. In authenticated mode the HMAC TLV covers the flag (RFC 8972 §4.8):
+nobody without the key can make a sender believe it was refused.
 """
 
 from __future__ import annotations
@@ -52,7 +62,8 @@ VALUE_LEN = 20
 TLV_LEN = 4 + VALUE_LEN
 _HEAD = struct.Struct("!HBx")
 _COUNTS = struct.Struct("!IIII")     # epoch, rate limit, rate-limited, refused
-_WHOLE = struct.Struct("!BBHHBxIIII")
+_WHOLE = struct.Struct("!BBHHBBIIII")
+SESSION_REFUSED = 0x01               # Flags: the reflector refused this probe's new session
 _MAGIC_VERSION = _HEAD.pack(MAGIC, VERSION)[:3]
 
 
@@ -62,15 +73,15 @@ def sender_tlv() -> bytes:
         + bytes(_COUNTS.size)
 
 
-def reflector_value(request_value: bytes, report: tuple[int, int, int, int]) -> bytes | None:
+def reflector_value(request_value: bytes, report: tuple[int, ...]) -> bytes | None:
     """The value a reflector answers with: ``report`` = (epoch, rate limit per second,
-    rate-limited, refused). None when ``request_value`` is not ours (another magic or version):
-    the caller then treats the TLV as unknown (RFC 8972 §4, U flag)."""
+    rate-limited, refused[, flags]). None when ``request_value`` is not ours (another magic or
+    version): the caller then treats the TLV as unknown (RFC 8972 §4, U flag)."""
     if len(request_value) != VALUE_LEN or request_value[:3] != _MAGIC_VERSION:
         return None
-    epoch, limit, limited, refused = report
-    return request_value[:4] + _COUNTS.pack(epoch & 0xFFFFFFFF, min(limit, 0xFFFFFFFF),
-                                            limited & 0xFFFFFFFF, refused & 0xFFFFFFFF)
+    epoch, limit, limited, refused, *flags = report
+    return _MAGIC_VERSION + bytes(((flags[0] if flags else 0) & 0xFF,)) + _COUNTS.pack(
+        epoch & 0xFFFFFFFF, min(limit, 0xFFFFFFFF), limited & 0xFFFFFFFF, refused & 0xFFFFFFFF)
 
 
 def offset_in(packet: bytes | bytearray, base_len: int) -> int | None:
@@ -87,10 +98,12 @@ def offset_in(packet: bytes | bytearray, base_len: int) -> int | None:
 @dataclass
 class ReportLog:
     """What one session's replies said about the reflector: per answered sender sequence number
-    (epoch, rate-limited, refused) as of that reply; the advertised rate limit; how many replies
-    came back with the TLV not understood (a third-party reflector)."""
+    (epoch, rate-limited, refused) as of that reply; the probes whose new session it refused
+    (``session_refused``, answers that measure nothing); the advertised rate limit; how many
+    replies came back with the TLV not understood (a third-party reflector)."""
 
     by_seq: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    session_refused: set[int] = field(default_factory=set)
     limit_pps: int | None = None
     echoed: int = 0
     at: int | None = None     # where the TLV sits in this session's probes (and replies)
@@ -107,16 +120,21 @@ class ReportLog:
         offsets, RFC 8972 §4); anything else at that offset is left alone."""
         if at + TLV_LEN > n:
             return
-        flags, typ, length, magic, version, epoch, limit, limited, refused = \
+        flags, typ, length, magic, version, said, epoch, limit, limited, refused = \
             _WHOLE.unpack_from(data, at)
         if typ != TLV_REFLECTOR_REPORT or length != VALUE_LEN:
             return
         if flags & FLAG_U:
             self.echoed += 1
             return
-        if flags & (FLAG_M | FLAG_I) or magic != MAGIC or version != VERSION or not epoch:
+        if flags & (FLAG_M | FLAG_I) or magic != MAGIC or version != VERSION:
             return
-        self.by_seq[sseq] = (epoch, limited, refused)
+        if said & SESSION_REFUSED:
+            self.session_refused.add(sseq)
+        elif not epoch:
+            return
+        else:
+            self.by_seq[sseq] = (epoch, limited, refused)
         self.limit_pps = limit or None
 
     def note_area(self, sseq: int, area: bytes) -> None:
@@ -132,6 +150,6 @@ class ReportLog:
     def counts(self) -> str | None:
         """"reported" (a wanprobe reflector filled the TLV), "not_supported" (it came back
         unprocessed) or None (no reply carried it)."""
-        if self.by_seq:
+        if self.by_seq or self.session_refused:
             return "reported"
         return "not_supported" if self.echoed else None

@@ -66,9 +66,11 @@ class LossStats:
     (loss_split.py). ``reflector_replays_refused``: copies of this session's probes its
     authentication refused as replays (never counted as received, so no probe is missing).
     ``reflector_resets``: times the reflector's session restarted (evicted or reset);
-    ``unattributed``: unanswered probes whose fate cannot be told apart from the reflector's
-    doing (around a restart, or after the last answer of a session the reflector was dropping
-    from), in no direction and not in ``ratio``."""
+    ``reflector_session_refused``: probes the reflector answered only to say it refused their
+    new session (its table had no room it may take, issue 37), neither sent on the path nor
+    lost; ``unattributed``: unanswered probes whose fate cannot be told apart from the
+    reflector's doing (around a restart or a refusal, or after the last answer of a session the
+    reflector was dropping from), in no direction and not in ``ratio``."""
 
     sent: int
     received: int
@@ -85,6 +87,7 @@ class LossStats:
     reflector_resets: int = 0
     unattributed: int = 0
     tail: int = 0      # unanswered after the last answer, still counted in ``ratio``
+    reflector_session_refused: int = 0
 
     def tail_unattributed(self) -> LossStats:
         """The same with the tail moved to ``unattributed`` (its reflector was dropping probes
@@ -104,8 +107,10 @@ class LossStats:
 
     @property
     def path_sent(self) -> int:
-        """Probes whose fate is the path's: sent, less the reflector's drops and unattributed."""
-        return self.sent - self.reflector_dropped - self.unattributed
+        """Probes whose fate is the path's: sent, less the reflector's drops and refusals and
+        the unattributed."""
+        return (self.sent - self.reflector_dropped - self.unattributed
+                - self.reflector_session_refused)
 
     @property
     def ratio(self) -> float:
@@ -140,6 +145,7 @@ class LossStats:
             "reflector_replays_refused": self.reflector_replays_refused,
             "reflector_resets": self.reflector_resets,
             "unattributed": self.unattributed,
+            "reflector_session_refused": self.reflector_session_refused,   # 1.4 (issue 37)
         }
 
     @classmethod
@@ -149,10 +155,13 @@ class LossStats:
         (sent, received, ci95, f_lost, r_lost, f_ratio, r_ratio, f_ci, r_ci, late, limited,
          replays, resets, unattributed) = fields(doc, "path.loss", LOSS_KEYS)
         f_of, r_of = doc.get("forward_of"), doc.get("reverse_of")  # written since 1.2
+        session_refused = doc.get("reflector_session_refused")     # written since 1.4
         return cls(sent, received, pair(ci95), f_lost,
                    f_of if _is_count(f_of) else _count_of(f_lost, f_ratio, sent), r_lost,
                    r_of if _is_count(r_of) else _count_of(r_lost, r_ratio, sent), pair(f_ci),
-                   pair(r_ci), late, limited, replays, resets, unattributed)
+                   pair(r_ci), late, limited, replays, resets, unattributed,
+                   reflector_session_refused=(session_refused if _is_count(session_refused)
+                                              else 0))
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ plus the 4-tuple, RFC 8972 §3). Sessions are created by unauthenticated datagra
 bounded twice, each bound enforced by evicting the least recently used entry in O(1)
 (``OrderedDict.popitem(last=False)``):
 
-- each source address holds at most ``per_source`` sessions: a flood of new SSIDs from one
-  source only recycles that source's own entries;
+- each source group (an IPv4 address, an IPv6 /64; below) holds at most ``per_source``
+  sessions: a flood of new SSIDs from one source only recycles that source's own entries;
 - the whole table holds at most ``max_sessions``: a new session from anyone evicts the globally
   least recently used one instead of being refused.
 
@@ -24,17 +24,37 @@ tried, at most ``SECOND_CHANCES`` times; when all of those are active, the new s
 recycles itself, and a flood of two-probe sessions can lock out new sessions of its own source
 (its share is full of active ones) but never reset a session that is probing.
 
+A flood from many sources fills the table, not one share: the issue-37 reproducer (64 sources
+x 1,024 SSIDs, two probes each) held every slot with active sessions, so every new session of
+every other prober was refused, and the daemon starts a new session every interval. Shares are
+therefore held per *source group* (an IPv4 address; an IPv6 /64, :func:`source_group`) and
+kept max-min fair: when the table is full and no idle session can go, a new session of a group
+holding ``n`` sessions takes the least recently used session (idle if one of the first
+SECOND_CHANCES is, else even an active one) of a largest group, provided that group holds at
+least ``n + 2`` (so afterwards it still holds more than the newcomer). A prober with a session
+or two is never the largest group while a flood holds the table, so its running sessions are
+never taken and its new ones always find room; the flood only loses its own. What is left
+cannot be told from a prober without authentication: a flood spread over as many source groups
+as the table has sessions (one each) or one from the prober's own group. Such a refusal is told
+to the sender (reflector.py answers it with the Reflector Report TLV's refused flag), which
+reports it as refused, never as path loss. Authenticated mode drops unsigned datagrams before
+the table (RFC 8762 §4.4); replays of captured probes from spoofed sources are what can still
+reach it there, and they are shared out the same way.
+
 Idle sessions expire from the front of the global LRU order a few at a time, so no packet ever
-walks the table. A session is a list indexed by the constants below (mutable in place): receive
-and transmit counts, last and first time seen, the follow-up stamp of its last reply, a random
-epoch chosen at creation (a new epoch tells the sender its session restarted:
-reflector_report.py), its probes refused for the rate limit or by authentication, and its
-anti-replay window (replay_window.py).
+walks the table; the largest group is found in O(1) (groups are kept in buckets by how many
+sessions they hold). A session is a list indexed by the constants below (mutable in place):
+receive and transmit counts, last and first time seen, the follow-up stamp of its last reply, a
+random epoch chosen at creation (a new epoch tells the sender its session restarted:
+reflector_report.py), its probes refused for the rate limit or by authentication, its
+anti-replay window (replay_window.py), whether it started with a first probe, and its source
+group.
 """
 
 from __future__ import annotations
 
 import random
+import socket
 from collections import OrderedDict
 from collections.abc import Iterator
 
@@ -47,14 +67,29 @@ START_SEQS = 4          # a first probe numbered below this starts a session (RF
 PROTECT_GAPS = 4.0      # ... nor one that probed within 4 of its own mean gaps (up to idle_s)
 SECOND_CHANCES = 8      # active entries skipped per new session before it is refused
 # session list indices
-RX, TX, SEEN, FOLLOW_UP, EPOCH, FIRST, RATE_LIMITED, REFUSED, REPLAY_HI, REPLAY_MASK, START = \
-    range(11)
+(RX, TX, SEEN, FOLLOW_UP, EPOCH, FIRST, RATE_LIMITED, REFUSED, REPLAY_HI, REPLAY_MASK, START,
+ GROUP) = range(12)
 
 
-def new_session(now_s: float) -> list:
+def source_group(address: str) -> str | bytes:
+    """The share ``address`` counts against: an IPv4 address itself (a v4-mapped IPv6 address,
+    from a dual-stack socket, as its IPv4 address); an IPv6 address's /64. One host may use any
+    address of its /64 (RFC 4291 §2.5.4 64-bit interface identifiers; RFC 8981 temporary
+    addresses), so per IPv6 address one host could hold the whole table."""
+    if ":" not in address:
+        return address
+    if address.startswith("::ffff:") and "." in address:
+        return address[7:]
+    try:
+        return socket.inet_pton(socket.AF_INET6, address.split("%", 1)[0])[:8]
+    except OSError:
+        return address
+
+
+def new_session(now_s: float, group: str | bytes | None = None) -> list:
     """A fresh session: counts 0, seen now, a random non-zero 32-bit epoch, an empty replay
     window (highest sequence number -1), not (yet) marked as a session's start."""
-    return [0, 0, now_s, None, random.getrandbits(32) or 1, now_s, 0, 0, -1, 0, False]
+    return [0, 0, now_s, None, random.getrandbits(32) or 1, now_s, 0, 0, -1, 0, False, group]
 
 
 def is_active(sess: list, now_s: float, idle_s: float) -> bool:
@@ -68,7 +103,8 @@ def is_active(sess: list, now_s: float, idle_s: float) -> bool:
 
 
 class SessionTable:
-    """Sessions keyed by ``(ssid, source, source port, local address)``."""
+    """Sessions keyed by ``(ssid, source, source port, local address)``; ``per_source`` and the
+    fair share are per source group (:func:`source_group`)."""
 
     def __init__(self, *, max_sessions: int = MAX_SESSIONS, per_source: int = PER_SOURCE,
                  idle_s: float = 120.0) -> None:
@@ -76,9 +112,12 @@ class SessionTable:
         self.per_source = max(1, min(per_source, self.max_sessions))
         self.idle_s = idle_s
         self._lru: OrderedDict[tuple, list] = OrderedDict()
-        self._by_source: dict[str, OrderedDict[tuple, None]] = {}
+        self._by_group: dict[str | bytes, OrderedDict[tuple, None]] = {}
+        self._level: dict[int, dict[str | bytes, None]] = {}   # n -> the groups holding n
+        self._top = 0                                          # the most any group holds
         self.evicted = 0
         self.refused = 0
+        self.reclaimed = 0   # sessions taken from the largest group for a smaller one
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -95,37 +134,41 @@ class SessionTable:
                 continue
 
     def sources(self) -> int:
-        return len(self._by_source)
+        """Source groups holding sessions."""
+        return len(self._by_group)
 
     def touch(self, key: tuple, now_s: float) -> list | None:
         """The session for ``key`` (created if new), marked as used at ``now_s``; None when it
-        is new and its source's share, or the table, holds only active sessions."""
+        is new and there is no room it may take (module docstring): refused."""
         sess = self._lru.get(key)
-        source = key[1]
         if sess is not None:
             self._lru.move_to_end(key)
-            self._by_source[source].move_to_end(key)
+            self._by_group[sess[GROUP]].move_to_end(key)
             sess[SEEN] = now_s
             return sess
         self.expire(now_s)
-        mine = self._by_source.get(source)
-        if mine is not None and len(mine) >= self.per_source:
+        group = source_group(key[1])
+        mine = self._by_group.get(group)
+        held = 0 if mine is None else len(mine)
+        if held >= self.per_source:
             if not self._recycle(mine, now_s):
                 self.refused += 1
                 return None
-        elif len(self._lru) >= self.max_sessions and not self._recycle(self._lru, now_s):
+        elif len(self._lru) >= self.max_sessions and not self._recycle(self._lru, now_s) \
+                and not self._reclaim(held, now_s):
             self.refused += 1
             return None
-        mine = self._by_source.get(source)
+        mine = self._by_group.get(group)
         if mine is None:
-            mine = self._by_source[source] = OrderedDict()
-        sess = new_session(now_s)
+            mine = self._by_group[group] = OrderedDict()
+        sess = new_session(now_s, group)
         self._lru[key] = sess
         mine[key] = None
+        self._moved(group, len(mine) - 1, len(mine))
         return sess
 
     def _recycle(self, order: OrderedDict, now_s: float) -> bool:
-        """Evict the least recently used entry of ``order`` (a source's or the global order)
+        """Evict the least recently used entry of ``order`` (a group's or the global order)
         that is not active; active ones met on the way move to the back. False if none of the
         first SECOND_CHANCES was idle."""
         for _ in range(min(SECOND_CHANCES, len(order))):
@@ -136,6 +179,33 @@ class SessionTable:
                 return True
             order.move_to_end(key)
         return False
+
+    def _reclaim(self, held: int, now_s: float) -> bool:
+        """Room for a new session of a group holding ``held``, taken from a largest group if it
+        holds at least ``held + 2`` (max-min fair): its least recently used idle session, else
+        its least recently used one. False when no group holds that many."""
+        if self._top < held + 2:
+            return False
+        order = self._by_group[next(iter(self._level[self._top]))]
+        if not self._recycle(order, now_s):
+            self._evict(next(iter(order)))
+            self.evicted += 1
+        self.reclaimed += 1
+        return True
+
+    def _moved(self, group: str | bytes, old: int, new: int) -> None:
+        """``group`` went from ``old`` to ``new`` sessions: its bucket and the top, in O(1)."""
+        if old:
+            level = self._level[old]
+            del level[group]
+            if not level:
+                del self._level[old]
+                if self._top == old:
+                    self._top = new
+        if new:
+            self._level.setdefault(new, {})[group] = None
+            if new > self._top:
+                self._top = new
 
     def expire(self, now_s: float, limit: int = _EXPIRE_PER_CALL) -> None:
         """Drop up to ``limit`` sessions idle longer than ``idle_s`` (oldest first)."""
@@ -148,8 +218,9 @@ class SessionTable:
             self._evict(key)
 
     def _evict(self, key: tuple) -> None:
-        del self._lru[key]
-        mine = self._by_source[key[1]]
+        group = self._lru.pop(key)[GROUP]
+        mine = self._by_group[group]
         del mine[key]
         if not mine:
-            del self._by_source[key[1]]
+            del self._by_group[group]
+        self._moved(group, len(mine) + 1, len(mine))

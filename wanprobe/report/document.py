@@ -27,7 +27,7 @@ from wanprobe.userfiles import read_json
 # measurements add "throughput_reverse", "peer_facts", "capacity"; path adds
 # "capacity_bits_per_second"/"capacity_source"; host adds "facts" and "address". Only optional
 # keys were added, so 1.0 readers still read 1.1 documents.
-SCHEMA_VERSION = "1.3"
+SCHEMA_VERSION = "1.4"
 TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
 
 
@@ -174,8 +174,8 @@ def load_first(path: str | Path, max_findings: int | None) -> tuple[Report, int]
 
 
 def save(report: Report, path: str | Path) -> Path | None:
-    """Write the report under the output policy (``atomic_file``: a file atomically, a device
-    or FIFO in place, ``-`` to stdout); a failed write is one line (exit 2 refused, 74 I/O)."""
+    """Write the report under the output policy (``atomic_file``: a file atomically, a FIFO
+    or /dev/null in place, ``-`` to stdout); a failed write is one line (exit 2 refused, 74 I/O)."""
     data = json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n"
     try:
         return write_output(path, data, mode=0o600)

@@ -55,6 +55,12 @@ async def probe(peer: Peer, method: str, s: ProbeSettings, *,
     elif method == "tcp":
         kwargs.update(port=peer.port)
     result = await fn(peer.address, **kwargs)
+    loss = getattr(result, "loss", None)
+    if loss is not None and loss.reflector_session_refused and not loss.received:
+        from wanprobe.probe.peer import session_refused
+
+        # its reflector refused the session (issue 37): a failure, never a session of loss
+        raise session_refused(peer.address, peer.port, loss.reflector_session_refused, loss.sent)
     return result.to_json() if hasattr(result, "to_json") else dict(result)
 
 

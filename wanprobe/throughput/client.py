@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from collectors.host_drops import read_host_drops
 from wanprobe.errors import ProbeError, UsageError, shown
+from wanprobe.probe.access import check_sent_dscp
 from wanprobe.probe.peer import check_peer
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
@@ -98,6 +99,7 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
     seconds (slow start) out of its rate and verdict (TCP, wanprobe engine)."""
     if cpus is not None and not 1 <= cpus <= MAX_CPUS:
         raise UsageError(f"--cpus must be 1-{MAX_CPUS}")
+    check_sent_dscp(dscp)  # this host's own line, whatever the far end (or iperf3) would accept
     if not 0 <= omit_s <= MAX_TEST_S or (omit_s and (udp or engine != "wanprobe")):
         raise UsageError("--omit must be >= 0 and applies to TCP tests of the wanprobe engine")
     duration_s += omit_s

@@ -92,7 +92,7 @@ class ThroughputServer:
         self.limits = dataclasses.replace(limits or ServerLimits(), **overrides)
         self.hmac_key = hmac_key
         self.allow = AllowList(allow)
-        self.dscp_permitted = dscp_permitted or DscpPolicy()  # the STAMP CoS policy: no CS6/CS7
+        self.dscp_permitted = dscp_permitted or DscpPolicy()  # the STAMP CoS policy: no 48-63
         self.quota = Quota()
         self._refused: Counter[str] = Counter()
         self._connections = 0

@@ -17,6 +17,8 @@ covers (T - 1 h, T] and goes to the hour of the week of T - 1 h.
 - With the recording rules of ``fleet rules`` (profile_queries) the path figures read one
   recorded series per figure instead of every host pair's raw samples; ``auto`` uses them when
   their history covers the whole lookback.
+- Every point is checked against its figure's range (``fleet.figures``): an infinite, negative
+  or absurd count, RTT or rate refuses the answer in one line (it made the profile overflow).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from wanprobe.errors import UsageError, shown
 from wanprobe.fleet import prom_http
+from wanprobe.fleet.figures import BITS_PER_SECOND, COUNT, RTT_SECONDS, check_points
 from wanprobe.fleet.rules import rtt_series, throughput_bits
 from wanprobe.windows.profile import (
     HOUR_S,
@@ -41,6 +44,8 @@ from wanprobe.windows.profile import (
 PAIR = "src_site, dst_site"
 SERIES_CHOICES = ("auto", "raw", "recorded")
 MAX_SITE_CHARS = 200
+RANGES = {"rtt_p50_seconds": RTT_SECONDS, "sent": COUNT, "lost_forward": COUNT,
+          "lost_reverse": COUNT, "sessions": COUNT, "goodput": BITS_PER_SECOND}
 
 
 def _sel(src: str, dst: str, extra: str = "") -> str:
@@ -114,6 +119,8 @@ class _Queries:
         t0 = time.perf_counter()
         series, stats = prom_http.query_range(self.url, promql, start_s=first_s, end_s=self.end_s,
                                               step_s=HOUR_S, timeout_s=self.timeout_s, stats=True)
+        for labels, points in series:
+            check_points(points.values, RANGES[name], name, labels, self.url)
         self.costs.append({"name": name, "query": promql, "seconds": time.perf_counter() - t0,
                            "samples": (stats.get("samples") or {}).get("totalQueryableSamples")})
         return series

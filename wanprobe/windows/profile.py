@@ -129,8 +129,9 @@ def weighted_median(pairs: list[tuple[float, float]]) -> float | None:
 
 
 def _ratio(lost: list[float], sent: list[float]) -> float | None:
+    """lost / sent in [0, 1]: Prometheus's extrapolated increase() can put a sum a hair past."""
     total = math.fsum(sent)
-    return None if not lost or total <= 0 else max(0.0, math.fsum(lost) / total)
+    return None if not lost or total <= 0 else min(1.0, max(0.0, math.fsum(lost) / total))
 
 
 def _bucket(hour: int, rates: list[float], obs: list[PathObservation]) -> HourBucket:

@@ -1,0 +1,44 @@
+"""The daemon's HTTP listener as its config says: the routes of metrics.py on the bounded server
+(http_server.py) under the web config (web_config.py), swapped whole on SIGHUP."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from wanprobe.daemon import logging as dlog
+from wanprobe.daemon.config import DaemonConfig
+from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
+from wanprobe.daemon.web_config import load_web_config
+from wanprobe.errors import WanprobeError
+
+
+def open_paths(cfg: DaemonConfig) -> frozenset[str]:
+    """Routes served without authentication: ``/healthz`` when ``web_healthz_open`` (a kubelet
+    probe carries no password; it reads only ok/not ok and counts)."""
+    return frozenset({"/healthz"}) if cfg.web_healthz_open else frozenset()
+
+
+def build(metrics: DaemonMetrics, health: Callable, cfg: DaemonConfig) -> MetricsServer:
+    server = MetricsServer(metrics, health)
+    server.http.set_web(load_web_config(cfg.web_config_file))
+    server.http.open_paths = open_paths(cfg)
+    return server
+
+
+def reload(server: MetricsServer | None, cfg: DaemonConfig) -> None:
+    """New connections under the reloaded web config; one that no longer loads (changed since
+    the reload checked it) leaves the listener as it was and says why."""
+    if server is None:
+        return
+    try:
+        web = load_web_config(cfg.web_config_file)
+    except WanprobeError as exc:
+        dlog.log(logging.ERROR, "reload: web config refused, the listener keeps the old one",
+                 problem=exc)
+        return
+    if web.source != server.http.web.source or web != server.http.web:
+        dlog.log(logging.INFO, "listener web config loaded", web=web.source or "-",
+                 serves=web.describe())
+    server.http.set_web(web)
+    server.http.open_paths = open_paths(cfg)
