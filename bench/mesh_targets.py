@@ -3,7 +3,7 @@
 
 Builds a mesh of N hosts in S sites (default 2,000 in 8, Pingmesh's data-centre level: full mesh
 inside a site, ``representatives`` hosts of every other site; Guo et al., SIGCOMM 2015, §3.2),
-runs the daemon's own peer selection (wanprobe.daemon.mesh.select_peers) for every host and
+runs the daemon's own peer selection (wanprobe.mesh.topology.select_peers) for every host and
 prints the per-host target count (min / mean / max), how evenly the remote sites' probing
 load spreads, and the series each host exports (wanprobe.daemon.metrics.series_per_host),
 against the full mesh (every host probes every other).
@@ -19,8 +19,8 @@ from collections import Counter
 
 from common import parser
 
-from wanprobe.daemon.mesh import parse_mesh, select_peers
 from wanprobe.daemon.metrics import series_per_host
+from wanprobe.mesh.topology import parse_mesh, select_peers
 
 
 def build(hosts: int, sites: int, reps: int):
@@ -51,7 +51,7 @@ def main() -> int:
     counts, remote = per_host(build(args.hosts, args.sites, args.representatives))
     full, mean, site_hosts = args.hosts - 1, statistics.mean(counts), args.hosts // args.sites
     print(f"{args.hosts} hosts in {args.sites} sites, {args.representatives} representatives "
-          f"per remote site (wanprobe.daemon.mesh.select_peers):")
+          f"per remote site (wanprobe.mesh.topology.select_peers):")
     print(f"  targets per host: {min_mean_max(counts)}   full mesh: {full}   "
           f"ratio {mean / full:.3f}")
     print(f"  directed pairs: {sum(counts):,} vs full mesh {args.hosts * full:,}")

@@ -120,7 +120,7 @@ def client_viewer(seconds: float) -> dict:
 # -- orchestration ----------------------------------------------------------------------------
 def fill_history(db: Path, n_peers: int, hours: float, step_s: float) -> int:
     """Sessions for every peer over the last ``hours``: a 30 ms path with a little loss."""
-    from wanprobe.daemon.store import Store
+    from wanprobe.history.store import Store
 
     Store(db).close()  # the schema
     con = sqlite3.connect(db)

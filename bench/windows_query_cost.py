@@ -41,7 +41,7 @@ from windows_history import (  # noqa: E402
     weekday_nights,
 )
 
-from wanprobe.daemon.mesh import select_peers  # noqa: E402
+from wanprobe.mesh.topology import select_peers  # noqa: E402
 from wanprobe.windows.from_prometheus import prometheus_profile  # noqa: E402
 
 

@@ -256,7 +256,7 @@ WARM_MODULES = (
     "wanprobe.probe.api", "wanprobe.probe.mtu", "wanprobe.probe.reflector",
     "wanprobe.throughput.client", "wanprobe.throughput.server", "wanprobe.services.diagnose",
     "wanprobe.report.render_rich", "wanprobe.report.render_md", "wanprobe.report.store",
-    "wanprobe.daemon.main", "wanprobe.daemon.store", "wanprobe.lab", "tuners.registry",
+    "wanprobe.daemon.main", "wanprobe.history.store", "wanprobe.lab", "tuners.registry",
     "tuners.transaction", "tuners.from_report", "tuners.nccl_env", "tuners.plan",
     "collectors.snapshot", "collectors.health", "jsonschema", "typer.testing",
 )

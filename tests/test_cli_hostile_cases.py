@@ -96,7 +96,7 @@ def test_windows_prometheus_that_does_not_answer(tmp_path, closed_port):
 def test_windows_store_without_the_peer_or_without_data(tmp_path):
     """A peer the store never saw, and a peer whose tests cover half of each day only (a
     transfer needing the other half has no window): one line each, exit 1."""
-    from wanprobe.daemon.store import Store
+    from wanprobe.history.store import Store
 
     store = Store(tmp_path / "history.sqlite3")
     now = time.time()

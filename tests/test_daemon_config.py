@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from wanprobe.daemon import mesh
-from wanprobe.daemon.config import ConfigInvalid, load_config, parse_config
+from wanprobe.daemon.config import load_config, parse_config
 from wanprobe.daemon.runtime import resolve_peers
+from wanprobe.errors import ConfigInvalid
+from wanprobe.mesh import topology
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,7 +48,7 @@ def test_shipped_example_config_is_valid(tmp_path):
     path.write_text(text)
     cfg = load_config(path)
     assert cfg.throughput.windows and cfg.throughput.budget_bytes_per_day > 0
-    m = mesh.load_mesh(REPO / "systemd" / "mesh.toml.example")
+    m = topology.load_mesh(REPO / "systemd" / "mesh.toml.example")
     assert len(m.hosts) >= 4
 
 
@@ -179,9 +180,9 @@ hosts = [{ name = "usw-1", address = "10.3.0.1" }]
 def test_mesh_full_inside_site_representatives_across(tmp_path):
     path = tmp_path / "mesh.toml"
     path.write_text(MESH)
-    m = mesh.load_mesh(path)
-    me = mesh.find_self(m, hostname="tpe-2.example.net", local_addresses=[])
-    peers = mesh.select_peers(m, me)
+    m = topology.load_mesh(path)
+    me = topology.find_self(m, hostname="tpe-2.example.net", local_addresses=[])
+    peers = topology.select_peers(m, me)
     names = [p.name for p in peers]
     assert {"tpe-1", "tpe-3"} <= set(names) and "tpe-2" not in names
     assert sum(n.startswith("tyo") for n in names) == 2
@@ -189,7 +190,7 @@ def test_mesh_full_inside_site_representatives_across(tmp_path):
     # representatives rotate with the prober, so all of tokyo gets probed by taipei as a whole
     picked = set()
     for h in ("tpe-1", "tpe-2", "tpe-3"):
-        picked |= {p.name for p in mesh.select_peers(m, mesh.find_self(
+        picked |= {p.name for p in topology.select_peers(m, topology.find_self(
             m, hostname=h, local_addresses=[])) if p.site == "tokyo"}
     assert len(picked) >= 3
 
@@ -199,19 +200,19 @@ def test_mesh_finds_self_by_address_and_json(tmp_path):
                                       {"name": "h2", "address": "198.18.0.2"}]}}}
     path = tmp_path / "mesh.json"
     path.write_text(json.dumps(data))
-    m = mesh.load_mesh(path)
-    me = mesh.find_self(m, hostname="unrelated", local_addresses=["127.0.0.1", "198.18.0.2"])
+    m = topology.load_mesh(path)
+    me = topology.find_self(m, hostname="unrelated", local_addresses=["127.0.0.1", "198.18.0.2"])
     assert me.name == "h2"
-    assert [p.name for p in mesh.select_peers(m, me)] == ["h1"]
+    assert [p.name for p in topology.select_peers(m, me)] == ["h1"]
     with pytest.raises(Exception, match="not in the mesh"):
-        mesh.find_self(m, hostname="nobody", local_addresses=["127.0.0.1"])
+        topology.find_self(m, hostname="nobody", local_addresses=["127.0.0.1"])
 
 
 def test_mesh_bad_entries_named(tmp_path):
     path = tmp_path / "mesh.toml"
     path.write_text('[sites.a]\nhosts = [{ name = "h1", address = "x" }, { address = "10.0.0.1" }]\n')
     with pytest.raises(ConfigInvalid) as info:
-        mesh.load_mesh(path)
+        topology.load_mesh(path)
     assert [p.split(":")[0] for p in info.value.problems] == ["sites.a.hosts[0].address",
                                                              "sites.a.hosts[1].name"]
 

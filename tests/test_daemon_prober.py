@@ -12,8 +12,9 @@ import time
 import pytest
 from reflector_helpers import KEY, Served
 
-from wanprobe.daemon.config import Peer, ProbeSettings
+from wanprobe.daemon.config import ProbeSettings
 from wanprobe.daemon.prober import MeshProber, numeric_family
+from wanprobe.mesh.peer import Peer
 from wanprobe.probe.reflector import Reflector
 from wanprobe.probe.sender import probe_stamp
 

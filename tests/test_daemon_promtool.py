@@ -58,8 +58,8 @@ def sampled(text: str) -> set[str]:
 
 
 def test_every_family_of_the_registry_passes_promtool():
-    from wanprobe.daemon.config import Peer
     from wanprobe.daemon.metrics import DaemonMetrics
+    from wanprobe.mesh.peer import Peer
     from wanprobe.probe.loss_window import PeerLossWindows
 
     m = DaemonMetrics(site="taipei", host="tpe-1")

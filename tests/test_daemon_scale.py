@@ -12,7 +12,7 @@ import pytest
 from conftest import load_bench, netns_unavailable_reason, require
 
 from wanprobe.daemon import budget
-from wanprobe.daemon.config import Peer
+from wanprobe.mesh.peer import Peer
 
 
 @pytest.mark.netns

@@ -12,8 +12,9 @@ import urllib.request
 
 import pytest
 
-from wanprobe.daemon.config import Peer, ProbeSettings, ThroughputSettings, parse_window
+from wanprobe.daemon.config import ProbeSettings, ThroughputSettings, parse_window
 from wanprobe.daemon.scheduler import Scheduler, in_windows
+from wanprobe.mesh.peer import Peer
 
 
 class Sink:
@@ -125,7 +126,7 @@ def test_daemon_wires_store_metrics_and_regression_report(tmp_path):
     answer, and a loss step produces one report file naming the peer and the loss figures."""
     from wanprobe.daemon.config import parse_config
     from wanprobe.daemon.main import Daemon
-    from wanprobe.daemon.store import Store
+    from wanprobe.history.store import Store
 
     phase = {"lossy": False}
 

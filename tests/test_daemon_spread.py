@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from wanprobe.daemon.config import (
-    ConfigInvalid,
-    Peer,
-    ProbeSettings,
-    ThroughputSettings,
-    parse_config,
-)
+from wanprobe.daemon.config import ProbeSettings, ThroughputSettings, parse_config
 from wanprobe.daemon.config_fields import parse_window
 from wanprobe.daemon.scheduler import Scheduler, _Session, in_windows
 from wanprobe.daemon.throughput_spread import cost_per_peer_per_day, reachable_hours
+from wanprobe.errors import ConfigInvalid
+from wanprobe.mesh.peer import Peer
 from wanprobe.windows.profile import HOUR_S, WEEK_S, hour_of_week
 
 MONDAY = 1704067200.0   # 2024-01-01 00:00 UTC

@@ -9,7 +9,7 @@ import pytest
 
 from wanprobe.daemon.baseline import BaselineTracker, wilson_interval
 from wanprobe.daemon.config import BaselineSettings
-from wanprobe.daemon.store import ProbeRow, Store, link_bytes
+from wanprobe.history.store import ProbeRow, Store, link_bytes
 
 
 def _row(ts, peer="p", p50=30.0, sent=10, received=10, **kw):

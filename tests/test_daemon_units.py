@@ -163,8 +163,8 @@ def test_apply_request_is_gated_rate_limited_and_watched_by_the_path_unit(tmp_pa
 def test_metrics_exposition_names_units_and_forgetting_a_peer():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from wanprobe.daemon.config import Peer
     from wanprobe.daemon.metrics import DaemonMetrics
+    from wanprobe.mesh.peer import Peer
 
     m = DaemonMetrics(site="taipei", host="tpe-1")
     peer = Peer("tokyo-1", "198.18.0.2", site="tokyo")
@@ -220,8 +220,8 @@ def test_series_per_host_is_linear_in_peers_as_documented(peers, methods):
     once and run a throughput test has exactly series_per_host(peers, methods) series."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from wanprobe.daemon.config import METHODS, Peer
     from wanprobe.daemon.metrics import DaemonMetrics, series_per_host
+    from wanprobe.mesh.peer import METHODS, Peer
     from wanprobe.probe.loss_window import PeerLossWindows
 
     m = DaemonMetrics(site="a", host="a-1")
@@ -283,8 +283,8 @@ def test_exposition_is_generate_latest_byte_for_byte():
     generate_latest writes, also after series are removed, with escapes and scraped families."""
     from prometheus_client import generate_latest
 
-    from wanprobe.daemon.config import Peer
     from wanprobe.daemon.metrics import DaemonMetrics
+    from wanprobe.mesh.peer import Peer
 
     m = DaemonMetrics(site='a"b', host="h\\1")
     ps = tuple(Peer(f"p{i}\n", f"198.18.0.{i + 1}", site="s") for i in range(30))
@@ -302,7 +302,8 @@ def test_exposition_is_generate_latest_byte_for_byte():
 
 def test_peer_budget_refuses_configured_peers_and_samples_a_mesh_with_one_line():
     from wanprobe.daemon import budget
-    from wanprobe.daemon.config import ConfigInvalid, Peer
+    from wanprobe.errors import ConfigInvalid
+    from wanprobe.mesh.peer import Peer
 
     one = budget.peer_series(Peer("x", "198.18.0.1"))
     room = (budget.MAX_SERIES - budget.SERIES_PER_HOST) // one

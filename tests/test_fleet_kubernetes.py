@@ -18,8 +18,8 @@ from clirun import invoke, one_line_error
 from conftest import REPO, require, require_tool
 
 from wanprobe.daemon.config import parse_config
-from wanprobe.daemon.mesh import parse_mesh
 from wanprobe.fleet import kube_pods
+from wanprobe.mesh.topology import parse_mesh
 
 MESH = REPO / "systemd" / "mesh.toml.example"
 AGENT_CAPS = ["NET_RAW", "NET_BIND_SERVICE"]

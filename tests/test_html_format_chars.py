@@ -20,7 +20,7 @@ from test_report_document import make_report
 
 from wanprobe.daemon.config import parse_config
 from wanprobe.daemon.main import Daemon
-from wanprobe.daemon.store import ProbeRow, Store
+from wanprobe.history.store import ProbeRow, Store
 from wanprobe.pictures.html import esc, script_json
 from wanprobe.report.document import Finding, save
 from wanprobe.safe_text import clean

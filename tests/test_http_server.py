@@ -19,7 +19,7 @@ BODY = b"x" * (8 * 2**20)  # a big /metrics
 
 
 def routes(**limits):
-    from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Response
+    from wanprobe.httpd.server import BoundedHttpServer, HttpLimits, Response
 
     server = BoundedHttpServer(HttpLimits(**limits), name="test")
     server.route("/metrics", lambda _r: Response(200, BODY))
@@ -102,7 +102,7 @@ def test_idle_connections_at_the_cap_give_their_slots_to_a_request():
 def test_busy_slots_refuse_a_newcomer_and_one_source_cannot_take_them_all():
     import asyncio
 
-    from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Response
+    from wanprobe.httpd.server import BoundedHttpServer, HttpLimits, Response
 
     async def slow(_r):
         await asyncio.sleep(1.5)
@@ -172,7 +172,7 @@ def test_accept_failures_back_off_with_one_line_not_a_traceback_each():
     from fd_starved import flooded_stderr
 
     err = flooded_stderr("""
-        from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Response
+        from wanprobe.httpd.server import BoundedHttpServer, HttpLimits, Response
         srv = BoundedHttpServer(HttpLimits(max_connections=1000), name="metrics")
         srv.route("/healthz", lambda r: Response(200, b"ok"))
         _, port = await srv.start("127.0.0.1", 0)

@@ -1,7 +1,8 @@
 """Lint: ruff clean, and the size and dependency rules of docs/conventions.md §12, enforced so they stay true:
 no module over 500 lines (packages, tests, bench), no function over 60 lines unless its docstring says why
-("Long because: ..."), no import cycle between package modules, no import running back up the
-layers of docs/architecture.md, and scapy imported by the tests only (it is a test extra)."""
+("Long because: ..."), no import cycle between package modules nor between packages, no import
+running back up the layers of docs/architecture.md, nothing but the daemon's command importing
+the daemon, and scapy imported by the tests only (it is a test extra)."""
 
 import ast
 import shutil
@@ -115,11 +116,12 @@ def test_no_import_cycles():
 LAYERS = (
     ("foundation", ("wanprobe", "wanprobe.errors", "wanprobe.safe_text", "wanprobe.units",
                     "wanprobe.atomic_file", "wanprobe.userfiles", "wanprobe.accept_backoff",
-                    "wanprobe.netns", "wanprobe.json_fields")),
+                    "wanprobe.netns", "wanprobe.json_fields", "wanprobe.blocking")),
     ("measure", ("collectors", "wanprobe.probe", "wanprobe.throughput", "wanprobe.models")),
     ("judge", ("wanprobe.diagnose",)),
     ("report", ("wanprobe.report",)),
     ("act", ("tuners",)),
+    ("shared", ("wanprobe.mesh", "wanprobe.history", "wanprobe.httpd")),
 )
 
 
@@ -170,3 +172,49 @@ def _all_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
     return out
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: ``wanprobe.X`` (a subpackage, or a top-level module on its
+    own), or the top-level package (``collectors``, ``tuners``)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "wanprobe" else parts[0]
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        out.setdefault(package_of(m), set()).update(
+            package_of(d) for d in deps if package_of(d) != package_of(m))
+    return out
+
+
+def test_package_cycles_are_seen():
+    assert find_cycles(package_graph({"wanprobe.daemon.main": {"wanprobe.pictures.routes"},
+                                      "wanprobe.pictures.routes": {"wanprobe.daemon.store"},
+                                      "wanprobe.daemon.store": set()})) == [
+        "wanprobe.daemon -> wanprobe.pictures -> wanprobe.daemon"]
+
+
+def test_no_package_cycles():
+    """A module cycle hides inside a package cycle (daemon -> pictures -> daemon, issue 38)."""
+    paths = {module_name(p): p for p in modules()}
+    known = set(paths)
+    assert find_cycles(package_graph({m: _imports(p, known) - {m} for m, p in paths.items()})) == []
+
+
+# The daemon is a composition root, not a library (issue 38): nothing but its own command imports
+# it. What the others shared with it has its own package (mesh/, history/, httpd/).
+DAEMON_IMPORTERS = frozenset({"wanprobe.commands.daemon"})
+
+
+def test_only_the_daemon_command_imports_the_daemon():
+    paths = {module_name(p): p for p in modules()}
+    known = set(paths)
+
+    def daemon(m: str) -> bool:
+        return m == "wanprobe.daemon" or m.startswith("wanprobe.daemon.")
+
+    importers = sorted(m for m, p in paths.items() if not daemon(m) and m not in DAEMON_IMPORTERS
+                       and any(daemon(d) for d in _imports(p, known)))
+    assert importers == []

@@ -249,8 +249,8 @@ def test_daemon_gauges_only_with_a_bound():
     from prometheus_client.parser import text_string_to_metric_families
 
     from wanprobe.daemon import loss_metrics
-    from wanprobe.daemon.config import Peer
     from wanprobe.daemon.metrics import DaemonMetrics, series_per_host
+    from wanprobe.mesh.peer import Peer
 
     fwd, rev = [10.0 + i / 100 for i in range(50)], [50.0 + i / 100 for i in range(50)]
     known = {"owd_ms": owd_report(fwd, rev, OwdClock(UNSYNCED, far(same=True))).to_json()}

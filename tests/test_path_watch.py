@@ -90,7 +90,7 @@ def test_finding_and_impact():
 
 
 def test_metrics_names_and_labels():
-    from wanprobe.daemon.config import Peer
+    from wanprobe.mesh.peer import Peer
 
     m = DaemonMetrics(site="tpe", host="h1")
     peer = Peer(name="tokyo", address="198.18.2.1", site="nrt")
@@ -106,7 +106,8 @@ def test_metrics_names_and_labels():
 
 
 def test_config_flows_default_override_and_bounds(tmp_path):
-    from wanprobe.daemon.config import ConfigInvalid, parse_config
+    from wanprobe.daemon.config import parse_config
+    from wanprobe.errors import ConfigInvalid
 
     doc = {"daemon": {"state_dir": str(tmp_path)}, "probe": {"flows": 4},
            "peers": [{"name": "a", "address": "192.0.2.1"},

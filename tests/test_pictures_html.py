@@ -15,8 +15,8 @@ from clirun import invoke, one_line_error
 from test_report_document import make_report
 
 from wanprobe.daemon.config import BaselineSettings
-from wanprobe.daemon.store import ProbeRow, Store
 from wanprobe.errors import UsageError
+from wanprobe.history.store import ProbeRow, Store
 from wanprobe.pictures import assets
 from wanprobe.pictures.files import MAX_FILE_BYTES
 from wanprobe.pictures.history_data import HistoryReader, bucket_s, parse_window

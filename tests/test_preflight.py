@@ -17,7 +17,7 @@ from clirun import invoke, one_line_error
 from conftest import FIXTURE_TREES
 
 from collectors.host_facts import HostFacts
-from wanprobe.daemon.store import ProbeRow, Store
+from wanprobe.history.store import ProbeRow, Store
 from wanprobe.preflight.history import read_history
 from wanprobe.preflight.hostlist import HostEntry, parse_host_list
 from wanprobe.preflight.judge import Thresholds, verdicts
@@ -168,7 +168,7 @@ def test_nccl_settings_per_site_when_the_job_spans_two(tmp_path):
     mesh = tmp_path / "mesh.toml"
     mesh.write_text('[sites.tpe]\nhosts = [{ name = "tpe-1", address = "10.0.0.1" }]\n'
                     '[sites.tyo]\nhosts = [{ name = "tyo-1", address = "10.1.0.1" }]\n')
-    from wanprobe.daemon.mesh import load_mesh
+    from wanprobe.mesh.topology import load_mesh
 
     ms = [measure("tpe-1", probe(400, 400), facts(), address="10.0.0.1"),
           measure("tyo-1", probe(400, 400, rtt_min=30.0, p50=30.5, p99=32.0), facts(),

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from reflector_helpers import KEY, LoopThread
 
-from wanprobe.daemon.config import ConfigInvalid, Peer, ThroughputSettings, parse_config
+from wanprobe.daemon.config import ThroughputSettings, parse_config
 from wanprobe.daemon.metrics import DaemonMetrics
-from wanprobe.errors import ProbeError
+from wanprobe.errors import ConfigInvalid, ProbeError
+from wanprobe.mesh.peer import Peer
 from wanprobe.services import measure
 from wanprobe.services.reflect import ReflectService
 from wanprobe.throughput.client import run_throughput

@@ -21,7 +21,7 @@ from conftest import REPO, require, require_tool
 from tls_certs import bcrypt_hash, make_certs, web_config
 
 from wanprobe.daemon.config import parse_config
-from wanprobe.daemon.web_config import load_web_config
+from wanprobe.httpd.web_config import load_web_config
 
 MESH = REPO / "systemd" / "mesh.toml.example"
 CRD_SCHEMA = REPO / "tests" / "fixtures" / "fleet" / "servicemonitor-v1.schema.json"

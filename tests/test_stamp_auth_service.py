@@ -77,7 +77,8 @@ def test_cli_reflect_and_probe_with_key_file(tmp_path):
 
 def test_daemon_config_key_builds_a_reflector_that_starts_and_probes():
     from wanprobe.daemon import flow_probe
-    from wanprobe.daemon.config import Peer, ProbeSettings, parse_config
+    from wanprobe.daemon.config import ProbeSettings, parse_config
+    from wanprobe.mesh.peer import Peer
     from wanprobe.services import measure
     from wanprobe.services.reflect import ReflectService
 

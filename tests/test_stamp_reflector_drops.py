@@ -13,9 +13,9 @@ import pytest
 from reflector_helpers import Served
 from test_stamp_auth import KEY, auth_sender_bytes, ntp_now, recv_or_none
 
-from wanprobe.daemon.config import Peer
 from wanprobe.daemon.metrics import DaemonMetrics
 from wanprobe.errors import UsageError
+from wanprobe.mesh.peer import Peer
 from wanprobe.probe import rate_guard
 from wanprobe.probe import stamp_packet as sp
 from wanprobe.probe.loss_split import split_loss

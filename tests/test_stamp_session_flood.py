@@ -20,9 +20,10 @@ from reflector_helpers import KEY, Served
 from test_stamp_auth import auth_sender_bytes
 from test_stamp_reflector_drops import probe_as_reflector
 
-from wanprobe.daemon.config import Peer, ProbeSettings
+from wanprobe.daemon.config import ProbeSettings
 from wanprobe.daemon.metrics import DaemonMetrics
 from wanprobe.daemon.prober import MeshProber
+from wanprobe.mesh.peer import Peer
 from wanprobe.probe import stamp_packet as sp
 from wanprobe.probe.loss_split import split_loss
 from wanprobe.probe.probe_summary import Reply

@@ -15,8 +15,8 @@ import pytest
 from reflector_helpers import Served
 from tls_certs import PASSWORD, bcrypt_hash, make_certs, web_config
 
-from wanprobe.daemon.config import ConfigInvalid
-from wanprobe.daemon.web_config import load_web_config
+from wanprobe.errors import ConfigInvalid
+from wanprobe.httpd.web_config import load_web_config
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def certs(tmp_path_factory):
 
 
 def serve(web, open_paths=frozenset()):
-    from wanprobe.daemon.http_server import BoundedHttpServer, Response
+    from wanprobe.httpd.server import BoundedHttpServer, Response
 
     def make():
         srv = BoundedHttpServer(name="test", web=web, open_paths=open_paths)

@@ -27,7 +27,7 @@ from windows_history import (
 )
 
 from wanprobe.cli import main
-from wanprobe.daemon.store import Store
+from wanprobe.history.store import Store
 
 FAST = Shape(weekday_nights())
 HALF_DAY = frozenset(h for h in range(168) if h % 24 < 12)

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wanprobe.daemon.store import ProbeRow, Store
+from wanprobe.history.store import ProbeRow, Store
 from wanprobe.probe.stats import percentiles_sorted
 from wanprobe.windows.profile import HOUR_S, hour_of_week
 

@@ -22,9 +22,10 @@ import re
 import shlex
 import shutil
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuners import dscp_nft, dscp_scope
+from tuners.dscp_classifier import Classifier
 from tuners.knob import Change, Skip
 from wanprobe.errors import ConfigError, TuneError, UsageError, shown
 from wanprobe.units import parse_dscp, parse_port
@@ -36,6 +37,12 @@ FIELDS = ("dscp", "daddr", "proto", "dport", "uid", "cgroup")
 CGROUP_PART = re.compile(r"[A-Za-z0-9_.@:+-]{1,255}")  # one cgroup v2 directory name, no quotes
 DPORT = re.compile(r"\d{1,5}(-\d{1,5})?")
 MAX_UID = 2**32 - 2  # (uid_t)-1 is "no uid"
+# (-d, -p, --dport, --uid-owner, --path, --set-dscp) of one ``-A WANPROBE`` rule
+IptRuleValues = tuple[str | None, str | None, str | None, int | None, str | None, int | None]
+IptValues = tuple[tuple[str, tuple[IptRuleValues, ...]], ...]  # per family
+
+if TYPE_CHECKING:
+    from wanprobe.probe.access import DscpPolicy
 
 
 def _daddr(value: Any) -> list[str]:
@@ -76,7 +83,7 @@ def _cgroup(value: Any) -> str | None:
     return "/".join(parts)
 
 
-def _classifier(item: Any) -> dict[str, Any]:
+def _classifier(item: Any) -> Classifier:
     if not isinstance(item, dict) or "dscp" not in item:
         raise ConfigError("each dscp classifier needs an object with 'dscp'")
     unknown = set(item) - set(FIELDS)
@@ -85,25 +92,23 @@ def _classifier(item: Any) -> dict[str, Any]:
     if isinstance(item["dscp"], bool) or not isinstance(item["dscp"], (int, str)):
         raise ConfigError(f"dscp must be 0-63 or a name, got {item['dscp']!r}")
     try:
-        c: dict[str, Any] = {"dscp": parse_dscp(item["dscp"])}
+        dscp = parse_dscp(item["dscp"])
     except UsageError as exc:
         raise ConfigError(str(exc)) from None
-    c["daddr"] = _daddr(item.get("daddr"))
+    daddr = _daddr(item.get("daddr"))
     proto = item.get("proto")
     if proto not in (None, "tcp", "udp"):
         raise ConfigError(f"dscp proto must be tcp or udp, got {proto!r}")
-    c["proto"] = proto
-    c["dport"] = _dport(item.get("dport"))
+    dport = _dport(item.get("dport"))
     uid = item.get("uid")
     if uid is not None and (isinstance(uid, bool) or not isinstance(uid, int)
                             or not 0 <= uid <= MAX_UID):
         raise ConfigError(f"dscp uid must be an integer 0-{MAX_UID}, got {uid!r}")
-    c["uid"] = uid
-    c["cgroup"] = _cgroup(item.get("cgroup"))
-    return c
+    return {"dscp": dscp, "daddr": daddr, "proto": proto, "dport": dport, "uid": uid,
+            "cgroup": _cgroup(item.get("cgroup"))}
 
 
-def check_policy(spec: list[dict[str, Any]], permitted: Any) -> None:
+def check_policy(spec: list[Classifier], permitted: DscpPolicy) -> None:
     """Refuse (ConfigError, one line) a classifier whose DSCP the host's policy forbids
     (``wanprobe.probe.access.DscpPolicy``: network control, 48-63, unless the operator allowed
     it), naming the classifier."""
@@ -115,7 +120,7 @@ def check_policy(spec: list[dict[str, Any]], permitted: Any) -> None:
         raise ConfigError(f"{why}{also}; tune --allow-network-control-dscp permits it")
 
 
-def canonical(value: Any) -> list[dict[str, Any]]:
+def canonical(value: Any) -> list[Classifier]:
     """Validate classifiers and put them in one canonical form (ConfigError on bad input); the
     plan as a whole must not mark effectively everything (``dscp_scope``)."""
     if isinstance(value, str):
@@ -130,11 +135,11 @@ def canonical(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def spec_hash(spec: list[dict[str, Any]]) -> str:
+def spec_hash(spec: list[Classifier]) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _families(c: dict[str, Any]) -> list[tuple[str, list[str]]]:
+def _families(c: Classifier) -> list[tuple[str, list[str]]]:
     v4 = [d for d in c["daddr"] if ipaddress.ip_network(d).version == 4]
     v6 = [d for d in c["daddr"] if ipaddress.ip_network(d).version == 6]
     if not c["daddr"]:
@@ -148,20 +153,21 @@ def is_spec(data: Any) -> bool:
         isinstance(x, dict) and "dscp" in x for x in data)
 
 
-def nft_ruleset(spec: list[dict[str, Any]], *, replace: bool) -> dict:
+def nft_ruleset(spec: list[Classifier], *, replace: bool) -> dscp_nft.Json:
     """The ``nft -j -f`` transaction creating the table (deleting an existing one first)."""
     rules = [(c, fam, nets) for c in spec for fam, nets in _families(c)]
     return dscp_nft.ruleset(rules, f"wanprobe:{spec_hash(spec)}", replace=replace)
 
 
-def ipt_rules(spec: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+def ipt_rules(spec: list[Classifier]) -> list[tuple[str, list[str]]]:
     """(binary family, argv tail) per rule for the WANPROBE chain."""
     tag = f"wanprobe:{spec_hash(spec)}"
     out = []
     for c in spec:
-        protos = [c["proto"]] if c["proto"] else (["tcp", "udp"] if c["dport"] else [None])
+        protos: list[str | None] = [c["proto"]] if c["proto"] else (
+            ["tcp", "udp"] if c["dport"] else [None])
         for fam, nets in _families(c):
-            for net in nets or [None]:
+            for net in nets or (None,):
                 for proto in protos:
                     a = ["-A", CHAIN]
                     a += ["-d", net] if net else []
@@ -174,7 +180,7 @@ def ipt_rules(spec: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _ipt_rule_values(args: list[str]) -> tuple:
+def _ipt_rule_values(args: list[str]) -> IptRuleValues:
     """What one ``-A WANPROBE ...`` rule matches and sets (``-m udp``, comments ignored)."""
     v: dict[str, Any] = {"-d": None, "-p": None, "--dport": None, "--uid-owner": None,
                          "--path": None, "--set-dscp": None}
@@ -192,10 +198,10 @@ def _ipt_rule_values(args: list[str]) -> tuple:
         v["--path"] = v["--path"].strip("/")
     if v["--set-dscp"] is not None:
         v["--set-dscp"] = int(v["--set-dscp"], 0)
-    return tuple(v.values())
+    return (v["-d"], v["-p"], v["--dport"], v["--uid-owner"], v["--path"], v["--set-dscp"])
 
 
-def ipt_values(lines: dict[str, list[str]]) -> tuple:
+def ipt_values(lines: dict[str, list[str]]) -> IptValues:
     """Per family, the sorted values of the WANPROBE chain's rules."""
     out = []
     for fam in sorted(lines):
@@ -211,14 +217,14 @@ class DscpTuner:
     name = "dscp"
 
     def __init__(self, nft: str | None = "nft", iptables: str = "iptables",
-                 ip6tables: str = "ip6tables", *, permitted: Any = None) -> None:
+                 ip6tables: str = "ip6tables", *, permitted: DscpPolicy | None = None) -> None:
         from wanprobe.probe.access import DscpPolicy
 
         self.nft = shutil.which(nft) if nft else None
         self.iptables, self.ip6tables = iptables, ip6tables
         self.permitted = permitted or DscpPolicy()  # the one DSCP policy: no 48-63 by default
 
-    def _run(self, argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    def _run(self, argv: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         try:
             return subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=20)
         except FileNotFoundError:
@@ -227,7 +233,7 @@ class DscpTuner:
     def _ipt(self, fam: str) -> str:
         return self.iptables if fam == "ip" else self.ip6tables
 
-    def backend_key(self, spec: list[dict[str, Any]] | None = None) -> str:
+    def backend_key(self, spec: list[Classifier] | None = None) -> str:
         """nftables when ``nft`` is there and its JSON parser can say every match in ``spec``;
         else the iptables fallback."""
         if not self.nft:
@@ -239,6 +245,8 @@ class DscpTuner:
     def _nft_json_has_cgroupv2(self) -> bool:
         """Whether this nft parses ``socket cgroupv2`` in JSON (nftables 1.0.6 does not: "Invalid
         socket key value"). Asked with ``nft -c`` (check only, nothing changes)."""
+        if not self.nft:
+            return False
         rule = {"family": "inet", "table": "wanprobe_probe", "chain": "c", "expr": [
             {"match": {"op": "==", "left": {"socket": {"key": "cgroupv2", "level": 1}},
                        "right": "wanprobe-probe"}}]}
@@ -250,7 +258,7 @@ class DscpTuner:
         return "socket key" not in r.stderr
 
     # -- reading ---------------------------------------------------------------------------
-    def _nft_objects(self) -> list[dict] | None:
+    def _nft_objects(self) -> list[dscp_nft.Json] | None:
         """Table, chain and rules as ``nft -j list table inet wanprobe`` gives them, or None
         when there is no such table."""
         if not self.nft:
@@ -265,7 +273,7 @@ class DscpTuner:
 
     def _ipt_lines(self) -> dict[str, list[str]]:
         """``iptables -S WANPROBE`` lines per family that has the chain."""
-        out = {}
+        out: dict[str, list[str]] = {}
         for fam in ("ip", "ip6"):
             r = self._run([self._ipt(fam), "-t", "mangle", "-S", CHAIN])
             if r.returncode == 0:
@@ -282,7 +290,7 @@ class DscpTuner:
             return json.dumps(lines, sort_keys=True) if lines else None
         raise ConfigError(f"unknown dscp key {shown(key)} (use {NFT_KEY!r} or {IPT_KEY!r})")
 
-    def _values(self, key: str, state: str) -> tuple:
+    def _values(self, key: str, state: str) -> dscp_nft.TableValues | IptValues:
         """What a state marks, as values: a classifier list (JSON array) or a saved state."""
         data = json.loads(state)
         if is_spec(data):
@@ -328,7 +336,9 @@ class DscpTuner:
         check_policy(canonical(change.new), self.permitted)
 
     # -- writing ---------------------------------------------------------------------------
-    def _nft_apply(self, doc: dict) -> None:
+    def _nft_apply(self, doc: dscp_nft.Json) -> None:
+        if not self.nft:  # validate() refuses an nft change without nft; a rollback reads first
+            raise TuneError("nft is not available to write the wanprobe table")
         r = self._run([self.nft, "-j", "-f", "-"], stdin=json.dumps(doc))
         if r.returncode != 0:
             err = " ".join(r.stderr.split())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from tuners.dscp_classifier import Classifier
 from wanprobe.units import parse_dscp
 
 TABLE = {"family": "inet", "name": "wanprobe"}
@@ -19,22 +20,27 @@ CHAIN = {"family": "inet", "table": "wanprobe", "name": "out", "type": "filter",
          "hook": "output", "prio": -150, "policy": "accept"}  # -150: priority mangle
 KINDS = ("table", "chain", "rule")
 
-RuleValues = tuple  # (family, nets, protos, dport, uid, cgroup, dscp)
+Json = dict[str, Any]  # a libnftables JSON object: its shape is libnftables-json(5)'s
+# (family, nets, protos, dport, uid, cgroup, dscp) of one rule
+RuleValues = tuple[str | None, tuple[str, ...], tuple[str, ...], str | None, int | None,
+                   str | None, int | None]
+ChainValues = tuple[str | None, str | None, int | None, str | None]  # type, hook, prio, policy
+TableValues = tuple[tuple[ChainValues, ...], tuple[RuleValues, ...]]
 
 
-def _match(left: dict, right: Any) -> dict:
+def _match(left: Json, right: Any) -> Json:
     return {"match": {"op": "==", "left": left, "right": right}}
 
 
-def _meta(key: str) -> dict:
+def _meta(key: str) -> Json:
     return {"meta": {"key": key}}
 
 
-def _payload(protocol: str, field: str) -> dict:
+def _payload(protocol: str, field: str) -> Json:
     return {"payload": {"protocol": protocol, "field": field}}
 
 
-def _prefix(net: str) -> dict:
+def _prefix(net: str) -> Json:
     n = ipaddress.ip_network(net)
     return {"prefix": {"addr": str(n.network_address), "len": n.prefixlen}}
 
@@ -44,7 +50,7 @@ def _ports(dport: str) -> Any:
     return int(lo) if lo == hi else {"range": [int(lo), int(hi)]}
 
 
-def rule_exprs(c: dict[str, Any], fam: str, nets: list[str]) -> list[dict]:
+def rule_exprs(c: Classifier, fam: str, nets: list[str]) -> list[Json]:
     """The statements of one rule: matches, then ``<fam> dscp set`` (ECN bits kept, R-23)."""
     m = [_match(_meta("nfproto"), "ipv4" if fam == "ip" else "ipv6")]
     if nets:
@@ -65,10 +71,10 @@ def rule_exprs(c: dict[str, Any], fam: str, nets: list[str]) -> list[dict]:
     return m
 
 
-def ruleset(rules: list[tuple[dict, str, list[str]]], tag: str, *, replace: bool) -> dict:
+def ruleset(rules: list[tuple[Classifier, str, list[str]]], tag: str, *, replace: bool) -> Json:
     """``{"nftables": [...]}`` creating the table with one rule per (classifier, family);
     with ``replace`` the old table is deleted first, in the same transaction."""
-    cmds: list[dict] = [{"add": {"table": TABLE}}, {"delete": {"table": TABLE}}] if replace else []
+    cmds: list[Json] = [{"add": {"table": TABLE}}, {"delete": {"table": TABLE}}] if replace else []
     cmds += [{"add": {"table": TABLE}}, {"add": {"chain": CHAIN}}]
     base = {"family": "inet", "table": "wanprobe", "chain": "out", "comment": tag}
     cmds += [{"add": {"rule": {**base, "expr": rule_exprs(c, fam, nets)}}}
@@ -76,10 +82,10 @@ def ruleset(rules: list[tuple[dict, str, list[str]]], tag: str, *, replace: bool
     return {"nftables": cmds}
 
 
-def listed_objects(listing: dict) -> list[dict]:
+def listed_objects(listing: Json) -> list[Json]:
     """Table, chain and rule objects of a ``nft -j list`` answer, handles dropped (what a
     rollback adds back)."""
-    out = []
+    out: list[Json] = []
     for item in listing.get("nftables", []):
         for kind in KINDS:
             if kind in item:
@@ -87,9 +93,9 @@ def listed_objects(listing: dict) -> list[dict]:
     return out
 
 
-def restore(objects: list[dict], *, replace: bool) -> dict:
+def restore(objects: list[Json], *, replace: bool) -> Json:
     """The transaction that puts a listed table back as it was."""
-    cmds: list[dict] = [{"add": {"table": TABLE}}, {"delete": {"table": TABLE}}] if replace else []
+    cmds: list[Json] = [{"add": {"table": TABLE}}, {"delete": {"table": TABLE}}] if replace else []
     return {"nftables": cmds + [{"add": obj} for obj in objects]}
 
 
@@ -115,7 +121,7 @@ def _dport(right: Any) -> str:
     return f"{int(right)}-{int(right)}"
 
 
-def _apply_match(v: dict[str, Any], left: dict, right: Any) -> None:
+def _apply_match(v: dict[str, Any], left: Json, right: Any) -> None:
     if "meta" in left:
         key = left["meta"]["key"]
         if key == "nfproto":
@@ -136,7 +142,7 @@ def _apply_match(v: dict[str, Any], left: dict, right: Any) -> None:
         v["cgroup"] = str(right).strip("/")
 
 
-def rule_values(expr: list[dict]) -> RuleValues:
+def rule_values(expr: list[Json]) -> RuleValues:
     """What one listed (or generated) rule matches and sets, as comparable values."""
     v: dict[str, Any] = {"fam": None, "nets": (), "protos": (), "dport": None, "uid": None,
                          "cgroup": None, "dscp": None}
@@ -149,7 +155,7 @@ def rule_values(expr: list[dict]) -> RuleValues:
     return (v["fam"], v["nets"], v["protos"], v["dport"], v["uid"], v["cgroup"], v["dscp"])
 
 
-def table_values(objects: list[dict]) -> tuple:
+def table_values(objects: list[Json]) -> TableValues:
     """The chain's hook and policy and the sorted rule values of a table: equal tables mark the
     same packets the same way."""
     chains = sorted((c["chain"].get("type"), c["chain"].get("hook"), c["chain"].get("prio"),

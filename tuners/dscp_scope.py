@@ -21,8 +21,8 @@ from __future__ import annotations
 import ipaddress
 from collections import Counter
 from fractions import Fraction
-from typing import Any
 
+from tuners.dscp_classifier import Classifier
 from wanprobe.errors import ConfigError
 
 MAX_SHARE = Fraction(1, 16)  # of one family's (address × port) space for TCP or UDP
@@ -33,12 +33,12 @@ FAMILIES = ((4, "IPv4", 32), (6, "IPv6", 128))
 SHOWN = 4                    # classifiers named in a refusal before "and N more"
 
 
-def owner_narrowed(c: dict[str, Any]) -> bool:
+def owner_narrowed(c: Classifier) -> bool:
     """A cgroup, or a uid other than root's: one job's traffic, not the host's."""
     return c["cgroup"] is not None or c["uid"] not in (None, 0)
 
 
-def _ports(c: dict[str, Any]) -> tuple[int, int]:
+def _ports(c: Classifier) -> tuple[int, int]:
     """The destination ports as a half-open interval [lo, hi + 1)."""
     if c["dport"] is None:
         return PORTS[0], PORTS[1] + 1
@@ -46,7 +46,7 @@ def _ports(c: dict[str, Any]) -> tuple[int, int]:
     return int(lo), int(hi) + 1
 
 
-def _boxes(spec: list[dict[str, Any]], version: int, bits: int,
+def _boxes(spec: list[Classifier], version: int, bits: int,
            proto: str) -> list[tuple[int, int, tuple[int, int], int]]:
     """(first address, last address + 1, port interval, classifier index) per prefix of every
     classifier that marks ``proto`` traffic of this family and is not owner-narrowed."""
@@ -91,7 +91,7 @@ def covered(boxes: list[tuple[int, int, tuple[int, int], int]]) -> int:
     return area
 
 
-def describe(c: dict[str, Any]) -> str:
+def describe(c: Classifier) -> str:
     """A classifier in a few words, as a refusal names it."""
     nets = c["daddr"]
     parts = [",".join(nets[:SHOWN]) + (f",+{len(nets) - SHOWN} more" if len(nets) > SHOWN else "")
@@ -103,13 +103,13 @@ def describe(c: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def _named(spec: list[dict[str, Any]], indices: list[int]) -> str:
+def _named(spec: list[Classifier], indices: list[int]) -> str:
     shown = [f"#{i + 1} ({describe(spec[i])})" for i in indices[:SHOWN]]
     more = len(indices) - SHOWN
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-def check_scope(spec: list[dict[str, Any]]) -> None:
+def check_scope(spec: list[Classifier]) -> None:
     """Refuse (ConfigError, one line) a plan whose classifiers together mark more than MAX_SHARE
     of one family's TCP or UDP egress; also more classifiers or prefixes than the sweep takes."""
     if len(spec) > MAX_CLASSIFIERS:

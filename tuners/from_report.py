@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tuners.knob import Change, Skip, Tuner
+from tuners.knob import Change, Manual, Skip, Tuner
 from tuners.netns import current_inode
-from tuners.plan import Manual, Plan, now_iso, report_ref
+from tuners.plan import Plan, now_iso, report_ref
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.measured import Measured
 from wanprobe.errors import ConfigError, WanprobeError
@@ -71,7 +71,7 @@ def knob_host(knob: Mapping[str, Any]) -> str | None:
     none: either end, None here)."""
     for field in ("host", "side"):
         if knob.get(field) in ("local", "peer"):
-            return knob[field]
+            return str(knob[field])
     return None
 
 
@@ -153,6 +153,7 @@ def build_plan(report: Mapping[str, Any], tuners: Mapping[str, Tuner], *, host_i
                                  (f"wanprobe nccl-env --report {report_path or 'REPORT'} --format nccl.conf",)))
             continue
         tuner = tuners.get(tname)
+        result: Change | Skip | Manual
         if remote:
             result = _plan_remote(knob)
         elif tuner is None:
@@ -167,7 +168,10 @@ def build_plan(report: Mapping[str, Any], tuners: Mapping[str, Tuner], *, host_i
             pending_skips.setdefault((tname, key), result)  # an alternative may still work
             continue
         decided.add((tname, key))
-        (changes if isinstance(result, Change) else manual).append(result)
+        if isinstance(result, Change):
+            changes.append(result)
+        else:
+            manual.append(result)
     skipped += [s for ident, s in pending_skips.items() if ident not in decided]
     ref = report_ref(report_path, dict(report)) if report_path else {"id": report.get("id", "")}
     return Plan(host_id="" if remote else host_id, netns_inode=0 if remote else current_inode(),

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tuners.knob import Change
-from wanprobe.atomic_file import atomic_write  # noqa: F401 - re-exported for the tuners
+from wanprobe.atomic_file import atomic_write as atomic_write  # re-exported for the tuners
 from wanprobe.errors import (
     TRANSIENT_WRITE_ERRNOS,
     ConfigError,

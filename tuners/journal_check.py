@@ -26,11 +26,14 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuners import dscp, dscp_nft, link, roce
 from tuners.sysctl import SPECS
 from wanprobe.errors import ConfigError, shown
+
+if TYPE_CHECKING:
+    from wanprobe.probe.access import DscpPolicy
 
 STATES = ("applying", "applied", "failed", "recovered", "rolled_back", "rollback_incomplete")
 STATUSES = ("pending", "writing", "written", "restored", "skipped")
@@ -72,9 +75,11 @@ def _roce(key: str, values: list[str]) -> None:
 
 # -- dscp saved states ------------------------------------------------------------------------
 _RIGHT_SCALARS = (str, int)
-_LEFT = {"meta": {"key": ("nfproto", "l4proto", "skuid")},
-         "payload": {"protocol": ("ip", "ip6", "tcp", "udp", "th"), "field": ("daddr", "dport")},
-         "socket": {"key": ("cgroupv2",)}}
+# per left-hand side kind: its fields and the values each may take (``level``: any)
+_LEFT: dict[str, dict[str, tuple[str, ...]]] = {
+    "meta": {"key": ("nfproto", "l4proto", "skuid")},
+    "payload": {"protocol": ("ip", "ip6", "tcp", "udp", "th"), "field": ("daddr", "dport")},
+    "socket": {"key": ("cgroupv2",)}}
 
 
 def _right(value: Any, depth: int = 0) -> None:
@@ -120,7 +125,7 @@ def _expr(e: Any) -> None:
     raise ConfigError(f"dscp saved rule: statement {shown(kind)} is not one the tuner writes")
 
 
-def _nft_objects(objects: Any) -> list[tuple]:
+def _nft_objects(objects: Any) -> list[dscp_nft.RuleValues]:
     """The rule values of a saved ``nft -j list table inet wanprobe``, schema-checked."""
     if not isinstance(objects, list) or len(objects) > 1024:
         raise ConfigError("dscp saved state is not a list of nftables objects")
@@ -156,11 +161,11 @@ _IPT_FLAGS = {"-d": r"[0-9A-Fa-f.:/]{1,50}", "-p": r"tcp|udp", "-m": r"tcp|udp|o
               "-j": r"DSCP", "--set-dscp": r"0x[0-9a-fA-F]{1,2}"}
 
 
-def _ipt_lines(lines: Any) -> list[tuple]:
+def _ipt_lines(lines: Any) -> list[dscp_nft.RuleValues]:
     """The rule values of saved ``iptables -S WANPROBE`` lines, schema-checked."""
     if not isinstance(lines, dict) or not set(lines) <= {"ip", "ip6"}:
         raise ConfigError("dscp saved state is not iptables lines per family")
-    out = []
+    out: list[dscp_nft.RuleValues] = []
     for fam, rows in lines.items():
         if not isinstance(rows, list) or len(rows) > 1024 or not all(isinstance(r, str) for r in rows):
             raise ConfigError("dscp saved state: iptables lines must be a list of text")
@@ -182,14 +187,14 @@ def _ipt_lines(lines: Any) -> list[tuple]:
     return out
 
 
-def _classifier_of(values: tuple) -> dict[str, Any]:
+def _classifier_of(values: dscp_nft.RuleValues) -> dict[str, Any]:
     fam, nets, protos, dport, uid, cgroup, dscp_value = values
     return {"dscp": dscp_value, "daddr": list(nets) or None,
             "proto": protos[0] if len(protos) == 1 else None, "dport": dport, "uid": uid,
             "cgroup": cgroup}
 
 
-def _dscp(key: str, new: str, old: str | None, permitted: Any) -> None:
+def _dscp(key: str, new: str, old: str | None, permitted: DscpPolicy) -> None:
     if key not in (dscp.NFT_KEY, dscp.IPT_KEY):
         raise ConfigError(f"unknown dscp key {shown(key)}")
     dscp.canonical(new)  # compared with the live rules, never written by a rollback
@@ -243,7 +248,7 @@ def _persist(persist: Any, sysctl_dirs: tuple[Path, ...]) -> None:
             raise ConfigError(f"persist previous line {shown(body, 60)}: {exc}") from None
 
 
-def check(doc: Any, *, jid: str, sysctl_dirs: tuple[Path, ...], permitted: Any) -> None:
+def check(doc: Any, *, jid: str, sysctl_dirs: tuple[Path, ...], permitted: DscpPolicy) -> None:
     """Raise ConfigError (one line) unless journal document ``doc`` (file ``<jid>.json``) holds
     only what the tuners would write themselves."""
     if not isinstance(doc, dict):

@@ -1,4 +1,5 @@
-"""The tuner protocol and the one record every tuner exchanges: a frozen ``Change``.
+"""The tuner protocol and the records every tuner exchanges: a frozen ``Change``, a ``Skip``
+with its reason, a ``Manual`` step where the host has no interface for a knob.
 
 Design after tuned's plugin base (get/set pairs; the original saved before a write, restored in
 reverse order; verify compares the wanted value with the live one), with the original kept on
@@ -7,6 +8,7 @@ disk (``tuners.journal``) instead of in RAM (tcp-tuning.md §2.2, R-24).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -56,16 +58,39 @@ class Skip:
         return asdict(self)
 
 
-class WrittenValue:
+@dataclass(frozen=True)
+class Manual:
+    """A recommendation wanprobe cannot apply here; the exact commands go in the plan."""
+
+    tuner: str
+    key: str
+    value: str
+    reason: str
+    commands: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tuner": self.tuner, "key": self.key, "value": self.value,
+                "reason": self.reason, "commands": list(self.commands)}
+
+
+class WrittenValue(ABC):
     """``apply`` and ``verify`` for tuners whose knob is one value that ``_write`` sets and
     ``current`` reads back (sysctl, link, roce): verify compares the live value with the wanted
     one, as tuned's ``verify`` does."""
 
+    @abstractmethod
+    def current(self, key: str) -> str | None:
+        """The live value of ``key`` (normalised), None when absent."""
+
+    @abstractmethod
+    def _write(self, key: str, value: str) -> None:
+        """Write ``value`` to ``key``; raise TuneError on failure."""
+
     def apply(self, change: Change) -> None:
-        self._write(change.key, change.new)  # type: ignore[attr-defined]
+        self._write(change.key, change.new)
 
     def verify(self, key: str, wanted: str | None) -> bool:
-        return same_value(self.current(key), wanted)  # type: ignore[attr-defined]
+        return same_value(self.current(key), wanted)
 
 
 class Tuner(Protocol):
@@ -76,8 +101,9 @@ class Tuner(Protocol):
     def current(self, key: str) -> str | None:
         """The live value of ``key`` (normalised), None when absent."""
 
-    def plan(self, key: str, value: Any, reason: str) -> Change | Skip:
-        """Turn a recommended knob into a validated change, or a skip with a reason."""
+    def plan(self, key: str, value: Any, reason: str) -> Change | Skip | Manual:
+        """Turn a recommended knob into a validated change, a skip with a reason, or a manual
+        step (roce: no kernel interface here)."""
 
     def validate(self, change: Change) -> None:
         """Raise ConfigError with one line when ``change`` may not be applied here."""

@@ -21,13 +21,16 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tuners import sysfs_path
 from tuners.nccl_xdc import Flow, JobSites, qps_for_paths, xdc_settings
 from tuners.rdma_sysfs import RdmaPort, best_gid_for_netdev, nccl_gid_index, read_ports
 from wanprobe.errors import UsageError
 from wanprobe.models.collectives import MAX_SOCKETS, split_sockets
+
+if TYPE_CHECKING:
+    from wanprobe.diagnose.measured import PathMeasured
 
 FORMATS = ("env", "nccl.conf", "shell", "systemd", "k8s")
 IB_TIMEOUT_UNIT_S = 4.096e-6
@@ -73,10 +76,11 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list]:
+def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list[tuple[str, str, str]]]:
     """From the report's findings: the training DSCP a dscp knob asks for, whether a finding
     asked for more QPs (ECMP), and the NCCL knobs with their reasons."""
-    dscp, ecmp, knobs = None, False, []
+    dscp, ecmp = None, False
+    knobs: list[tuple[str, str, str]] = []
     for f in report.get("findings") or []:
         for k in (f or {}).get("knobs") or []:
             if not isinstance(k, dict):
@@ -100,13 +104,14 @@ def _report_knobs(report: dict[str, Any]) -> tuple[int | None, bool, list]:
     return dscp, ecmp, knobs
 
 
-def _link_bps(report: dict[str, Any], path: Any, speed_mbps: float | None) -> float | None:
+def _link_bps(report: dict[str, Any], path: PathMeasured | None,
+              speed_mbps: float | None) -> float | None:
     """The rate to size for: the measured (or operator's) path capacity (``path``: the typed
     ``PathMeasured``), else the rate a rule sized for (unless it only assumed one), else the
     egress NIC speed."""
-    cap = path.capacity.bits_per_second if path is not None and path.capacity else None
-    if cap and str(path.capacity_source or "").startswith(("udp_burst", "operator")):
-        return cap
+    if path is not None and path.capacity and path.capacity.bits_per_second \
+            and str(path.capacity_source or "").startswith(("udp_burst", "operator")):
+        return path.capacity.bits_per_second
     for f in report.get("findings") or []:  # rules' evidence: link_rate_bps / link_rate_assumed
         ev = (f or {}).get("evidence") or {}
         if isinstance(ev, dict) and _num(ev.get("link_rate_bps")) and ev.get("link_rate_assumed") is not True:
@@ -255,7 +260,7 @@ def _socket_vars(f: PathFacts) -> list[EnvVar]:
     """NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD: enough sockets at the per-socket ceiling
     for the link rate, within NCCL's 16 threads and 64 sockets."""
     need = sockets_needed(f)
-    if not need or need[0] <= 1:
+    if not need or need[0] <= 1 or not f.link_bps:  # a need implies a link rate
         return []
     n, ceiling = need
     threads, per = split_sockets(min(n, MAX_SOCKETS))

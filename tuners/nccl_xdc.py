@@ -68,8 +68,9 @@ def flows_from_paths(doc: Any) -> tuple[Flow, ...]:
     for f in flows if isinstance(flows, list) else []:
         if not isinstance(f, Mapping) or not isinstance(f.get("src_port"), int):
             continue
-        rtt = f.get("rtt_ms") if isinstance(f.get("rtt_ms"), Mapping) else {}
-        loss = f.get("loss") if isinstance(f.get("loss"), Mapping) else {}
+        rtt_ms, loss_doc = f.get("rtt_ms"), f.get("loss")
+        rtt = rtt_ms if isinstance(rtt_ms, Mapping) else {}
+        loss = loss_doc if isinstance(loss_doc, Mapping) else {}
         path = f.get("path")
         out.append(Flow(f["src_port"], path if isinstance(path, int) else None,
                         _num(rtt.get("p99")), _num(loss.get("ratio"))))

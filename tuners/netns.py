@@ -15,7 +15,8 @@ from pathlib import Path
 
 from wanprobe.errors import ConfigError, PermissionRequired, UsageError
 from wanprobe.netns import NETNS_DIR as NETNS_RUN_DIR
-from wanprobe.netns import current_inode, setns
+from wanprobe.netns import current_inode as current_inode  # re-exported: the tuners' netns API
+from wanprobe.netns import setns
 from wanprobe.userfiles import check_path_text
 
 SO_NETNS_COOKIE = 71
@@ -25,7 +26,8 @@ def current_cookie() -> int | None:
     """The kernel's per-boot unique cookie of this network namespace, or None if unsupported."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            return struct.unpack("=Q", s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8))[0]
+            cookie: int = struct.unpack("=Q", s.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8))[0]
+            return cookie
     except OSError:
         return None
 

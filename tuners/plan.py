@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tuners.knob import Change, Skip
+from tuners.knob import Change, Manual, Skip
 from wanprobe.errors import ConfigError, shown
 from wanprobe.userfiles import read_json
 
@@ -32,21 +32,6 @@ def host_id(etc_root: Path = Path("/etc")) -> str:
     except OSError:
         machine = "unknown"
     return f"{machine}/{socket.gethostname()}"
-
-
-@dataclass(frozen=True)
-class Manual:
-    """A recommendation wanprobe cannot apply here; the exact commands go in the plan."""
-
-    tuner: str
-    key: str
-    value: str
-    reason: str
-    commands: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"tuner": self.tuner, "key": self.key, "value": self.value,
-                "reason": self.reason, "commands": list(self.commands)}
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ def read_ports(sys_root: Path) -> list[RdmaPort]:
     return out
 
 
-def _in_range(gid: Gid, addr_range: ipaddress._BaseNetwork | None) -> bool:
+def _in_range(gid: Gid, addr_range: ipaddress.IPv4Network | ipaddress.IPv6Network | None) -> bool:
     if addr_range is None:
         return True
     if gid.family == "AF_INET" and addr_range.version == 4:

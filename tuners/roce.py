@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tuners import sysfs_path
-from tuners.knob import Change, Skip, WrittenValue, same_value
-from tuners.plan import Manual
+from tuners.knob import Change, Manual, Skip, WrittenValue, same_value
 from wanprobe.errors import ConfigError, TuneError, UsageError, shown
 from wanprobe.units import parse_ifname
 
@@ -87,6 +86,7 @@ class RoceTuner(WrittenValue):
             return None
 
     def _manual(self, ifname: str, what: str, value: str, reason: str) -> Manual:
+        cmds: tuple[str, ...]
         if what == "pfc":
             prios = [str(p) for p, f in enumerate(value.split(",")) if f == "1"]
             cmds = (f"dcb pfc set dev {ifname} prio-pfc all:off " + " ".join(f"{p}:on" for p in prios),

@@ -178,6 +178,8 @@ class SysctlTuner(WrittenValue):
         if why is not None:
             return Skip(self.name, key, why)
         live = self.current(key)
+        if live is None:  # gone since unavailable() read it
+            return Skip(self.name, key, "absent in this network namespace")
         text = normalise(str(value)) or ""
         if spec.kind in ("int", "triple"):
             nums = _ints(text, key)

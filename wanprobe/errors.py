@@ -74,6 +74,15 @@ class ConfigError(WanprobeError):
     exit_code = 2
 
 
+class ConfigInvalid(ConfigError):
+    """The configuration has one or more bad keys; ``problems`` holds one line per key."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        super().__init__(f"{source}: " + "; ".join(self.problems))
+
+
 class PermissionRequired(WanprobeError):
     """The operation needs root / CAP_NET_ADMIN."""
 

@@ -14,8 +14,8 @@ from rich.table import Table
 
 from wanprobe import units
 from wanprobe.commands import windows_view as views
-from wanprobe.daemon.config import DEFAULT_CONFIG_PATH, ConfigInvalid
-from wanprobe.errors import UsageError, one_line, shown
+from wanprobe.daemon.config import DEFAULT_CONFIG_PATH
+from wanprobe.errors import ConfigInvalid, UsageError, one_line, shown
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.safe_text import clean
 from wanprobe.userfiles import check_path_text
@@ -78,7 +78,7 @@ def daemon(
                              f"{len(peers)} peers: " + ", ".join(shown_peers)
                              + (f", and {more} more" if more > 0 else "")))
             _warn_unscrapable(cfg)
-            from wanprobe.daemon.web_config import load_web_config
+            from wanprobe.httpd.web_config import load_web_config
 
             typer.echo(f"listener {cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}: "
                        + load_web_config(cfg.web_config_file).describe()
@@ -103,7 +103,7 @@ def _warn_unscrapable(cfg) -> None:
     listening on loopback, the default, is up and every target of it down — and when a
     listener off loopback has no web config (anyone who reaches it reads the fleet)."""
     from wanprobe.daemon.config_fields import exposure_problem, scrape_problem
-    from wanprobe.daemon.mesh import load_mesh
+    from wanprobe.mesh.topology import load_mesh
 
     problems = []
     if cfg.mesh_file is not None:
@@ -174,7 +174,7 @@ def _history_rows(peer: str, state_dir: Path, since: str, since_s: float, limit:
                   as_json: bool) -> None:
     """The peer's probe sessions, throughput tests and findings since ``since``: one JSON
     document or tables."""
-    from wanprobe.daemon.store import open_readonly
+    from wanprobe.history.store import open_readonly
 
     store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
     try:
@@ -222,7 +222,7 @@ def _needs_windows(windows: bool, size: str | None) -> str:
 
 
 def _history_windows(peer: str, state_dir: Path, req: views.Request) -> None:
-    from wanprobe.daemon.store import open_readonly
+    from wanprobe.history.store import open_readonly
     from wanprobe.windows.from_store import store_profile
     from wanprobe.windows.plan import answer
     from wanprobe.windows.profile import require_goodput

@@ -94,9 +94,9 @@ def targets(
 ) -> None:
     """Print Prometheus file_sd JSON (every daemon in the mesh, with site and host labels), or
     with --format scrape-config the whole scrape job, https and basic auth included."""
-    from wanprobe.daemon.mesh import load_mesh
     from wanprobe.fleet.targets import ScrapeAuth, file_sd, scrape_config
     from wanprobe.fleet.yaml_text import dumps
+    from wanprobe.mesh.topology import load_mesh
 
     if fmt not in TARGET_FORMATS:
         raise UsageError(f"--format: {shown(fmt)} is not one of {', '.join(TARGET_FORMATS)}")

@@ -89,7 +89,7 @@ def _with_sites_and_flows(facts, report: dict | None, mesh: str | None, site: st
     from socket import gethostname
 
     from tuners.nccl_xdc import flows_from_paths, job_from_mesh
-    from wanprobe.daemon.mesh import find_self, load_mesh, local_addresses
+    from wanprobe.mesh.topology import find_self, load_mesh, local_addresses
     from wanprobe.userfiles import read_json
 
     if paths is not None:

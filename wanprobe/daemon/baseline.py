@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wanprobe.daemon.config import BaselineSettings
-from wanprobe.daemon.store import ProbeRow
+from wanprobe.history.store import ProbeRow
 from wanprobe.probe.stats import wilson_interval  # the one copy (exact z, exact 0/1 ends)
 
 # the loss regression's significance: a z-test after every session is many tests; at 3.5 a path

@@ -22,13 +22,14 @@ import bisect
 from collections.abc import Sequence
 
 from wanprobe.daemon import owd_metrics
-from wanprobe.daemon.config import ConfigInvalid, Peer
 from wanprobe.daemon.metrics import (
     MAX_FINGERPRINTS,
     SERIES_PER_HOST,
     SERIES_PER_PEER,
     SERIES_PER_PEER_METHOD,
 )
+from wanprobe.errors import ConfigInvalid
+from wanprobe.mesh.peer import Peer
 
 # 1,111 peers probed with STAMP alone (45 series each at most): the 1,000 peers the daemon is
 # measured at (docs/fleet.md §6) fit, one-way delay and windowed loss included

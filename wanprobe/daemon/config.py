@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuners.registry import AUTO_APPLY_TUNERS
 from wanprobe.daemon.config_fields import (
-    METHODS,
     FieldReader,
     TimeWindow,
     parse_listen,
@@ -28,42 +28,21 @@ from wanprobe.daemon.config_reflector import (
     reflector_access,
     server_limits,
 )
-from wanprobe.errors import ConfigError
+from wanprobe.errors import ConfigError, ConfigInvalid
+from wanprobe.mesh.peer import Peer
 from wanprobe.probe.access import DEFAULT_COS_DSCP
 from wanprobe.throughput.limits import ServerLimits
 from wanprobe.units import format_bytes
 from wanprobe.userfiles import MAX_KEY_BYTES, MIN_KEY_CHARS, read_text
 
-__all__ = ["METHODS", "DaemonConfig", "ConfigInvalid", "Peer", "ProbeSettings", "ThroughputSettings",
-           "TimeWindow", "load_config", "parse_config", "parse_listen", "parse_window"]
+__all__ = ["DaemonConfig", "ProbeSettings", "ThroughputSettings", "TimeWindow", "load_config",
+           "parse_config", "parse_listen", "parse_window"]
 
 DEFAULT_CONFIG_PATH = Path("/etc/wanprobe/wanprobe.toml")
-AUTO_APPLY_TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
 MAX_FLOWS = 64
 
 
 MAX_CONFIG_BYTES = 2**20  # a config is a few kB; a mesh file tens of kB
-
-
-class ConfigInvalid(ConfigError):
-    """The configuration has one or more bad keys; ``problems`` holds one line per key."""
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = list(problems)
-        super().__init__(f"{source}: " + "; ".join(self.problems))
-
-
-@dataclass(frozen=True)
-class Peer:
-    """One peer to probe; ``port`` is its STAMP reflector port (IANA 862)."""
-
-    name: str
-    address: str
-    site: str = ""
-    methods: tuple[str, ...] = ("stamp",)
-    port: int = 862
-    flows: int = 1          # STAMP source ports (ECMP flows) each session is spread over
 
 
 @dataclass(frozen=True)
@@ -161,7 +140,7 @@ class DaemonConfig:
     # the tuner's journals, read (never written) for the page's tuning changes (docs/runbook.md)
     tune_state_dir: Path = Path("/var/lib/wanprobe-tune")
     metrics_listen: tuple[str, int] = ("127.0.0.1", 9862)
-    # the listener's TLS and basic auth, exporter-toolkit format (daemon/web_config.py)
+    # the listener's TLS and basic auth, exporter-toolkit format (httpd/web_config.py)
     web_config_file: Path | None = None
     web_healthz_open: bool = False  # /healthz answers without authentication (kubelet probes)
     reflector_listen: tuple[tuple[str, int], ...] = (("0.0.0.0", 862),)

@@ -1,6 +1,6 @@
 """Typed readers for TOML config values: each bad value becomes one problem line naming its key.
 
-Used by :mod:`wanprobe.daemon.config` (and the mesh file); units go through :mod:`wanprobe.units`.
+Used by :mod:`wanprobe.daemon.config`; units go through :mod:`wanprobe.units`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 from wanprobe import units
 from wanprobe.errors import ConfigError, WanprobeError
+from wanprobe.mesh.peer import METHODS
 from wanprobe.probe.access import check_sent_dscp
 
-METHODS = ("stamp", "icmp", "tcp")
 
 @dataclass(frozen=True)
 class TimeWindow:

@@ -15,9 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from wanprobe.daemon.config import Peer, ProbeSettings
+from wanprobe.daemon.config import ProbeSettings
 from wanprobe.daemon.scheduler import session_deadline_s
 from wanprobe.errors import ProbeError
+from wanprobe.mesh.peer import Peer
 from wanprobe.probe.flowtrace import FlowTrace
 from wanprobe.probe.path_groups import agrees
 from wanprobe.services import measure

@@ -1,5 +1,5 @@
 """The daemon's HTTP listener as its config says: the routes of metrics.py on the bounded server
-(http_server.py) under the web config (web_config.py), swapped whole on SIGHUP."""
+(httpd/server.py) under the web config (httpd/web_config.py), swapped whole on SIGHUP."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Callable
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.config import DaemonConfig
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
-from wanprobe.daemon.web_config import load_web_config
 from wanprobe.errors import WanprobeError
+from wanprobe.httpd.web_config import load_web_config
 
 
 def open_paths(cfg: DaemonConfig) -> frozenset[str]:

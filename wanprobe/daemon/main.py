@@ -20,23 +20,25 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe.atomic_file import atomic_write
+from wanprobe.blocking import run_blocking
 from wanprobe.daemon import flow_probe, listener
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
-from wanprobe.daemon.config import DaemonConfig, Peer
+from wanprobe.daemon.config import DaemonConfig
 from wanprobe.daemon.metrics import DaemonMetrics
 from wanprobe.daemon.prober import MeshProber
 from wanprobe.daemon.reflector_limit import ReflectorPacing
 from wanprobe.daemon.runtime import check_runtime, load_runtime
-from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every, run_blocking
+from wanprobe.daemon.scheduler import ProbeFn, Scheduler, ThroughputFn, every
 from wanprobe.daemon.sd_notify import Notifier, watchdog_interval_s
 from wanprobe.daemon.state_dir import check_state_dir
-from wanprobe.daemon.store import Flusher, ProbeRow, Store, StoreError
 from wanprobe.diagnose.context import Context, PathChange, Trend
 from wanprobe.diagnose.engine import first
 from wanprobe.diagnose.path_watch import PathEvent, PathWatch, one_way_spreads
 from wanprobe.errors import ConfigError, WanprobeError
+from wanprobe.history.store import Flusher, ProbeRow, Store, StoreError
+from wanprobe.mesh.peer import Peer
 from wanprobe.pictures.routes import DaemonPages
 from wanprobe.probe.loss_window import PeerLossWindows
 from wanprobe.report.regression import regression_report
@@ -66,8 +68,7 @@ class Daemon:
                                        hmac_key=cfg.hmac_key) if real else None
         self.throughput_fn = (measure.with_key(throughput_fn, cfg.hmac_key)
                               if throughput_fn is measure.throughput else throughput_fn)
-        self.reflector = (reflector if reflector is not None
-                          else ReflectService.from_config(cfg))
+        self.reflector = reflector if reflector is not None else ReflectService.from_config(cfg)
         self.counters = counters if counters is not None else CounterSampler(
             cfg.counters.sys_root, cfg.counters.proc_root)
         self.notifier = notifier or Notifier()
@@ -126,7 +127,7 @@ class Daemon:
         check_state_dir(self.cfg.state_dir, self.cfg.reports_dir)  # as `daemon --check` did
         self.store = Store(self.cfg.db_path)
         self._warm_baseline()
-        server = listener.build(self.metrics, self.health, self.cfg)  # TLS, auth: web_config.py
+        server = listener.build(self.metrics, self.health, self.cfg)  # TLS, auth: httpd/web_config.py
         DaemonPages(self).install(server.http)   # the read-only page (pictures/routes.py)
         try:
             self.metrics_address = await server.start(*self.cfg.metrics_listen)
@@ -469,8 +470,7 @@ class Daemon:
         return ok, {"ok": ok, "peers": len(self.peers),  # a count: 10,000 names is a DoS
                     "config": self.cfg.source, "config_loaded_at": self.loaded_at,
                     "probe_interval_s": self.cfg.probe.interval_s,
-                    "reflector": self.reflector_error or "ok",
-                    "history": self.flush_error or "ok",
+                    "reflector": self.reflector_error or "ok", "history": self.flush_error or "ok",
                     "last_flush_age_s": round(time.time() - self.last_flush, 3)}
 
     def _warm_baseline(self) -> None:

@@ -42,9 +42,9 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from wanprobe.daemon import loss_metrics, owd_metrics
-from wanprobe.daemon.config import Peer
 from wanprobe.daemon.exposition import Exposition
-from wanprobe.daemon.http_server import BoundedHttpServer, HttpLimits, Request, Response
+from wanprobe.httpd.server import BoundedHttpServer, HttpLimits, Request, Response
+from wanprobe.mesh.peer import Peer
 
 # the ``stat`` label values of wanprobe_rtt_seconds: the keys of a probe result's ``rtt_ms``
 RTT_STATS = ("min", "p50", "p90", "p99", "max")
@@ -329,7 +329,7 @@ class DaemonMetrics:
         lab = self.path_labels(peer)
         if doc.get("bits_per_second") is not None:  # base unit bytes (Prometheus naming)
             self.throughput.labels(*lab).set(doc["bits_per_second"] / 8)
-        from wanprobe.daemon.store import link_bytes
+        from wanprobe.history.store import link_bytes
 
         moved = link_bytes(doc)
         if moved:
@@ -426,7 +426,7 @@ class _ScrapedCounters:
 
 class MetricsServer:
     """``/metrics`` and ``/healthz`` on the daemon's listener, served by the bounded HTTP server
-    (``http_server.py``: connection cap, head and write timeouts, chunked writes). Other pages
+    (``httpd/server.py``: connection cap, head and write timeouts, chunked writes). Other pages
     add routes to ``self.http`` (``route(path, handler, prefix=...)``) before ``start``.
 
     The exposition is built in a worker thread, so a large registry never stalls the event

@@ -32,8 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from wanprobe.daemon.config import Peer, ProbeSettings
+from wanprobe.daemon.config import ProbeSettings
 from wanprobe.errors import WanprobeError
+from wanprobe.mesh.peer import Peer
 from wanprobe.probe.peer import numeric_family as peer_family
 from wanprobe.probe.peer import session_refused
 from wanprobe.probe.sender import COALESCE_SESSIONS, SEND_AHEAD_S, StampSender

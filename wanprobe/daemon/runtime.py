@@ -8,11 +8,13 @@ import socket
 from dataclasses import replace
 from pathlib import Path
 
-from wanprobe.daemon import budget, mesh
+from wanprobe.daemon import budget
 from wanprobe.daemon import logging as dlog
-from wanprobe.daemon.config import DaemonConfig, Peer, load_config
+from wanprobe.daemon.config import DaemonConfig, load_config
 from wanprobe.daemon.state_dir import check_state_dir
-from wanprobe.daemon.web_config import load_web_config
+from wanprobe.httpd.web_config import load_web_config
+from wanprobe.mesh import topology
+from wanprobe.mesh.peer import Peer
 
 
 def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
@@ -24,14 +26,14 @@ def resolve_runtime(cfg: DaemonConfig, *, hostname: str | None = None,
     host = cfg.hostname or (hostname or socket.gethostname()).split(".")[0]
     site, selected = cfg.site, []
     if cfg.mesh_file is not None:
-        m = mesh.load_mesh(cfg.mesh_file)
-        me = mesh.find_self(m, hostname=cfg.hostname or hostname or socket.gethostname(),
-                            local_addresses=local_addresses if local_addresses is not None
-                            else mesh.local_addresses())
-        mesh.check_sites(m, me, cfg.site, cfg.peers, source=cfg.source)
+        m = topology.load_mesh(cfg.mesh_file)
+        me = topology.find_self(m, hostname=cfg.hostname or hostname or socket.gethostname(),
+                                local_addresses=local_addresses if local_addresses is not None
+                                else topology.local_addresses())
+        topology.check_sites(m, me, cfg.site, cfg.peers, source=cfg.source)
         host, site = me.name, me.site
         selected = [replace(p, port=cfg.probe.port, flows=cfg.probe.flows)
-                    for p in mesh.select_peers(m, me)]
+                    for p in topology.select_peers(m, me)]
     peers, note = budget.fit(cfg.peers, selected, site=site, host=host, source=cfg.source)
     if note:  # one line, at start, --check and each reload
         dlog.log(logging.WARNING, note, config=cfg.source)
@@ -58,7 +60,7 @@ def check_runtime(path: Path, web_config_file: Path | None = None
                   ) -> tuple[DaemonConfig, tuple[Peer, ...]]:
     """Everything ``daemon --check`` refuses, and SIGHUP runs before it applies anything: the
     config, its key files and the mesh (:func:`load_runtime`), then the state dir as the daemon
-    uses it (state_dir.py), and the listener's web config (web_config.py: certificates load,
+    uses it (state_dir.py), and the listener's web config (httpd/web_config.py: certificates load,
     bcrypt hashes only). One function, so a reload never accepts what the next start would
     refuse with exit 2 (``RestartPreventExitStatus=2`` would leave the daemon down, issue 37)."""
     cfg, peers = load_runtime(path, web_config_file)

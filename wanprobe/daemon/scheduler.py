@@ -15,7 +15,7 @@
 - one counter task: a snapshot every counter interval, rates against the previous one.
 
 Blocking work (throughput, counter reads, SQLite) runs in daemon threads through
-:func:`run_blocking`, so stopping never waits for it.
+:func:`wanprobe.blocking.run_blocking`, so stopping never waits for it.
 """
 
 from __future__ import annotations
@@ -24,18 +24,18 @@ import asyncio
 import logging
 import math
 import random
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from wanprobe.daemon.config import Peer, ProbeSettings, ThroughputSettings, TimeWindow
+from wanprobe.blocking import run_blocking
+from wanprobe.daemon.config import ProbeSettings, ThroughputSettings, TimeWindow
 from wanprobe.daemon.prober import numeric_family
-from wanprobe.daemon.store import link_bytes
 from wanprobe.daemon.throughput_spread import SpreadLedger, reachable_hours
+from wanprobe.history.store import link_bytes
+from wanprobe.mesh.peer import Peer
 
-T = TypeVar("T")
 ProbeFn = Callable[[Peer, str, ProbeSettings], Awaitable[dict[str, Any]]]
 ThroughputFn = Callable[[Peer, ThroughputSettings], dict[str, Any]]
 TestHistory = Callable[[str, float], list[tuple[float, int, bool]]]   # (ts, bytes, gave a rate)
@@ -49,33 +49,6 @@ class Sink(Protocol):
     def probe_failed(self, peer: Peer, method: str, ts: float, error: str) -> None: ...
     def throughput_done(self, peer: Peer, ts: float, doc: dict[str, Any] | None,
                         error: str | None) -> None: ...
-
-
-async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` in a daemon thread and await its result; cancelling the await abandons
-    the thread instead of waiting for it (the default executor would hold up shutdown)."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future = loop.create_future()
-
-    def target() -> None:
-        def settle(ok: bool, value: Any) -> None:
-            if not fut.done():
-                fut.set_result(value) if ok else fut.set_exception(value)
-
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            ok, value = False, exc
-        else:
-            ok, value = True, result
-        try:
-            loop.call_soon_threadsafe(settle, ok, value)
-        except RuntimeError:  # the loop is gone (daemon stopped): nobody waits any more
-            pass
-
-    threading.Thread(target=target, name=f"wanprobe-{getattr(fn, '__name__', 'work')}",
-                     daemon=True).start()
-    return await fut
 
 
 def session_deadline_s(s: ProbeSettings) -> float:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from collectors.rates import Rates
 from wanprobe.diagnose.host_inputs import Host
@@ -43,8 +43,8 @@ class PathChange:
     peer: str
     address: str
     event: PathEvent
-    hops_before: list | None = None
-    hops_after: list | None = None
+    hops_before: list[list[str | None]] | None = None  # per flow: hops[i] answered TTL i+1
+    hops_after: list[list[str | None]] | None = None
     link_bps: float | None = None
 
 
@@ -58,12 +58,38 @@ class Trend:
     transition: Mapping[str, Any]
 
 
+class VerifyEvidence(TypedDict):
+    """The figures of one throughput test after its ramp-up (``verify_limit.evidence_of``):
+    sender TCP_INFO over the kept intervals, CPU, and the throughput verdict's own evidence."""
+
+    cc: str | None
+    streams: int
+    throughput_verdict: str | None
+    side: str | None
+    throughput_summary: str | None
+    min_rtt_ms: float | None
+    srtt_ms: float | None
+    pacing_rate_bits_per_second: float | None
+    delivery_rate_max_bits_per_second: float | None
+    cwnd_max_bytes: int | None
+    app_limited_share: float | None
+    rwnd_limited_share: float | None
+    sndbuf_limited_share: float | None
+    retransmit_rate: float | None
+    mathis_bound_bits_per_second: float | None
+    steal_percent: float | None
+    sender_thread_busy_ratio: float | None
+    receiver_thread_busy_ratio: float | None
+    samples: int
+    kept_rates_bits_per_second: list[int]
+
+
 @dataclass(frozen=True)
 class VerifyRun:
     """What the after-apply verdict judges: the figures of one throughput test
     (``verify_limit.evidence_of``), its rate after the ramp-up and the path's capacity."""
 
-    evidence: Mapping[str, Any]
+    evidence: VerifyEvidence
     rate_bps: float | None
     capacity_bps: float | None
     capacity_source: str | None = None
@@ -102,7 +128,7 @@ class Context:
         """Every part in ``needs`` is here (an optional part counts as here)."""
         return all(p in OPTIONAL or getattr(self, p) is not None for p in needs)
 
-    def parts(self, needs: tuple[str, ...]) -> tuple:
+    def parts(self, needs: tuple[str, ...]) -> tuple[object, ...]:
         return tuple(getattr(self, p) for p in needs)
 
 

@@ -58,7 +58,7 @@ def _merge(kept: Finding, dropped: Finding) -> Finding:
     # knob on the same key restates it and is not carried over — except a buffer for the other
     # host: a measured buffer finding is about one direction, and the other end's buffers
     # carry the other direction.
-    def ident(k: Knob) -> tuple:
+    def ident(k: Knob) -> tuple[str | None, ...]:
         return (k.tuner, k.key, k.iface) + ((k.for_host,) if k.key in BUFFER_KEYS else ())
 
     keys = {ident(k) for k in kept.knobs}

@@ -124,13 +124,21 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _finite(v: Any) -> float | None:
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
+
+
+def _rings(info: Mapping[str, Any]) -> RingParams | None:
+    rx, tx, rx_max, tx_max = (_int(info.get(k))
+                              for k in ("rx_ring", "tx_ring", "rx_ring_max", "tx_ring_max"))
+    if rx is None or tx is None or rx_max is None or tx_max is None:
+        return None
+    return RingParams(rx, tx, rx_max, tx_max)
+
+
 def _iface(name: str, info: Mapping[str, Any]) -> Iface:
-    speed = info.get("speed_mbps")
-    ok_speed = isinstance(speed, int | float) and not isinstance(speed, bool) \
-        and math.isfinite(speed)
     qdisc = info.get("qdisc")
-    rings = [_int(info.get(k)) for k in ("rx_ring", "tx_ring", "rx_ring_max", "tx_ring_max")]
     return Iface(name=str(name), mtu_bytes=_int(info.get("mtu")),
                  qdisc=str(qdisc) if qdisc else None,
-                 speed_mbps=float(speed) if ok_speed else None,
-                 rings=RingParams(*rings) if None not in rings else None)
+                 speed_mbps=_finite(info.get("speed_mbps")), rings=_rings(info))

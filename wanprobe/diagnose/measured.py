@@ -308,11 +308,11 @@ def _path(path: Mapping[str, Any]) -> PathMeasured:
     loss = path.get("loss")
     rt = loss if isinstance(loss, Mapping) else {}
     rt_of = _int(rt.get("path_sent")) or _int(rt.get("sent"))
-    rt_lost = rt_of - _int(rt.get("received")) if rt_of and _int(rt.get("received")) is not None \
-        else None
+    received = _int(rt.get("received"))
+    rt_lost = rt_of - received if rt_of and received is not None else None
     return PathMeasured(
         loss_round_trip=LossSample(rt_lost, rt_of)
-        if rt_lost is not None and 0 <= rt_lost <= rt_of else None,
+        if rt_lost is not None and rt_of is not None and 0 <= rt_lost <= rt_of else None,
         loss_forward=_loss_sample(loss, "forward_lost", "forward_of", "forward_ratio"),
         loss_reverse=_loss_sample(loss, "reverse_lost", "reverse_of", "reverse_ratio"),
         started_at=_text(path.get("started_at")), interval_s=_num(path, "interval_s"),

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypedDict
 
 
 @dataclass(frozen=True)
@@ -76,18 +78,31 @@ class PathEvent:
     old_reverse_spread_ms: float | None = None
     new_reverse_spread_ms: float | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+# One session, in ms: (RTT min, RTT spread p99 − min, forward and reverse one-way spread).
+_Session = tuple[float, float, float | None, float | None]
+
+
+class _Direction(TypedDict):
+    """The queueing direction and the one-way spreads it was judged on (:func:`_direction`)."""
+
+    direction: str | None
+    old_forward_spread_ms: float
+    new_forward_spread_ms: float
+    old_reverse_spread_ms: float
+    new_reverse_spread_ms: float
 
 
 @dataclass
 class _Peer:
-    history: deque
-    recent: deque
+    history: deque[_Session]
+    recent: deque[_Session]
     queueing: bool = False
     floor_ms: float | None = None
     spread_ms: float | None = None
-    hops: dict = field(default_factory=dict)
 
 
 class PathWatch:
@@ -136,6 +151,8 @@ class PathWatch:
         step = s.floor_step.of(ref_floor)
         rise = s.spread_rise.of(ref_spread)
         cur_floor, cur_spread = st.floor_ms, st.spread_ms
+        if cur_floor is None or cur_spread is None:  # never: observe() sets both first
+            return []
 
         def event(name: str) -> PathEvent:
             return PathEvent(peer, name, ref_floor, cur_floor, ref_spread, cur_spread, step, rise,
@@ -159,25 +176,27 @@ class PathWatch:
         if not st.queueing and steady and cur_spread > ref_spread + rise \
                 and len(st.history) >= s.queueing_history:
             st.queueing = True
-            return [replace(event("queueing"), **_direction(st, rise / 2))]
+            direction = _direction(st, rise / 2)
+            queueing = event("queueing")
+            return [replace(queueing, **direction) if direction is not None else queueing]
         if st.queueing and cur_spread < ref_spread + rise / 2:
             st.queueing = False
             return [event("queueing_cleared")]
         return []
 
 
-def _median_of(rows, i: int) -> float | None:
-    vals = [r[i] for r in rows if r[i] is not None]
+def _median_of(rows: Sequence[_Session], i: int) -> float | None:
+    vals = [v for v in (r[i] for r in rows) if v is not None]
     return statistics.median(vals) if len(vals) * 2 > len(rows) else None
 
 
-def _direction(st: _Peer, threshold_ms: float) -> dict:
+def _direction(st: _Peer, threshold_ms: float) -> _Direction | None:
     """Which direction's one-way spread rose by more than ``threshold_ms`` (module docstring),
-    with the spreads it compared; empty when the sessions carry no one-way delays."""
+    with the spreads it compared; None when the sessions carry no one-way delays."""
     f_old, f_new = _median_of(st.history, 2), _median_of(st.recent, 2)
     r_old, r_new = _median_of(st.history, 3), _median_of(st.recent, 3)
-    if None in (f_old, f_new, r_old, r_new):
-        return {}
+    if f_old is None or f_new is None or r_old is None or r_new is None:
+        return None
     grew = (f_new - f_old > threshold_ms, r_new - r_old > threshold_ms)
     direction = {(True, False): "forward", (False, True): "reverse", (True, True): "both"}.get(grew)
     return {"direction": direction, "old_forward_spread_ms": f_old,
@@ -185,7 +204,7 @@ def _direction(st: _Peer, threshold_ms: float) -> dict:
             "new_reverse_spread_ms": r_new}
 
 
-def one_way_spreads(doc: dict) -> tuple[float | None, float | None]:
+def one_way_spreads(doc: Mapping[str, Any]) -> tuple[float | None, float | None]:
     """(forward, reverse) one-way delay spread (p99 − min, ms) of a probe document
     (``owd_ms.variation``, offset-free), or Nones."""
     var = ((doc.get("owd_ms") or {}).get("variation") or {})

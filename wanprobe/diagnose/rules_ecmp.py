@@ -36,7 +36,8 @@ def _ms(x: float | None) -> str:
     return "unknown" if x is None else f"{x:.2f} ms"
 
 
-def _first_distinct_hop(worst: Mapping[str, Any], paths: list) -> tuple[int, str] | None:
+def _first_distinct_hop(worst: Mapping[str, Any],
+                        paths: list[Mapping[str, Any]]) -> tuple[int, str] | None:
     """(TTL, address) of the first hop of the worst path that no other path shares: the hop
     to show the carrier."""
     others = [p["hops"] for p in paths if p["path"] != worst["path"]]

@@ -16,13 +16,15 @@ path, delta, rate and window.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from collectors.rates import Rates
 from wanprobe.diagnose import rules_nic
 from wanprobe.diagnose.context import COUNTERS
 from wanprobe.diagnose.counter_names import is_kind
 from wanprobe.diagnose.fabric_counters import (
     DEFAULT_ROCE_PRIO,
+    Growth,
     evidence,
     growing,
     lossless,
@@ -35,7 +37,11 @@ from wanprobe.diagnose.finding import Finding, Knob
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.measured import Measured
-from wanprobe.diagnose.rule import rule
+from wanprobe.diagnose.rule import RuleFn, rule
+
+if TYPE_CHECKING:  # types only: the collectors stay unloaded until a snapshot is taken
+    from collectors.snapshot import Snapshot
+    from collectors.sysfs_infiniband import RdmaPort
 
 PAUSE_STORM_SHARE = 0.10      # paused ≥ 10 % of the window: storm risk (warning)
 PAUSE_STORM_CRIT_SHARE = 0.50  # ≥ 50 %: the priority is mostly stopped (critical)
@@ -49,7 +55,7 @@ def roce_knob(iface: str, what: str, value: str, reason: str) -> Knob:
 
 
 @rule("roce.drops", needs=COUNTERS)
-def rule_roce_drops(snap, rates, window_s) -> list[Finding]:
+def rule_roce_drops(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """RoCE transport loss: PSN gaps, NAK-sequence errors, implied NAKs, ACK timeouts growing
     (``roce_loss`` names of every driver). With PFC on behind the port the "lossless" priority
     is dropping (critical); with PFC known off on the RoCE priority the fabric is not lossless
@@ -80,7 +86,7 @@ def rule_roce_drops(snap, rates, window_s) -> list[Finding]:
 
 
 @rule("roce.retry_exceeded", needs=COUNTERS)
-def rule_roce_retry_exceeded(snap, rates, window_s) -> list[Finding]:
+def rule_roce_retry_exceeded(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """req_transport_retries_exceeded / bnxt max_retry_exceeded growing: a QP hit its retry
     limit and went to error (NCCL "completion with error 12")."""
     g = growing(snap, rates, ("hw_counters",), "retry_exceeded")
@@ -92,7 +98,7 @@ def rule_roce_retry_exceeded(snap, rates, window_s) -> list[Finding]:
                     "a requester gave up retransmitting: the job sees a fatal completion error")]
 
 
-def _pause_finding(subject: str, share: float, items, window_s: float) -> Finding:
+def _pause_finding(subject: str, share: float, items: list[Growth], window_s: float) -> Finding:
     sev = ("critical" if share >= PAUSE_STORM_CRIT_SHARE else
            "warning" if share >= PAUSE_STORM_SHARE else "info")
     top = max(items, key=lambda g: g.delta / (window_s * 1e6))
@@ -112,7 +118,7 @@ def _pause_finding(subject: str, share: float, items, window_s: float) -> Findin
 
 
 @rule("pfc.pause", needs=COUNTERS)
-def rule_pfc_pause(snap, rates, window_s) -> list[Finding]:
+def rule_pfc_pause(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """Share of the window a priority was paused, from ``rx/tx_prio<p>_pause_duration`` (µs,
     mlx5) or ``pfc_pri<p>_{rx,tx}_duration_us`` (bnxt): Δµs / (window × 10^6). ≥ 10 % is a
     PFC-storm risk (warning), ≥ 50 % critical; any pause below that is PFC doing its job (info).
@@ -121,7 +127,7 @@ def rule_pfc_pause(snap, rates, window_s) -> list[Finding]:
     have been occurred", K-MLX5DOC)."""
     if rates is None or window_s <= 0:
         return []
-    out = []
+    out: list[Finding] = []
     g = growing(snap, rates, ("ethtool",), "pause_duration")
     for subject in sorted({x.subject for x in g}):
         items = [y for y in g if y.subject == subject]
@@ -139,11 +145,11 @@ def rule_pfc_pause(snap, rates, window_s) -> list[Finding]:
 
 
 @rule("roce.dcqcn", needs=COUNTERS)
-def rule_dcqcn(snap, rates, window_s) -> list[Finding]:
+def rule_dcqcn(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """CNPs sent by the notification point / handled by the reaction point growing = DCQCN is
     cutting rates because of ECN marks (info: congestion, handled). CNPs *ignored* growing means
     the reaction point is not acting on them (CC misconfiguration, warning)."""
-    out = []
+    out: list[Finding] = []
     g = growing(snap, rates, ("hw_counters",), "cnp_sent", "cnp_handled")
     if g:
         out.append(Finding("roce.dcqcn_active", "info",
@@ -162,10 +168,10 @@ def rule_dcqcn(snap, rates, window_s) -> list[Finding]:
 
 
 @rule("roce.ecn_disabled", needs=COUNTERS)
-def rule_ecn_disabled(snap, rates, window_s) -> list[Finding]:
+def rule_ecn_disabled(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """ECN disabled on the RoCE priority in the OFED ``ecn/roce_{np,rp}/enable/<prio>`` tree.
     The RoCE priority is the PFC priority when one is known, else 3 (NVIDIA default)."""
-    out = []
+    out: list[Finding] = []
     for name, nd in sorted(snap.netdevs.items()):
         if nd.ecn is None:
             continue
@@ -191,18 +197,21 @@ def rule_ecn_disabled(snap, rates, window_s) -> list[Finding]:
     return out
 
 
-def _mtu_finding(subject: str, port, nd, allowed: int | None, ev: dict) -> Finding | None:
-    if allowed is not None and port.active_mtu_bytes < allowed:
+def _mtu_finding(subject: str, port: RdmaPort, mtu: int, netdev_mtu: int | None,
+                 allowed: int | None, ev: dict[str, Any]) -> Finding | None:
+    """``mtu``: the port's active MTU; ``netdev_mtu``: its netdev's (None: unknown or no
+    netdev); ``allowed``: the active MTU that netdev MTU gives (``iboe_mtu_bytes``)."""
+    if allowed is not None and mtu < allowed:
         return Finding("roce.active_mtu_low", "warning",
-                       f"{subject}: RoCE active MTU {port.active_mtu_bytes} below the "
-                       f"{allowed} that {port.netdev} MTU {nd.mtu} allows", ev,
+                       f"{subject}: RoCE active MTU {mtu} below the "
+                       f"{allowed} that {port.netdev} MTU {netdev_mtu} allows", ev,
                        "check the port's configured max MTU (ibv_devinfo)",
                        "RDMA messages are cut into smaller packets than the link carries: "
                        "more per-packet overhead")
-    if port.active_mtu_bytes < 4096 and nd is not None and nd.mtu is not None:
+    if mtu < 4096 and netdev_mtu is not None:
         return Finding("roce.active_mtu_low", "warning",
-                       f"{subject}: RoCE MTU {port.active_mtu_bytes} limited by "
-                       f"{port.netdev} MTU {nd.mtu}", ev,
+                       f"{subject}: RoCE MTU {mtu} limited by "
+                       f"{port.netdev} MTU {netdev_mtu}", ev,
                        f"set {port.netdev} MTU ≥ 4200 (and the fabric) for 4096 B",
                        "RoCE payload MTU is the largest IB MTU ≤ netdev MTU − 96; with a small "
                        "netdev MTU RDMA runs at 1024/2048 B packets",
@@ -212,28 +221,30 @@ def _mtu_finding(subject: str, port, nd, allowed: int | None, ev: dict) -> Findi
 
 
 @rule("roce.mtu", needs=COUNTERS)
-def rule_roce_mtu(snap, rates, window_s) -> list[Finding]:
+def rule_roce_mtu(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """RoCE active MTU (IB MTU, 256..4096) below what the netdev MTU allows, below 4096 because
     the netdev MTU is small (< 4096 + 96 header bytes, ``iboe_get_mtu``), or different across
     RoCE ports (the connection runs at the smaller one)."""
     from collectors.sysfs_infiniband import iboe_mtu_bytes
 
-    out = []
-    ports = []
+    out: list[Finding] = []
+    ports: list[tuple[str, RdmaPort]] = []
     for dname, dev in sorted(snap.rdma.items()):
         for pnum, port in sorted(dev.ports.items()):
-            if not port.is_roce or port.active_mtu_bytes is None:
+            mtu = port.active_mtu_bytes
+            if not port.is_roce or mtu is None:
                 continue
             subject = f"{dname}/{pnum}"
             ports.append((subject, port))
-            nd = snap.netdevs.get(port.netdev)
-            allowed = iboe_mtu_bytes(nd.mtu) if nd else None
+            nd = snap.netdevs.get(port.netdev) if port.netdev is not None else None
+            netdev_mtu = nd.mtu if nd else None
+            allowed = iboe_mtu_bytes(netdev_mtu)
             ev = {"subject": subject, "counter": "active_mtu", "path": port.path,
                   "delta": None, "rate_per_s": None, "window_s": window_s,
                   "value": port.active_mtu_bytes, "netdev": port.netdev,
-                  "netdev_mtu": nd.mtu if nd else None, "allowed_active_mtu": allowed,
+                  "netdev_mtu": netdev_mtu, "allowed_active_mtu": allowed,
                   "active_mtu_source": port.active_mtu_source}
-            f = _mtu_finding(subject, port, nd, allowed, ev)
+            f = _mtu_finding(subject, port, mtu, netdev_mtu, allowed, ev)
             if f is not None:
                 out.append(f)
     if len({p.active_mtu_bytes for _, p in ports}) > 1:
@@ -250,7 +261,7 @@ def rule_roce_mtu(snap, rates, window_s) -> list[Finding]:
 
 
 # The counter rules, in table order (engine.RULES); ``RULES`` below is the report's view.
-COUNTER_RULES: tuple[Callable, ...] = (
+COUNTER_RULES: tuple[RuleFn, ...] = (
     rule_roce_drops, rule_roce_retry_exceeded, rule_pfc_pause, rule_dcqcn, rule_ecn_disabled,
     rule_roce_mtu, *rules_nic.COUNTER_RULES,
 )

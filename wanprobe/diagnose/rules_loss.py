@@ -15,6 +15,7 @@ is about z² / n (the "rule of three" with z = 1.96), so 0.1 % needs about 3,840
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from wanprobe.diagnose import inputs as I
 from wanprobe.diagnose.finding import Finding
@@ -76,7 +77,7 @@ def _sender_cc(m: Measured, host: Host | None, direction: str) -> str | None:
 
 
 def _cost(m: Measured, host: Host | None, config: DiagnoseConfig, direction: str,
-          p: float) -> tuple[dict, str]:
+          p: float) -> tuple[dict[str, Any], str]:
     """What ``p`` costs one stream of the sender's cc at the measured RTT, and the prose."""
     rtt, _ = I.rtt_s(m)
     cc = _sender_cc(m, host, direction)
@@ -93,7 +94,7 @@ def _cost(m: Measured, host: Host | None, config: DiagnoseConfig, direction: str
             "sources": {"link_rate_bps": target_src}}, prose
 
 
-def _evidence(direction: str, s: LossSample, slo: float) -> dict:
+def _evidence(direction: str, s: LossSample, slo: float) -> dict[str, Any]:
     lo, hi = s.ci95
     return {"direction": direction, "lost": s.lost, "sent": s.of, "loss_ratio": s.ratio,
             "ci95": [lo, hi], "loss_slo": slo,
@@ -102,9 +103,9 @@ def _evidence(direction: str, s: LossSample, slo: float) -> dict:
 
 
 @rule("path.loss_above_slo")
-def loss_above_slo(m: Measured, host: Host | None, config: DiagnoseConfig):
+def loss_above_slo(m: Measured, host: Host | None, config: DiagnoseConfig) -> list[Finding] | None:
     """Each direction whose loss lies above the SLO (its 95 % interval wholly above it)."""
-    out = []
+    out: list[Finding] = []
     for direction, s in _samples(m):
         if assess(s, config.loss_slo) != "above":
             continue
@@ -130,9 +131,10 @@ def loss_above_slo(m: Measured, host: Host | None, config: DiagnoseConfig):
 
 
 @rule("path.loss_unresolved")
-def loss_unresolved(m: Measured, host: Host | None, config: DiagnoseConfig):
+def loss_unresolved(m: Measured, host: Host | None,
+                    config: DiagnoseConfig) -> list[Finding] | None:
     """Each direction whose probes could not tell whether its loss is within the SLO."""
-    out = []
+    out: list[Finding] = []
     for direction, s in _samples(m):
         if assess(s, config.loss_slo) != "unresolved":
             continue

@@ -8,13 +8,17 @@ ice_ethtool.c (ice); Mathis et al. 1997 (rate ∝ 1/√p).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from collectors.rates import Rates
 from wanprobe.diagnose.context import COUNTERS
 from wanprobe.diagnose.counter_names import is_kind
 from wanprobe.diagnose.fabric_counters import Growth, evidence, growing, lossless, subjects
 from wanprobe.diagnose.finding import Finding, Knob
-from wanprobe.diagnose.rule import rule
+from wanprobe.diagnose.rule import RuleFn, rule
+
+if TYPE_CHECKING:  # types only: the collectors stay unloaded until a snapshot is taken
+    from collectors.snapshot import Snapshot
 
 TCP_RETRANS_WARN = 0.01        # ≥ 1 % of segments retransmitted
 TCP_RETRANS_INFO = 0.001
@@ -22,7 +26,7 @@ TCP_MIN_SEGMENTS = 100         # below this many OutSegs in the window the ratio
 
 
 @rule("link.downed", needs=COUNTERS)
-def rule_link_downed(snap, rates, window_s) -> list[Finding]:
+def rule_link_downed(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """Link went down during the window: IB PMA ``link_downed``, mlx5 ``link_down_events_phy``,
     bnxt ``link_down_events``."""
     g = growing(snap, rates, ("counters", "ethtool"), "link_down")
@@ -35,7 +39,7 @@ def rule_link_downed(snap, rates, window_s) -> list[Finding]:
 
 
 @rule("link.phy_errors", needs=COUNTERS)
-def rule_phy_errors(snap, rates, window_s) -> list[Finding]:
+def rule_phy_errors(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """Symbol / CRC / uncorrectable-FEC / PHY errors growing: a bad cable, optic or port
     (K-MLX5DOC: ``rx_pcs_symbol_err_phy`` = symbol errors FEC could not correct, "traffic is
     lost", critical). FEC-corrected bits are not counted: correction is FEC doing its job."""
@@ -51,7 +55,7 @@ def rule_phy_errors(snap, rates, window_s) -> list[Finding]:
 
 
 @rule("nic.rx_out_of_buffer", needs=COUNTERS)
-def rule_rx_out_of_buffer(snap, rates, window_s) -> list[Finding]:
+def rule_rx_out_of_buffer(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """Receive drops for lack of host buffers: mlx5 ethtool ``rx_out_of_buffer`` (RQ had no
     software buffers), netdev ``rx_missed_errors``/``rx_fifo_errors``/``rx_over_errors``,
     virtio ``rx_drops``, RDMA ``out_of_buffer`` (no receive WQE posted). Ring too small or the
@@ -59,8 +63,8 @@ def rule_rx_out_of_buffer(snap, rates, window_s) -> list[Finding]:
     g = growing(snap, rates, ("ethtool", "stats", "hw_counters"), "out_of_buffer")
     if not g:
         return []
-    rings = {}
-    knobs = []
+    rings: dict[str, dict[str, Any]] = {}
+    knobs: list[Knob] = []
     for x in g:
         nd = snap.netdevs.get(x.subject)
         if nd is not None and nd.rings is not None:
@@ -77,7 +81,7 @@ def rule_rx_out_of_buffer(snap, rates, window_s) -> list[Finding]:
 
 
 @rule("nic.discards", needs=COUNTERS)
-def rule_nic_discards(snap, rates, window_s) -> list[Finding]:
+def rule_nic_discards(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """NIC-level discards (port buffer full, per-priority buffer/congestion discards, IB
     ``port_xmit_discards``): loss at the adapter (K-MLX5DOC rx_discards_phy: "adapter is
     congested"); critical on a lossless (PFC) port."""
@@ -94,13 +98,15 @@ def rule_nic_discards(snap, rates, window_s) -> list[Finding]:
 
 
 @rule("tcp.retrans_rate", needs=COUNTERS)
-def rule_tcp_retrans(snap, rates, window_s) -> list[Finding]:
+def rule_tcp_retrans(snap: Snapshot, rates: Rates | None, window_s: float) -> list[Finding]:
     """TCP retransmission rate = ΔRetransSegs / ΔOutSegs (``/proc/net/snmp`` Tcp:). ≥ 1 %
     warning, ≥ 0.1 % info; below 100 segments in the window the ratio is not judged."""
     if rates is None:
         return []
     rs, out = rates.get(("tcp",), "RetransSegs"), rates.get(("tcp",), "OutSegs")
     if not rs or not out or rs.delta is None or out.delta is None or out.delta < TCP_MIN_SEGMENTS:
+        return []
+    if rs.per_s is None or out.per_s is None:  # never with a delta (collectors/rates.py)
         return []
     ratio = rs.delta / out.delta
     if ratio < TCP_RETRANS_INFO:
@@ -111,7 +117,7 @@ def rule_tcp_retrans(snap, rates, window_s) -> list[Finding]:
              Growth("tcp", "OutSegs", where("OutSegs"), out.delta, out.per_s)]
     for extra in ("TCPTimeouts", "TCPLostRetransmit", "TCPSynRetrans"):
         r = rates.get(("tcp",), extra)
-        if r and r.delta:
+        if r and r.delta and r.per_s is not None:
             items.append(Growth("tcp", extra, where(extra), r.delta, r.per_s))
     ev = evidence(items, window_s, retrans_ratio=round(ratio, 6))
     ev.update(counter="RetransSegs", path=items[0].path, delta=rs.delta,
@@ -123,6 +129,6 @@ def rule_tcp_retrans(snap, rates, window_s) -> list[Finding]:
                     "control cuts its window on each loss (Mathis: rate ∝ 1/√p)")]
 
 
-COUNTER_RULES: tuple[Callable, ...] = (
+COUNTER_RULES: tuple[RuleFn, ...] = (
     rule_link_downed, rule_phy_errors, rule_rx_out_of_buffer, rule_nic_discards, rule_tcp_retrans,
 )

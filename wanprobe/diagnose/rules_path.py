@@ -30,8 +30,8 @@ RTT_FOR_BBR_MIN_S = 0.010    # below it, never (LAN-like paths keep their cc)
 LOSS_NO_CC_HELPS = 0.15      # R-13: BBRv1 ceiling ≈ 20 %, escalate above 15 %
 
 
-def buffer_knobs(host: Host | None, need_bytes: int, why: str, *, names=("net.ipv4.tcp_rmem",
-                                                                 "net.ipv4.tcp_wmem")
+def buffer_knobs(host: Host | None, need_bytes: int, why: str, *,
+                 names: tuple[str, ...] = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
                  ) -> tuple[list[Knob], int]:
     """tcp_rmem/tcp_wmem knobs whose max is ``need_bytes`` clamped to 1 GiB (R-3), never
     lowering a larger max an administrator set (R-5). Returns the knobs and the clamped max."""
@@ -166,7 +166,7 @@ def mtu_black_hole(m: Measured, host: Host | None, config: DiagnoseConfig) -> Fi
     TCP segments vanish (RFC 4821 §1; tcp-tuning.md §4.6, R-19/R-20)."""
     mtu = m.mtu
     path_mtu = mtu.path_mtu_bytes if mtu else None
-    if path_mtu is None:
+    if mtu is None or path_mtu is None:
         return None
     iface = mtu.iface
     if_mtu = mtu.iface_mtu_bytes   # services/diagnose.py: the MTU of the interface toward the peer

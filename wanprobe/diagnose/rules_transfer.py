@@ -21,11 +21,12 @@ nccl-tests#83: NCCL moves every socket at the slowest one's pace).
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 from wanprobe.diagnose import inputs as I
 from wanprobe.diagnose.finding import Finding, Knob
-from wanprobe.diagnose.host_inputs import Host, buffer_field, triple_text
+from wanprobe.diagnose.host_inputs import Host, Triple, buffer_field, triple_text
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.measured import Measured
 from wanprobe.diagnose.rule import mbit, mib, ms, rule
@@ -49,6 +50,22 @@ FLOW_BUFFER_BYTES = 512 * 2**20  # R-4: beyond that, add flows instead of buffer
 # skb overhead (len/truesize of a full-MSS skb is ≥ 0.4 on every driver the kernel documents).
 MIN_CREDIBLE_RATIO = 0.25
 DEFAULT_TRIPLE = (4096, 131072)
+
+
+class _Sizing(TypedDict):
+    """One direction's buffer sizing (:func:`_sizing`): what it was sized for and the result."""
+
+    rtt: float               # s
+    target: float            # bit/s, the path rate sized for
+    target_src: str
+    assumed: bool            # the target is the assumed tier, not a measured or known rate
+    bdp: float               # bytes, per flow
+    need: int                # bytes, the modelled buffer (tuned_buffer_bytes)
+    size: int                # bytes, ``need`` capped
+    cap_src: str             # what set the cap
+    cc: str | None
+    loss: float
+    flows: int               # streams the capped buffer needs
 
 
 def _triple(hs: Hosts, which: str, name: str) -> tuple[tuple[int, int, int] | None, str]:
@@ -88,7 +105,7 @@ def _cap(rate: float, rtt: float, hs: Hosts, which: str, config: DiagnoseConfig
 
 
 def _sizing(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Hosts, ratio: float
-            ) -> dict[str, Any] | None:
+            ) -> _Sizing | None:
     rtt, _ = I.rtt_s(m)
     if not rtt:
         return None
@@ -155,7 +172,7 @@ def _waited(t: Transfer, verdict: str, share: float | None) -> bool:
     return t.verdict == verdict or (share is not None and share > LIMITED_SHARE)
 
 
-def _target_bps(s: dict[str, Any] | None, m: Measured, config: DiagnoseConfig, hs: Hosts) -> float:
+def _target_bps(s: _Sizing | None, m: Measured, config: DiagnoseConfig, hs: Hosts) -> float:
     return s["target"] if s else I.target_rate_bps(m, hs.local, config)[0]
 
 
@@ -204,8 +221,8 @@ def _core_max_knob(name: str, hs: Hosts, which: str, size: int) -> Knob | None:
                 side="local" if which == "local" else "peer", host=which)
 
 
-def _buffer_plan(t: Transfer, s: dict[str, Any], rmem, wmem, ratio: float, hs: Hosts
-                 ) -> tuple[list[Knob], list[str]]:
+def _buffer_plan(t: Transfer, s: _Sizing, rmem: Triple | None, wmem: Triple | None,
+                 ratio: float, hs: Hosts) -> tuple[list[Knob], list[str]]:
     """The receiver's tcp_rmem and the sender's tcp_wmem knobs (with rmem_max/wmem_max where
     they are below), and the prose for them."""
     why = (f"{s['need'] / s['bdp']:.1f}×BDP for {mbit(s['target'])} × {ms(s['rtt'])} "
@@ -251,7 +268,9 @@ def window_finding(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Hosts) 
                     "tcp_rmem": rmem_src, "window_scaling_ratio": ratio_src,
                     "link_rate_bps": s["target_src"] if s else None,
                     "bits_per_second": "throughput receiver goodput"}}
-    if _receiver_lagged(t, window, window_src, cap, rmem, ratio, hs.legacy, m):
+    # cap is known only with a window; _receiver_lagged needs both
+    if window is not None and cap is not None \
+            and _receiver_lagged(t, window, window_src, cap, rmem, ratio, hs.legacy, m):
         return _app_limited(t, evidence, window, cap, target)
     if cap is not None and target and cap >= target and t.verdict != "receive_window":
         # its own evidence would contradict it (issue 36): a window that carries the whole path
@@ -315,7 +334,11 @@ def send_buffer_finding(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Ho
         else share, host=t.sender, direction=t.direction)
 
 
-def _per_direction(fn, m: Measured, host: Host | None, config: DiagnoseConfig):
+DirectionRule = Callable[[Transfer, Measured, DiagnoseConfig, Hosts], Finding | None]
+
+
+def _per_direction(fn: DirectionRule, m: Measured, host: Host | None, config: DiagnoseConfig
+                   ) -> Finding | list[Finding] | None:
     hs = hosts(m, host)
     out = [f for t in transfers(m) if (f := fn(t, m, config, hs)) is not None]
     if not out:
@@ -366,18 +389,21 @@ def streams_finding(t: Transfer, m: Measured, config: DiagnoseConfig, hs: Hosts
 
 
 @rule("path.streams_needed")
-def streams_needed(m: Measured, host: Host | None, config: DiagnoseConfig):
+def streams_needed(m: Measured, host: Host | None,
+                   config: DiagnoseConfig) -> Finding | list[Finding] | None:
     """Each measured direction where one stream cannot fill the path."""
     return _per_direction(streams_finding, m, host, config)
 
 
 @rule("path.window_limited")
-def window_limited(m: Measured, host: Host | None, config: DiagnoseConfig):
+def window_limited(m: Measured, host: Host | None,
+                   config: DiagnoseConfig) -> Finding | list[Finding] | None:
     """Each measured direction whose transfer waited on the receive window."""
     return _per_direction(window_finding, m, host, config)
 
 
 @rule("path.send_buffer_limited")
-def send_buffer_limited(m: Measured, host: Host | None, config: DiagnoseConfig):
+def send_buffer_limited(m: Measured, host: Host | None,
+                        config: DiagnoseConfig) -> Finding | list[Finding] | None:
     """Each measured direction whose sender's buffer ran dry."""
     return _per_direction(send_buffer_finding, m, host, config)

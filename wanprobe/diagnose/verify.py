@@ -68,7 +68,7 @@ class Verification(Decoded, json_name="verify", json_parts={
     cc: str | None = None
     limit: str = "unknown"
     summary: str = ""
-    evidence: dict = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
     capacity_bits_per_second: float | None = None
     capacity_source: str | None = None
     attempts: tuple[Attempt, ...] = ()
@@ -110,7 +110,7 @@ def rate_after_omit_bps(intervals: Sequence[Mapping[str, Any]], omit_s: float) -
     secs = sum(i["end_s"] - i["start_s"] for i in kept)
     if not kept or secs <= 0:
         return None
-    return sum(i["bytes_received"] for i in kept) * 8 / secs
+    return float(sum(i["bytes_received"] for i in kept) * 8 / secs)
 
 
 def attempt_of(result: Mapping[str, Any], omit_s: float) -> Attempt:
@@ -133,7 +133,7 @@ def judge(result: Mapping[str, Any], omit_s: float, *, capacity_bps: float | Non
     verdict = next((f for f in found if f.id != RULE_ERROR), None)
     if verdict is None:  # every verdict rule raised: say so instead of a traceback
         limit, summary, step = "unknown", "the verdict could not be evaluated", NEXT_STEP["unknown"]
-        evidence: dict = {}
+        evidence: dict[str, Any] = {}
     else:
         limit, summary, step = limit_of(verdict), verdict.title, verdict.recommendation
         evidence = dict(verdict.evidence)

@@ -33,7 +33,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from wanprobe.diagnose.context import VerifyRun
+from wanprobe.diagnose.context import VerifyEvidence, VerifyRun
 from wanprobe.diagnose.finding import Finding
 from wanprobe.diagnose.rule import rule
 from wanprobe.throughput.result import STEAL_PERCENT  # the threshold, in one place
@@ -93,14 +93,15 @@ def limit_of(f: Finding) -> str:
     return LIMIT[f.id.removeprefix("verify.")]
 
 
-def _limit(cause: str, summary: str, evidence: dict) -> Finding:
+def _limit(cause: str, summary: str, evidence: Mapping[str, Any]) -> Finding:
     """The verdict as the one Finding: the summary its title, the next step its recommendation,
     the figures it rests on its evidence."""
     return Finding(f"verify.{cause}", "info" if cause in ("full", "unknown") else "warning",
                    summary, evidence, NEXT_STEP[cause], "")
 
 
-def kept_intervals(intervals: Sequence[Mapping[str, Any]], omit_s: float) -> list[Mapping]:
+def kept_intervals(intervals: Sequence[Mapping[str, Any]],
+                   omit_s: float) -> list[Mapping[str, Any]]:
     """The intervals that start at or after ``omit_s`` (iperf3 --omit), partial ones left out."""
     return [iv for iv in intervals
             if iv.get("start_s", 0.0) >= omit_s - 1e-9 and not iv.get("partial")]
@@ -110,17 +111,17 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _per_interval_sums(kept: list[Mapping], key: str) -> list[float]:
-    out = []
+def _per_interval_sums(kept: list[Mapping[str, Any]], key: str) -> list[float]:
+    out: list[float] = []
     for iv in kept:
         vals = [(r.get("tcp_info") or {}).get(key) for r in iv.get("streams", [])]
-        vals = [v for v in vals if v is not None]
-        if vals:
-            out.append(float(sum(vals)))
+        known = [v for v in vals if v is not None]
+        if known:
+            out.append(float(sum(known)))
     return out
 
 
-def evidence_of(result: Mapping[str, Any], omit_s: float) -> dict[str, Any]:
+def evidence_of(result: Mapping[str, Any], omit_s: float) -> VerifyEvidence:
     """The figures of one throughput result (JSON) after its ramp-up: sender TCP_INFO over the
     kept intervals, the CPU samples, the verdict's own evidence (chrono shares, retransmit
     rate, queueing delay)."""
@@ -168,19 +169,19 @@ def evidence_of(result: Mapping[str, Any], omit_s: float) -> dict[str, Any]:
     }
 
 
-def _below(v: VerifyRun) -> dict | None:
+def _below(v: VerifyRun) -> dict[str, Any] | None:
     """The figures every verdict below the capacity carries; None when the rate reached
     FULL_SHARE of it or either is unknown (another rule's answer)."""
-    share = v.share
-    if share is None or share >= FULL_SHARE:
+    share, rate, capacity = v.share, v.rate_bps, v.capacity_bps
+    if share is None or rate is None or capacity is None or share >= FULL_SHARE:
         return None
-    return _base(v, share)
+    return _base(v, rate, capacity, share)
 
 
-def _base(v: VerifyRun, share: float) -> dict:
+def _base(v: VerifyRun, rate_bps: float, capacity_bps: float, share: float) -> dict[str, Any]:
     ev = v.evidence
-    return {"bits_per_second": round(v.rate_bps), "capacity_bits_per_second":
-            round(v.capacity_bps), "capacity_source": v.capacity_source,
+    return {"bits_per_second": round(rate_bps), "capacity_bits_per_second":
+            round(capacity_bps), "capacity_source": v.capacity_source,
             "share_of_capacity": round(share, 4), "cc": ev.get("cc"),
             "throughput_verdict": ev.get("throughput_verdict"),
             "steal_percent": ev.get("steal_percent")}
@@ -198,11 +199,11 @@ def unknown(v: VerifyRun) -> Finding | None:
 @rule("verify.full", needs=("verify",))
 def full(v: VerifyRun) -> Finding | None:
     """The path is full: the rate reached FULL_SHARE of the capacity."""
-    share = v.share
-    if share is None or share < FULL_SHARE:
+    share, rate, capacity = v.share, v.rate_bps, v.capacity_bps
+    if share is None or rate is None or capacity is None or share < FULL_SHARE:
         return None
-    return _limit("full", f"{format_rate(v.rate_bps)} is {share:.0%} of the measured "
-                  f"capacity {format_rate(v.capacity_bps)}", _base(v, share))
+    return _limit("full", f"{format_rate(rate)} is {share:.0%} of the measured "
+                  f"capacity {format_rate(capacity)}", _base(v, rate, capacity, share))
 
 
 @rule("verify.host_or_window", needs=("verify",))
@@ -233,13 +234,13 @@ def host_or_window(v: VerifyRun) -> Finding | None:
 def cwnd(v: VerifyRun) -> Finding | None:
     """A congestion window that carries the rate it got (≥ 80 %): it explains the rate exactly,
     so it ranks above CPU steal."""
-    base, ev = _below(v), v.evidence
-    if base is None:
+    base, ev, rate, capacity = _below(v), v.evidence, v.rate_bps, v.capacity_bps
+    if base is None or rate is None or capacity is None:  # _below: never both known and None
         return None
     cwnd, srtt = ev.get("cwnd_max_bytes"), ev.get("srtt_ms")
     cwnd_bps = cwnd * 8 / (srtt / 1e3) if cwnd and srtt else None
-    if cwnd_bps and cwnd_bps < FULL_SHARE * v.capacity_bps \
-            and v.rate_bps >= CC_BOUND_SHARE * cwnd_bps:
+    if cwnd_bps and cwnd_bps < FULL_SHARE * capacity \
+            and rate >= CC_BOUND_SHARE * cwnd_bps:
         return _limit("cwnd", f"the congestion window never passed {cwnd} B, which carries "
                       f"{format_rate(cwnd_bps)} at {srtt:.1f} ms", {
                           **base, "cwnd_max_bytes": cwnd,
@@ -323,9 +324,9 @@ def sender_process(v: VerifyRun) -> Finding | None:
 def cc_rate(v: VerifyRun) -> Finding | None:
     """The pacing rate the congestion control chose stayed below FULL_SHARE of the capacity
     (its bandwidth estimate never reached the path, e.g. BBR leaving STARTUP early)."""
-    base, ev = _below(v), v.evidence
+    base, ev, capacity = _below(v), v.evidence, v.capacity_bps
     pacing = ev.get("pacing_rate_bits_per_second")
-    if base is None or not pacing or pacing >= FULL_SHARE * v.capacity_bps:
+    if base is None or capacity is None or not pacing or pacing >= FULL_SHARE * capacity:
         return None
     return _limit("cc_rate", f"{ev.get('cc') or 'the congestion control'} paced at "
                   f"{format_rate(pacing)} (median), below the capacity: its estimate of the "
@@ -342,10 +343,10 @@ UNEXPLAINED_KEYS = ("srtt_ms", "min_rtt_ms", "retransmit_rate", "rwnd_limited_sh
 @rule("verify.unexplained", needs=("verify",))
 def unexplained(v: VerifyRun) -> Finding | None:
     """Below the capacity and no rule above explains it: said as such, with the figures."""
-    base = _below(v)
-    if base is None:
+    base, rate, share = _below(v), v.rate_bps, v.share
+    if base is None or rate is None or share is None:  # _below: never both known and None
         return None
-    return _limit("unexplained", f"{format_rate(v.rate_bps)} is {v.share:.0%} of the capacity "
+    return _limit("unexplained", f"{format_rate(rate)} is {share:.0%} of the capacity "
                   "and no host, window, queue or loss evidence explains it",
                   {**base, **{k: v.evidence.get(k) for k in UNEXPLAINED_KEYS}})
 

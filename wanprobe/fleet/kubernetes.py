@@ -35,11 +35,11 @@ from typing import Any
 
 import yaml
 
+from tuners.registry import AUTO_APPLY_TUNERS
 from wanprobe import __version__
-from wanprobe.daemon.config import AUTO_APPLY_TUNERS
-from wanprobe.daemon.mesh import Mesh, select_peers
 from wanprobe.errors import ConfigError, UsageError, shown
 from wanprobe.fleet import kube_pods as pods
+from wanprobe.mesh.topology import Mesh, select_peers
 from wanprobe.userfiles import read_text
 
 MONITORING = "monitoring.coreos.com/v1"
@@ -387,9 +387,9 @@ def load_rules(path: Path) -> dict[str, Any]:
 def render(mesh_path: Path, s: KubeSettings, rules_path: Path | None,
            plan_path: Path | None) -> str:
     """The YAML stream for ``wanprobe fleet kubernetes``."""
-    from wanprobe.daemon.mesh import load_mesh
     from wanprobe.fleet.rules import RuleSettings, rule_groups
     from wanprobe.fleet.yaml_text import dumps_all
+    from wanprobe.mesh.topology import load_mesh
 
     mesh = load_mesh(mesh_path)
     mesh_name = "mesh.json" if mesh_path.suffix == ".json" else "mesh.toml"

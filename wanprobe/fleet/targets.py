@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from wanprobe.daemon.mesh import Mesh
 from wanprobe.errors import UsageError, shown
+from wanprobe.mesh.topology import Mesh
 
 # an RFC 1123 host name (a certificate's DNS SAN; Go's crypto/tls compares it as one)
 _HOST_NAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"

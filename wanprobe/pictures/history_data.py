@@ -4,7 +4,7 @@ The history is read through its own read-only SQLite connection (``mode=ro``): i
 reader never waits for the daemon's writer nor holds the lock its event loop takes to queue rows
 (https://sqlite.org/wal.html §2.2), so drawing a page cannot stall probing. A band is the probe
 rows of one peer and method folded into buckets by the same SQL aggregates the daemon's own
-downsampling uses (``ProbeRow`` field metadata in daemon/store.py): min of min, mean of p50, max
+downsampling uses (``ProbeRow`` field metadata in history/store.py): min of min, mean of p50, max
 of p99, loss from summed sent/received. At most MAX_POINTS buckets per window (vegeta's plot
 downsamples past 4,000 points; 288 is 24 h in smokeping's 5-minute steps).
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe import units
-from wanprobe.daemon.store import PROBE_COLUMNS, ProbeRow, StoreError
 from wanprobe.errors import UsageError, shown
+from wanprobe.history.store import PROBE_COLUMNS, ProbeRow, StoreError
 
 MIN_WINDOW_S = 300.0
 MAX_WINDOW_S = 90 * 86400.0       # the default retention of downsampled history

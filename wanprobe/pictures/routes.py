@@ -1,4 +1,5 @@
-"""The daemon page's routes on the metrics listener (daemon/metrics.py ``MetricsServer``).
+"""The daemon page's routes on the metrics listener (daemon/metrics.py ``MetricsServer``, a
+``wanprobe.httpd.server.BoundedHttpServer``).
 
 ``/`` (every peer), ``/peer/NAME`` (one peer) and ``/static/wanprobe-pictures.<hash>.js`` (BokehJS
 and charts.js, cached by the browser for a year: its name changes with its content). Read-only:
@@ -23,14 +24,14 @@ import urllib.parse
 from collections import OrderedDict
 from typing import Any
 
-from wanprobe.daemon import logging as dlog
-from wanprobe.daemon.http_server import BoundedHttpServer, Request, Response
-from wanprobe.daemon.scheduler import run_blocking
+from wanprobe.blocking import run_blocking
 from wanprobe.errors import UsageError, WanprobeError, shown
+from wanprobe.httpd.server import BoundedHttpServer, Request, Response
 from wanprobe.pictures import assets as assets_mod
 from wanprobe.pictures.history_data import DEFAULT_WINDOW_S, parse_window
 from wanprobe.pictures.html import CSP_SERVED
 
+LOGGER = "wanprobe.daemon"  # the daemon's logger, by name (daemon/logging.py formats its lines)
 CACHE_MIN_S, CACHE_MAX_S = 2.0, 30.0
 CACHE_PAGES = 16
 MAX_TARGET_CHARS = 1024
@@ -134,7 +135,8 @@ class DaemonPages:
             except WanprobeError as exc:   # the history cannot be read
                 return _line(503, str(exc))
             except Exception as exc:  # noqa: BLE001 - a page bug must not take the listener down
-                dlog.log(logging.ERROR, "page failed", path=path, error=repr(exc))
+                logging.getLogger(LOGGER).log(logging.ERROR, "page failed", extra={
+                    "fields": {"path": path, "error": repr(exc)}})
                 return _line(500, f"page failed: {type(exc).__name__}")
             response = Response(200, body, HTML, PAGE_HEADERS)
             self._cache[key] = (time.monotonic(), response)

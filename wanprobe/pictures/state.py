@@ -20,11 +20,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from wanprobe.daemon.config import BaselineSettings
 from wanprobe.pictures.html import number
 from wanprobe.probe.loss_window import WindowLoss
+
+
+class Thresholds(Protocol):
+    """The daemon's regression thresholds the excess is measured in (its ``[baseline]``
+    settings, ``daemon.config.BaselineSettings``)."""
+
+    @property
+    def rtt_increase_ratio(self) -> float: ...
+    @property
+    def rtt_increase_min_ms(self) -> float: ...
+    @property
+    def loss_increase(self) -> float: ...
+
 
 # colour classes of page.css: below a quarter of the threshold, half, the threshold, above
 EXCESS_STEPS = ((0.25, "x0"), (0.5, "x1"), (1.0, "x2"), (math.inf, "x3"))
@@ -62,7 +74,7 @@ class Excess:
 
 
 def excess(last: Mapping[str, Any] | None, baseline: Mapping[str, Any],
-           s: BaselineSettings, loss_window: Mapping[str, WindowLoss] | None = None) -> Excess:
+           s: Thresholds, loss_window: Mapping[str, WindowLoss] | None = None) -> Excess:
     """RTT from the last session; loss from the short window's counts where there are some (a
     single session's 10 probes say nothing below 10 %), else from the last session."""
     if not last:
@@ -95,7 +107,7 @@ class PeerState:
     method: str
     last: Mapping[str, Any] | None        # the last session's ProbeResult JSON
     baseline: Mapping[str, Any]
-    settings: BaselineSettings
+    settings: Thresholds
     degraded: tuple[str, ...] = ()
     # the loss per direction over the short and long windows (None before any session)
     loss_short: Mapping[str, WindowLoss] | None = None

@@ -17,7 +17,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wanprobe.daemon.store import SCHEMA_VERSION
+from wanprobe.history.store import SCHEMA_VERSION
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ class MeshNames:
     """A mesh file's hosts by name and by address: a job host found here takes the mesh's
     address without DNS (the one the fleet probes and scrapes: ``fleet targets``), and its
     mesh name and site. A name matches case-insensitively, without a trailing dot, and by its
-    first label where the mesh lists short names and the job FQDNs (as daemon/mesh.find_self)."""
+    first label where the mesh lists short names and the job FQDNs (as mesh/topology.find_self)."""
 
     def __init__(self, hosts: Iterable[Any] = ()) -> None:
         self.by_name = {h.name.lower().rstrip("."): h for h in hosts}

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from wanprobe.daemon.mesh import Mesh, load_mesh
+from wanprobe.mesh.topology import Mesh, load_mesh
 from wanprobe.preflight.hostlist import parse_host_list
 from wanprobe.preflight.judge import Rate, Thresholds, host_rates, verdicts
 from wanprobe.preflight.measure import HostMeasure, MeshNames, ProbePlan, measure
@@ -149,7 +149,7 @@ def _job_sites(ms: list[HostMeasure], mesh: Mesh | None, notes: list[str]) -> di
 
 
 def _local_addresses() -> frozenset[str]:
-    from wanprobe.daemon.mesh import local_addresses
+    from wanprobe.mesh.topology import local_addresses
 
     try:
         return frozenset(a.split("%")[0] for a in local_addresses())

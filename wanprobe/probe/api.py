@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from wanprobe.errors import UsageError
 from wanprobe.probe.icmp import probe_icmp
@@ -10,7 +11,8 @@ from wanprobe.probe.result import ProbeResult
 from wanprobe.probe.sender import probe_stamp
 from wanprobe.probe.tcp_connect import probe_tcp
 
-METHODS = {"stamp": probe_stamp, "icmp": probe_icmp, "tcp": probe_tcp}
+# each method takes the peer and its own keywords (``probe`` passes them through)
+METHODS: dict[str, Callable[..., Awaitable[ProbeResult]]] = {"stamp": probe_stamp, "icmp": probe_icmp, "tcp": probe_tcp}
 
 
 async def probe(peer: str, method: str = "stamp", **kw) -> ProbeResult:

@@ -17,11 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from wanprobe.atomic_file import write_error, write_output
-from wanprobe.diagnose.finding import SEVERITIES, Finding, Knob  # noqa: F401 - the one Finding type
+from wanprobe.diagnose.finding import SEVERITIES as SEVERITIES
+from wanprobe.diagnose.finding import Finding as Finding
+from wanprobe.diagnose.finding import Knob as Knob
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.measured import Measured
 from wanprobe.errors import ConfigError, shown
 from wanprobe.userfiles import read_json
+
+# SEVERITIES, Finding and Knob are re-exported (``X as X``): the one Finding type, which the
+# report's readers import from here
 
 # 1.1 (issue 13): knobs carry "host"; findings may carry "host" and "direction";
 # measurements add "throughput_reverse", "peer_facts", "capacity"; path adds
@@ -35,7 +40,8 @@ TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
 def schema() -> dict[str, Any]:
     """The report JSON Schema (draft 2020-12) shipped as package data."""
     text = resources.files("wanprobe.report").joinpath("schema.json").read_text(encoding="utf-8")
-    return json.loads(text)
+    doc: dict[str, Any] = json.loads(text)  # the shipped schema: one JSON object
+    return doc
 
 
 MAX_ERRORS = 100  # validation errors looked at for the one line
@@ -64,8 +70,11 @@ _SHAPE_MAPS = ("$defs", "properties")  # name -> schema
 
 def _shape(node: Any) -> Any:
     """A schema reduced to container types (``shape_schema``)."""
-    if not isinstance(node, dict):
-        return node
+    return _shape_object(node) if isinstance(node, dict) else node
+
+
+def _shape_object(node: dict[str, Any]) -> dict[str, Any]:
+    """One schema object of ``_shape``: its structural keys, reduced in turn."""
     out = {k: _shape(v) for k, v in node.items() if k in _SHAPE_KEYS}
     out.update({k: {name: _shape(sub) for name, sub in node[k].items()}
                 for k in _SHAPE_MAPS if isinstance(node.get(k), dict)})
@@ -80,7 +89,7 @@ def _shape(node: Any) -> Any:
 def shape_schema() -> dict[str, Any]:
     """The report schema reduced to its containers: objects stay objects, arrays stay arrays;
     no key is required and scalars may be of any type (hand-written and older reports)."""
-    return _shape(schema())
+    return _shape_object(schema())
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,8 @@ def load_json(path: str | Path, *, strict: bool = True) -> dict[str, Any]:
         validate(doc, strict=strict)
     except ConfigError as exc:
         raise ConfigError(f"report {p}: {exc}") from None
-    return doc
+    valid: dict[str, Any] = doc  # both schemas' top level is an object
+    return valid
 
 
 def load(path: str | Path) -> Report:
@@ -162,7 +172,7 @@ def load_first(path: str | Path, max_findings: int | None) -> tuple[Report, int]
     doc = read_json(p, "report")
     findings = doc.get("findings") if isinstance(doc, dict) else None
     total = len(findings) if isinstance(findings, list) else 0
-    if max_findings is not None and total > max_findings:
+    if isinstance(findings, list) and max_findings is not None and total > max_findings:
         doc = {**doc, "findings": findings[:max_findings]}
     try:
         validate(doc)

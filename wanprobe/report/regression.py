@@ -10,7 +10,7 @@ import socket
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from wanprobe.diagnose.finding import Finding
 from wanprobe.errors import WanprobeError
@@ -32,26 +32,42 @@ def _host_json() -> dict[str, Any]:
                 "available_cc": [], "allowed_cc": [], "ifaces": {}}
 
 
-def regression_report(peer: Any, transitions: list[dict[str, Any]], last_probe: dict | None,
-                      baseline: dict[str, Any], *, started: float, finished: float,
-                      findings: Sequence[Finding]) -> dict:
-    """The document for ``peer`` (a ``daemon.config.Peer``: name, address, port, site)."""
+class TicketPeer(Protocol):
+    """The peer a ticket is about (``mesh.peer.Peer`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def site(self) -> str: ...
+
+
+def regression_report(peer: TicketPeer, transitions: list[dict[str, Any]],
+                      last_probe: dict[str, Any] | None, baseline: dict[str, Any], *,
+                      started: float, finished: float,
+                      findings: Sequence[Finding]) -> dict[str, Any]:
+    """The document for ``peer`` (a ``mesh.peer.Peer``: name, address, port, site)."""
     from wanprobe import __version__
     from wanprobe.report.document import SCHEMA_VERSION, validate
 
+    measurements: dict[str, Any] = {"path": last_probe, "mtu": None, "throughput": None,
+                                    "counters": None, "baseline": baseline,
+                                    "regressions": transitions}
     doc = {
         "schema_version": SCHEMA_VERSION,
         "id": f"regression-{peer.name}-{uuid.uuid4().hex[:12]}",
         "created_at": _iso(finished), "tool": {"name": "wanprobe daemon", "version": __version__},
         "host": _host_json(), "peer": {"address": peer.address, "port": peer.port,
                                        "name": peer.name, "site": peer.site},
-        "measurements": {"path": last_probe, "mtu": None, "throughput": None, "counters": None,
-                         "baseline": baseline, "regressions": transitions},
+        "measurements": measurements,
         "findings": [f.to_json() for f in findings], "plan": None,
         "timestamps": {"started": _iso(started), "finished": _iso(finished)},
     }
     try:
         validate(doc)
     except WanprobeError as exc:  # still a useful ticket: write it, say what is off
-        doc["measurements"]["errors"] = {"schema": str(exc)}
+        measurements["errors"] = {"schema": str(exc)}
     return doc

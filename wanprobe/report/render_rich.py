@@ -5,7 +5,7 @@ markup), so a finding title cannot set the window title or clear the screen (iss
 
 from __future__ import annotations
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -23,7 +23,7 @@ STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 
 
 def finding_panel(i: int, f: Finding) -> Panel:
-    parts: list = [_t(f.recommendation)]
+    parts: list[RenderableType] = [_t(f.recommendation)]
     if f.expected_effect:
         parts.append(_t(f"Expected: {f.expected_effect}", style="green"))
     rows = evidence_rows(dict(f.evidence))

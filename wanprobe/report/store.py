@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from wanprobe.errors import ConfigError
 from wanprobe.report.document import load
@@ -22,7 +23,7 @@ class ReportEntry:
     findings: int
     error: str | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "id": self.id, "created_at": self.created_at,
                 "peer": self.peer, "top_finding": self.top_finding, "findings": self.findings,
                 "error": self.error}

@@ -111,8 +111,8 @@ def _mtu(m: Measured) -> str | None:
     mtu = m.mtu
     if mtu is None or mtu.path_mtu_bytes is None:
         return None
-    icmp = {True: "ICMP 'fragmentation needed' seen", False: "no ICMP seen"}.get(
-        mtu.icmp_seen, "ICMP unknown")
+    icmp = ("ICMP unknown" if mtu.icmp_seen is None
+            else "ICMP 'fragmentation needed' seen" if mtu.icmp_seen else "no ICMP seen")
     iface = f", interface {mtu.iface} {mtu.iface_mtu_bytes:.0f} B" if mtu.iface_mtu_bytes else ""
     return f"{mtu.path_mtu_bytes:.0f} B{iface} ({icmp})"
 
@@ -152,8 +152,9 @@ def path_rows(report: Report) -> list[tuple[str, str]]:
     rows.append(("throughput, the peer → this host", _rate_text(m.throughput_reverse,
                                                                 meas.get("throughput_reverse"))))
     if m.paths_summary:
-        s = m.paths_summary
+        summary = m.paths_summary
         rows.append(("ECMP paths (`wanprobe paths`)",
-                     f"{s.get('distinct_paths', '?')} distinct paths over {s.get('flows', '?')} "
-                     f"flows; loss differs between them: {s.get('differ_loss')}"))
+                     f"{summary.get('distinct_paths', '?')} distinct paths over "
+                     f"{summary.get('flows', '?')} flows; loss differs between them: "
+                     f"{summary.get('differ_loss')}"))
     return rows

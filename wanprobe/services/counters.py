@@ -5,11 +5,18 @@ engine over the counters parts; rules in diagnose/rules_fabric.py and rules_nic.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:  # types only: the collectors stay unloaded until a snapshot is taken
+    from collectors.rates import Rates
+    from collectors.snapshot import Snapshot
+    from wanprobe.diagnose.finding import Finding
 
 
-def findings_of(snapshot: Any, rates: Any = None, window_s: float | None = None) -> list:
+def findings_of(snapshot: Snapshot, rates: Rates | None = None,
+                window_s: float | None = None) -> list[Finding]:
     """The counter rules' findings on ``snapshot`` (and the ``rates`` over ``window_s``, by
     default their interval), critical → warning → info, then by id and title."""
     from wanprobe.diagnose.context import Context
@@ -20,7 +27,14 @@ def findings_of(snapshot: Any, rates: Any = None, window_s: float | None = None)
     return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), f.id, f.title))
 
 
-def judge(first: Any, second: Any | None = None) -> tuple[Any, Any, list]:
+@overload
+def judge(first: Snapshot, second: None = None) -> tuple[Snapshot, None, list[Finding]]: ...
+@overload
+def judge(first: Snapshot, second: Snapshot) -> tuple[Snapshot, Rates, list[Finding]]: ...
+
+
+def judge(first: Snapshot, second: Snapshot | None = None
+          ) -> tuple[Snapshot, Rates | None, list[Finding]]:
     """``(snapshot, rates, findings)``: with one snapshot, no rates and the findings that need
     none; with two, the later snapshot, the rates between them and every finding."""
     from collectors.rates import rates as make_rates
@@ -31,10 +45,11 @@ def judge(first: Any, second: Any | None = None) -> tuple[Any, Any, list]:
     return second, r, findings_of(second, r, r.interval_s)
 
 
-def document(snapshot: Any, rates: Any = None, findings: Any = ()) -> dict:
+def document(snapshot: Snapshot, rates: Rates | None = None,
+             findings: Iterable[Finding] = ()) -> dict[str, Any]:
     """The counters document (issue 5 shape) of :func:`judge`'s answer: the snapshot,
     per-second ``rates`` (or null) and ``findings``."""
-    doc = snapshot.to_json()
+    doc: dict[str, Any] = snapshot.to_json()
     doc["rates"] = rates.to_json() if rates is not None else None
     doc["findings"] = [f.to_json() for f in findings]
     return doc
@@ -45,10 +60,11 @@ class CounterSampler:
 
     def __init__(self, sys_root: Path, proc_root: Path) -> None:
         self.sys_root, self.proc_root = sys_root, proc_root
-        self._prev: Any = None
+        self._prev: Snapshot | None = None
         self.raw: dict[tuple[str, str], int] = {}  # the last snapshot's counters, as read
 
-    def sample(self) -> tuple[dict[str, Any] | None, dict[tuple[str, str], float], list[dict]]:
+    def sample(self) -> tuple[dict[str, Any] | None, dict[tuple[str, str], float],
+                              list[dict[str, Any]]]:
         """Take a snapshot; return (rates JSON, {(source, counter): per-second rate}, findings
         JSON). The first call has no previous snapshot: (None, {}, [])."""
         from collectors.snapshot import collect

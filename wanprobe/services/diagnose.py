@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar
 
 from wanprobe import __version__
 from wanprobe.diagnose.engine import run_rules
@@ -37,6 +37,7 @@ from wanprobe.report.document import SCHEMA_VERSION, Report
 
 if TYPE_CHECKING:
     from collectors.host_facts import HostFacts
+    from collectors.snapshot import Snapshot
     from wanprobe.probe.result import ProbeResult
     from wanprobe.throughput.capacity import Capacity
     from wanprobe.throughput.result import ThroughputResult
@@ -93,13 +94,37 @@ class DiagnoseOptions:
 
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
+
+
+class RouteKeys(TypedDict, total=False):
+    """The route to the peer (collectors.route), as the MTU document and the host's address
+    read it; empty when there is none."""
+
+    iface: str | None
+    route_mtu: int | None           # the PMTU the kernel learned from ICMP, else None
+    source_address: str | None
+
+
+class ScanRow(TypedDict):
+    """One row of the stream scan (``measurements.streams_scan``)."""
+
+    streams: int
+    bits_per_second: float
+    per_stream_bits_per_second: float
+
+
+class Documented(Protocol):
+    """A typed measurement with its report document."""
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def parse_route_get(text: str) -> dict[str, Any]:
+def parse_route_get(text: str) -> RouteKeys:
     """``ip -j route get ADDR`` -> {"iface", "route_mtu"} (collectors.route parses it);
     route_mtu is the PMTU the kernel learned from ICMP "fragmentation needed", else None."""
     from collectors.route import parse_route_get as parse
@@ -108,7 +133,7 @@ def parse_route_get(text: str) -> dict[str, Any]:
     return {} if r is None else {"iface": r.iface, "route_mtu": r.route_mtu_bytes}
 
 
-def route_to(peer: str) -> dict[str, Any]:
+def route_to(peer: str) -> RouteKeys:
     from collectors.route import route_get
 
     r = route_get(peer)
@@ -116,7 +141,7 @@ def route_to(peer: str) -> dict[str, Any]:
                                  "source_address": r.source_address}
 
 
-def _guard(errors: dict[str, str], part: str, fn: Callable[[], Any]) -> Any:
+def _guard(errors: dict[str, str], part: str, fn: Callable[[], T]) -> T | None:
     """Run one measurement; on failure record why and return None (not measured)."""
     try:
         return fn()
@@ -158,7 +183,7 @@ def measure_path(opts: DiagnoseOptions, say: Progress) -> ProbeResult:
     return res
 
 
-def measure_mtu(opts: DiagnoseOptions) -> dict:
+def measure_mtu(opts: DiagnoseOptions) -> dict[str, Any]:
     import asyncio
 
     from wanprobe.probe.mtu import probe_path_mtu
@@ -187,13 +212,13 @@ def measure_throughput(opts: DiagnoseOptions, time: TestTime,
 SCAN_STREAMS = (1, 2, 4, 8)
 
 
-def measure_streams_scan(opts: DiagnoseOptions, time: TestTime) -> list[dict]:
+def measure_streams_scan(opts: DiagnoseOptions, time: TestTime) -> list[ScanRow]:
     """Per-stream rates at 1, 2, 4 and 8 parallel streams (full mode), each after its ramp-up:
     the measured per-stream ceiling that nccl-env sizes NCCL's socket count from (nccl-tests#83:
     the slowest socket × the socket count)."""
     from wanprobe.throughput.client import MAX_TEST_S, run_throughput
 
-    out = []
+    out: list[ScanRow] = []
     for n in SCAN_STREAMS:
         res = run_throughput(opts.peer, port=opts.port, duration_s=time.measure_s / 2,
                              streams=n, max_bytes=opts.throughput_max_bytes,
@@ -261,18 +286,18 @@ def _test_time(opts: DiagnoseOptions, probe: ProbeResult, capacity: Capacity | N
     return tcp_test_time(rate, rtt_s, measure_min_s=opts.throughput_s)
 
 
-def _json(result: Any) -> Any:
+def _json(result: Documented | None) -> dict[str, Any] | None:
     """A typed measurement's report document; None (not measured) stays None."""
     return None if result is None else result.to_json()
 
 
-def snapshot(sys_root: Path, proc_root: Path) -> Any:
+def snapshot(sys_root: Path, proc_root: Path) -> Snapshot:
     from collectors.snapshot import collect
 
     return collect(sys_root=sys_root, proc_root=proc_root)
 
 
-def counters_json(first: Any, second: Any) -> dict:
+def counters_json(first: Snapshot, second: Snapshot) -> dict[str, Any]:
     """The counters document between two snapshots (services/counters.py)."""
     from wanprobe.services.counters import document, judge
 
@@ -280,7 +305,7 @@ def counters_json(first: Any, second: Any) -> dict:
 
 
 def _before_the_tests(opts: DiagnoseOptions, errors: dict[str, str], probe: ProbeResult | None,
-                      host: dict, route: dict, say: Progress
+                      host: dict[str, Any], route: RouteKeys, say: Progress
                       ) -> tuple[HostFacts | None, Capacity | None, TestTime | None]:
     """The peer's host facts, the path's capacity and the TCP tests' length from both; none
     when the peer's reflector did not answer the probe."""
@@ -297,7 +322,7 @@ def _before_the_tests(opts: DiagnoseOptions, errors: dict[str, str], probe: Prob
 
 def _transfers(opts: DiagnoseOptions, errors: dict[str, str], time: TestTime | None,
                say: Progress) -> tuple[ThroughputResult | None, ThroughputResult | None,
-                                       list[dict] | None]:
+                                       list[ScanRow] | None]:
     """The TCP tests, each ``time`` long with its ramp-up left out: forward, reverse and
     (--full) the 1/2/4/8 stream scan; each None where not measured (the reason in ``errors``);
     none when the peer's reflector did not answer the probe (``time`` None)."""

@@ -1,5 +1,5 @@
 """The measure service: one probe session or one capped throughput test against a configured
-peer (its address and port, as in ``daemon.config.Peer``) with the configured settings,
+peer (its address and port, as in ``mesh.peer.Peer``) with the configured settings,
 returned as its report JSON (``to_json()``). With a key, STAMP runs in authenticated mode
 (RFC 8762 §4.4) and the throughput control channel proves it holds the key
 (throughput/gate.py), as the peers' reflectors ask when they share it. The daemon's scheduler
@@ -9,13 +9,14 @@ goes through daemon/flow_probe.py, which keeps per-peer state between sessions."
 from __future__ import annotations
 
 import functools
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from wanprobe.errors import ProbeError
 
 
 class Peer(Protocol):
-    """Where the far end listens (``daemon.config.Peer`` is one)."""
+    """Where the far end listens (``mesh.peer.Peer`` is one)."""
 
     address: str
     port: int
@@ -55,13 +56,13 @@ async def probe(peer: Peer, method: str, s: ProbeSettings, *,
     elif method == "tcp":
         kwargs.update(port=peer.port)
     result = await fn(peer.address, **kwargs)
-    loss = getattr(result, "loss", None)
-    if loss is not None and loss.reflector_session_refused and not loss.received:
+    loss = result.loss
+    if loss.reflector_session_refused and not loss.received:
         from wanprobe.probe.peer import session_refused
 
         # its reflector refused the session (issue 37): a failure, never a session of loss
         raise session_refused(peer.address, peer.port, loss.reflector_session_refused, loss.sent)
-    return result.to_json() if hasattr(result, "to_json") else dict(result)
+    return result.to_json()
 
 
 def throughput(peer: Peer, s: ThroughputSettings, *,
@@ -72,10 +73,13 @@ def throughput(peer: Peer, s: ThroughputSettings, *,
 
     result = run_throughput(peer.address, port=peer.port, duration_s=s.duration_s,
                             streams=s.streams, max_bytes=s.max_bytes_per_test, hmac_key=hmac_key)
-    return result.to_json() if hasattr(result, "to_json") else dict(result)
+    return result.to_json()
 
 
-def with_key(fn: Any, hmac_key: bytes | None) -> Any:
+R = TypeVar("R")
+
+
+def with_key(fn: Callable[..., R], hmac_key: bytes | None) -> Callable[..., R]:
     """``fn`` (:func:`probe`, :func:`throughput` or the daemon's ``probe_peer``) bound to the
     daemon's shared key; ``fn`` itself when there is none."""
     return fn if hmac_key is None else functools.partial(fn, hmac_key=hmac_key)

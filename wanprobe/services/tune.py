@@ -15,13 +15,27 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
 
 from wanprobe.errors import ConfigError, UsageError, WanprobeError
 from wanprobe.safe_text import clean
 from wanprobe.userfiles import check_output_path, existing_dir
 
+if TYPE_CHECKING:
+    from tuners.journal import Entry, Journal, JournalStore
+    from tuners.knob import Tuner
+    from tuners.plan import Plan
+    from tuners.transaction import Prepared
+    from wanprobe.diagnose.verify import Verification
+
 Say = Callable[[str], None]   # one line for stderr
+
+
+class Method(TypedDict):
+    """How a rate test measured (``verify_path``'s keywords of the same names)."""
+
+    duration_s: float
+    omit_s: float
 
 
 @dataclass
@@ -29,9 +43,9 @@ class Applied:
     """What ``apply`` did: the journal (None: nothing to change), the preparation (its skipped
     changes) and the verify loop's answer (None without --verify, or when it could not measure)."""
 
-    journal: Any
-    prep: Any
-    checked: Any = None
+    journal: Journal | None
+    prep: Prepared
+    checked: Verification | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"journal": self.journal.to_json() if self.journal else None,
@@ -44,8 +58,8 @@ class TuneSession:
     """The tuners and the journal store of this namespace. ``say`` receives the one-line
     messages (stderr in the CLI)."""
 
-    tuners: dict
-    store: Any
+    tuners: dict[str, Tuner]
+    store: JournalStore
     say: Say = field(default=lambda line: None)
 
     @classmethod
@@ -54,15 +68,16 @@ class TuneSession:
              say: Say = lambda line: None) -> TuneSession:
         from tuners import netns as ns
         from tuners.journal import JournalStore, state_dir_from, sysctl_dirs_from
-        from tuners.registry import build_tuners
+        from tuners.registry import build_tuners, dscp_policy
 
         proc, sys_ = existing_dir(proc_root, "--proc-root"), existing_dir(sys_root, "--sys-root")
         if netns is not None:  # --netns "" is refused (tuners.netns.enter), never "here"
             ns.enter(netns)
         nft = os.environ.get("WANPROBE_NFT", "nft")
-        tuners = build_tuners(proc, sys_, nft=nft or None, allow_network_control_dscp=allow_nc_dscp)
+        permitted = dscp_policy(allow_network_control=allow_nc_dscp)  # the tuner's and the store's
+        tuners = build_tuners(proc, sys_, nft=nft or None, permitted=permitted)
         store = JournalStore(state_dir_from(state_dir), sysctl_dirs=sysctl_dirs_from(sysctl_d),
-                             permitted=tuners["dscp"].permitted)
+                             permitted=permitted)
         return cls(tuners, store, say)
 
     # -- the journal store ----------------------------------------------------------------
@@ -95,7 +110,7 @@ class TuneSession:
                 if j.state == "applying" and j.belongs_to(inode, cookie)]
 
     # -- plan → apply → verify → rollback ---------------------------------------------------
-    def plan(self, report: str, side: str) -> Any:
+    def plan(self, report: str, side: str) -> Plan:
         """A validated plan from the report's findings for ``side`` (local | peer)."""
         from collectors.route import local_addresses
         from tuners.from_report import build_plan, check_capacity, load_report
@@ -110,7 +125,7 @@ class TuneSession:
             self.say(f"wanprobe: note: this plan could not know {note}")
         return plan
 
-    def dry_run(self, plan: Any) -> Any:
+    def dry_run(self, plan: Plan) -> Prepared:
         """The plan prepared against the live values (its changes and skips); nothing changes."""
         from tuners import plan as plan_mod
         from tuners import transaction
@@ -120,7 +135,7 @@ class TuneSession:
                      "--yes`, `rollback` or `status` rolls it back first")
         return transaction.prepare(plan, self.tuners, host_id=plan_mod.host_id())
 
-    def apply(self, plan: Any, *, persist_dir: Path | None = None, verify: str | None = None,
+    def apply(self, plan: Plan, *, persist_dir: Path | None = None, verify: str | None = None,
               hmac_key: bytes | None = None) -> Applied:
         """Apply ``plan`` as a transaction (journal first, each value verified, undone on
         failure); with ``verify`` re-measure the path to that peer (diagnose/verify.py) by the
@@ -134,7 +149,7 @@ class TuneSession:
         return Applied(journal, prep, self.verify(verify, hmac_key, source_method(plan)))
 
     def verify(self, peer: str | None, hmac_key: bytes | None = None,
-               method: dict[str, float] | None = None) -> Any:
+               method: Method | None = None) -> Verification | None:
         """The closed loop after an apply (None without a peer, or when it could not measure:
         the plan is applied and journalled; only the re-measure failed, said in one line).
         ``method``: the before test's ``duration_s`` and ``omit_s``, so before and after are
@@ -144,12 +159,14 @@ class TuneSession:
         from wanprobe.diagnose.verify import verify_path
 
         try:
-            return verify_path(peer, hmac_key=hmac_key, **(method or {}))
+            if method is None:
+                return verify_path(peer, hmac_key=hmac_key)
+            return verify_path(peer, hmac_key=hmac_key, **method)
         except WanprobeError as exc:
             self.say(f"wanprobe: applied, but --verify could not measure {peer}: {exc}")
             return None
 
-    def rollback(self, journal_id: str | None, *, force: bool = False) -> Any:
+    def rollback(self, journal_id: str | None, *, force: bool = False) -> Journal:
         """The journal rolled back; tuners.transaction.RollbackIncomplete (a TuneError, exit 6)
         carrying the journal when a key was left as it is (see :func:`outcome`)."""
         from tuners import transaction
@@ -177,7 +194,7 @@ class TuneSession:
         return rows
 
 
-def outcome(entry: Any) -> str:
+def outcome(entry: Entry) -> str:
     """What a rollback did to one journal entry's key, as one line: restored (over a value
     someone else set, with --force), already at its old value, or not restored and why. The
     words come from the entry's status and the note the rollback wrote for it
@@ -226,7 +243,11 @@ def persist_dir(persist: bool, sysctl_d: str | None) -> Path | None:
     return Path(chosen or "/etc/sysctl.d")
 
 
-def source_method(plan: Any) -> dict[str, float] | None:
+def _number(v: object) -> TypeGuard[int | float]:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def source_method(plan: Plan) -> Method | None:
     """How the plan's source report measured the forward rate (``duration_s``, ``omit_s``: the
     diagnose TCP test sized from the path, ramp-up left out), for the verify to measure the
     same way; None when the report is not readable or its test left no ramp-up out (a
@@ -242,14 +263,12 @@ def source_method(plan: Any) -> dict[str, float] | None:
     except (WanprobeError, AttributeError):
         return None
     duration, omit = tput.get("requested_duration_s"), tput.get("omit_s")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (duration, omit)):
-        return None
-    if not 0 < omit < duration <= 60:
+    if not (_number(duration) and _number(omit)) or not 0 < omit < duration <= 60:
         return None
     return {"duration_s": float(duration), "omit_s": float(omit)}
 
 
-def source_report(plan: Any, out: str, verify: str | None) -> dict:
+def source_report(plan: Plan, out: str, verify: str | None) -> dict[str, Any]:
     """The report ``plan`` was made from, read and checked before anything changes: it must be
     the same file (its digest) the plan recorded."""
     from tuners.plan import report_ref
@@ -268,7 +287,8 @@ def source_report(plan: Any, out: str, verify: str | None) -> dict:
     return doc
 
 
-def write_verified_report(doc: dict, checked: Any, out: str, say: Say) -> None:
+def write_verified_report(doc: dict[str, Any], checked: Verification | None, out: str,
+                          say: Say) -> None:
     """The source report with ``measurements.verify`` (diagnose/verify.Verification), validated
     and written; nothing when the re-measure failed (said in one line)."""
     from wanprobe.report.document import Report, save

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 
-from wanprobe.daemon.store import ProbeRow, Store
 from wanprobe.errors import shown
+from wanprobe.history.store import ProbeRow, Store
 from wanprobe.windows.profile import (
     GoodputSample,
     PathObservation,

@@ -39,8 +39,7 @@ from typing import Any
 
 import yaml
 
-from wanprobe.daemon.config import ConfigInvalid
-from wanprobe.errors import shown
+from wanprobe.errors import ConfigInvalid, shown
 from wanprobe.userfiles import read_text
 
 MAX_WEB_CONFIG_BYTES = 1 << 20

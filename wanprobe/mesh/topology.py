@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wanprobe.daemon.config import METHODS, ConfigInvalid, Peer
-from wanprobe.errors import ConfigError
+from wanprobe.errors import ConfigError, ConfigInvalid
+from wanprobe.mesh.peer import METHODS, Peer
 from wanprobe.userfiles import read_json, read_text
 
 DEFAULT_METRICS_PORT = 9862

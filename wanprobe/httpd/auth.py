@@ -10,7 +10,7 @@ every request would hand its CPU, and the event loop, to anyone who sends a wron
 - an unknown user is checked against a fixed hash of the same cost, so the time taken does not
   tell which users exist (exporter-toolkit does the same).
 
-A waiting check holds no slot the server would not preempt (http_server.py marks it
+A waiting check holds no slot the server would not preempt (server.py marks it
 ``queued``): wrong passwords from many sources can queue, not deny the scrape a slot.
 """
 
@@ -24,7 +24,7 @@ from collections import OrderedDict
 
 import bcrypt
 
-from wanprobe.daemon.web_config import WebConfig
+from wanprobe.httpd.web_config import WebConfig
 
 CONCURRENT = 1
 CACHE = 1024

@@ -14,7 +14,7 @@ Each response is one route's ``Response``; the server holds every client to:
 - a TLS handshake and request head of at most ``max_head_bytes``, complete within
   ``head_timeout_s``;
 - TLS, client certificates and bcrypt basic auth as the web config says (web_config.py,
-  http_auth.py), on every route but ``open_paths``;
+  auth.py), on every route but ``open_paths``;
 - a body written in ``CHUNK_BYTES`` pieces, each of which must drain within
   ``stall_timeout_s`` and all of them within ``write_timeout_s``: a client that stops reading is
   reset (RST, its kernel buffer freed) instead of pinning a copy of the body in RAM. Five such
@@ -49,8 +49,8 @@ from wanprobe.accept_backoff import (
     connection_cap,
     listen_tcp,
 )
-from wanprobe.daemon.http_auth import BasicAuth
-from wanprobe.daemon.web_config import OPEN, WebConfig, peer_sans
+from wanprobe.httpd.auth import BasicAuth
+from wanprobe.httpd.web_config import OPEN, WebConfig, peer_sans
 
 CHUNK_BYTES = 256 * 1024
 SNDBUF_BYTES = 256 * 1024  # socket(7) SO_SNDBUF: the kernel may queue this much for a client
