@@ -116,7 +116,8 @@ def test_no_import_cycles():
 LAYERS = (
     ("foundation", ("wanprobe", "wanprobe.errors", "wanprobe.safe_text", "wanprobe.units",
                     "wanprobe.atomic_file", "wanprobe.userfiles", "wanprobe.accept_backoff",
-                    "wanprobe.netns", "wanprobe.json_fields", "wanprobe.blocking")),
+                    "wanprobe.netns", "wanprobe.json_fields", "wanprobe.blocking",
+                    "wanprobe.addresses")),
     ("measure", ("collectors", "wanprobe.probe", "wanprobe.throughput", "wanprobe.models")),
     ("judge", ("wanprobe.diagnose",)),
     ("report", ("wanprobe.report",)),

@@ -18,29 +18,16 @@ from pathlib import Path
 import pytest
 from clirun import invoke, one_line_error, run_forked
 from hostile_reports import hostile_report
-from test_output_policy import REPORT
-from tuner_cases import make_proc
+from test_output_policy import need_mknod, plan_args  # noqa: F401 - the fixture
 
 from wanprobe import atomic_file
 from wanprobe.atomic_file import Refused, atomic_write, check_writable, write_output
 
 
-def need_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mknod of a device node needs root (CAP_MKNOD)")
-
-
-@pytest.fixture
-def plan_args(tmp_path: Path) -> list[str]:
-    (tmp_path / "r.json").write_text(json.dumps(REPORT))
-    return ["tune", "plan", "-r", str(tmp_path / "r.json"), "--proc-root",
-            str(make_proc(tmp_path / "proc")), "--state-dir", str(tmp_path / "st")]
-
-
 @pytest.fixture
 def nodev(tmp_path: Path):
     """A directory on a tmpfs mounted nodev: a device node there cannot be opened at all."""
-    need_root()
+    need_mknod()
     d = tmp_path / "nodev"
     d.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "nodev,size=1m", "wanprobe-test", str(d)],
@@ -115,7 +102,7 @@ def test_fifo_reader_that_reads_gets_everything_within_the_deadline(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0 and bytes(got) == data
 
 
-def test_memory_device_is_named_and_never_opened(nodev, plan_args):
+def test_memory_device_is_named_and_never_opened(nodev, plan_args):  # noqa: F811
     mem = chardev(nodev / "mem", 1, 1)   # /dev/mem's numbers
     with pytest.raises(Refused, match=r"is a character device \(1:1\); not written"):
         check_writable(mem)
@@ -126,15 +113,15 @@ def test_memory_device_is_named_and_never_opened(nodev, plan_args):
     assert stat.S_ISCHR(os.lstat(mem).st_mode)
 
 
-def test_device_without_a_driver_is_not_called_a_fifo(tmp_path, plan_args):
-    need_root()
+def test_device_without_a_driver_is_not_called_a_fifo(tmp_path, plan_args):  # noqa: F811
+    need_mknod()
     ghost = chardev(tmp_path / "ghost", 1, 250)   # no memory device has minor 250: ENXIO
     line = one_line_error(r := invoke(*plan_args, "-o", str(ghost)))
     assert r.returncode == 2 and "no process reads" not in line, line
     assert "is a character device (1:250); not written" in line
 
 
-def test_terminal_is_refused_and_gets_nothing(plan_args):
+def test_terminal_is_refused_and_gets_nothing(plan_args):  # noqa: F811
     master, slave = os.openpty()
     try:
         tty = os.ttyname(slave)

@@ -70,7 +70,7 @@ def daemon(
                        f"tuners {', '.join(sorted({c['tuner'] for c in changes})) or '-'}")
             return
         if check:  # the same checks as SIGHUP's reload (runtime.check_runtime)
-            cfg, peers = check_runtime(config, web_config_file)
+            cfg, peers, web = check_runtime(config, web_config_file)
             shown_peers = [f"{p.name}={p.address}" + (f" ({p.site})" if p.site else "")
                            for p in peers[:MAX_PEERS_SHOWN]]
             more = len(peers) - len(shown_peers)
@@ -78,10 +78,8 @@ def daemon(
                              f"{len(peers)} peers: " + ", ".join(shown_peers)
                              + (f", and {more} more" if more > 0 else "")))
             _warn_unscrapable(cfg)
-            from wanprobe.httpd.web_config import load_web_config
-
             typer.echo(f"listener {cfg.metrics_listen[0]}:{cfg.metrics_listen[1]}: "
-                       + load_web_config(cfg.web_config_file).describe()
+                       + web.describe()
                        + (f" ({cfg.web_config_file})" if cfg.web_config_file else ""))
             t = cfg.throughput
             if t.enabled:

@@ -9,8 +9,7 @@ from collections.abc import Callable
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.config import DaemonConfig
 from wanprobe.daemon.metrics import DaemonMetrics, MetricsServer
-from wanprobe.errors import WanprobeError
-from wanprobe.httpd.web_config import load_web_config
+from wanprobe.httpd.web_config import WebConfig, load_web_config
 
 
 def open_paths(cfg: DaemonConfig) -> frozenset[str]:
@@ -26,18 +25,12 @@ def build(metrics: DaemonMetrics, health: Callable, cfg: DaemonConfig) -> Metric
     return server
 
 
-def reload(server: MetricsServer | None, cfg: DaemonConfig) -> None:
-    """New connections under the reloaded web config; one that no longer loads (changed since
-    the reload checked it) leaves the listener as it was and says why."""
+def reload(server: MetricsServer | None, cfg: DaemonConfig, web: WebConfig) -> None:
+    """New connections under ``web``, the web config the reload checked (runtime.check_runtime);
+    connections under way finish under the old one."""
     if server is None:
         return
-    try:
-        web = load_web_config(cfg.web_config_file)
-    except WanprobeError as exc:
-        dlog.log(logging.ERROR, "reload: web config refused, the listener keeps the old one",
-                 problem=exc)
-        return
-    if web.source != server.http.web.source or web != server.http.web:
+    if web != server.http.web:
         dlog.log(logging.INFO, "listener web config loaded", web=web.source or "-",
                  serves=web.describe())
     server.http.set_web(web)

@@ -224,7 +224,7 @@ class Daemon:
             return
         self.notifier.reloading()
         try:
-            cfg, peers = await run_blocking(check_runtime, self.config_path, self.web_override)
+            cfg, peers, web = await run_blocking(check_runtime, self.config_path, self.web_override)
         except WanprobeError as exc:
             problems = getattr(exc, "problems", None) or [str(exc)]
             for p in problems:
@@ -243,7 +243,7 @@ class Daemon:
             cfg = replace(cfg, **{k: getattr(self.cfg, k) for k in restart_needed})
         self.loss_windows.retune(cfg.baseline.loss_short_s, cfg.baseline.loss_long_s)
         self.cfg, self.peers = cfg, peers
-        listener.reload(getattr(self, "_server", None), cfg)
+        listener.reload(getattr(self, "_server", None), cfg, web)
         dlog.set_style(cfg.log_format)
         self.baseline.s = cfg.baseline
         if hasattr(self.reflector, "set_limits"):

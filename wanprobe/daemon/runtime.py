@@ -12,7 +12,7 @@ from wanprobe.daemon import budget
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.config import DaemonConfig, load_config
 from wanprobe.daemon.state_dir import check_state_dir
-from wanprobe.httpd.web_config import load_web_config
+from wanprobe.httpd.web_config import WebConfig, load_web_config
 from wanprobe.mesh import topology
 from wanprobe.mesh.peer import Peer
 
@@ -57,13 +57,13 @@ def load_runtime(path: Path, web_config_file: Path | None = None
 
 
 def check_runtime(path: Path, web_config_file: Path | None = None
-                  ) -> tuple[DaemonConfig, tuple[Peer, ...]]:
+                  ) -> tuple[DaemonConfig, tuple[Peer, ...], WebConfig]:
     """Everything ``daemon --check`` refuses, and SIGHUP runs before it applies anything: the
     config, its key files and the mesh (:func:`load_runtime`), then the state dir as the daemon
     uses it (state_dir.py), and the listener's web config (httpd/web_config.py: certificates load,
     bcrypt hashes only). One function, so a reload never accepts what the next start would
-    refuse with exit 2 (``RestartPreventExitStatus=2`` would leave the daemon down, issue 37)."""
+    refuse with exit 2 (``RestartPreventExitStatus=2`` would leave the daemon down, issue 37).
+    Returns the web config it loaded, for the listener to serve under."""
     cfg, peers = load_runtime(path, web_config_file)
     check_state_dir(cfg.state_dir, cfg.reports_dir)
-    load_web_config(cfg.web_config_file)
-    return cfg, peers
+    return cfg, peers, load_web_config(cfg.web_config_file)

@@ -39,8 +39,8 @@ class BasicAuth:
         self.users = dict(web.users)
         self._cache: OrderedDict[bytes, str | None] = OrderedDict()
         self._sem = asyncio.Semaphore(CONCURRENT)
-        cost = max((int(h[4:6]) for h in self.users.values()), default=4)
-        self._dummy = bcrypt.hashpw(_DUMMY_PASSWORD, bcrypt.gensalt(cost)) if self.users else b""
+        self._cost = max((int(h[4:6]) for h in self.users.values()), default=4)
+        self._dummy: bytes | None = None  # made on first use, in the worker thread, not the loop
 
     async def check(self, header: str | None) -> str | None:
         creds = parse_basic(header)
@@ -62,6 +62,8 @@ class BasicAuth:
         hashed = self.users.get(user)
         try:
             if hashed is None:
+                if self._dummy is None:
+                    self._dummy = bcrypt.hashpw(_DUMMY_PASSWORD, bcrypt.gensalt(self._cost))
                 bcrypt.checkpw(password, self._dummy)
                 return False
             return bcrypt.checkpw(password, hashed)

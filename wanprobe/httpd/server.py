@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import ipaddress
 import socket
 import ssl
 import struct
@@ -49,6 +48,7 @@ from wanprobe.accept_backoff import (
     connection_cap,
     listen_tcp,
 )
+from wanprobe.addresses import source_group
 from wanprobe.httpd.auth import BasicAuth
 from wanprobe.httpd.web_config import OPEN, WebConfig, peer_sans
 
@@ -112,7 +112,7 @@ class _Conn:
     (``head``: TLS handshake or request head not yet complete; ``queued``: waiting for a password
     check; ``respond``; ``write``) and when it last moved."""
 
-    source: str
+    source: str | bytes
     since: float
     phase: str = "head"
     moved: float = 0.0
@@ -132,7 +132,7 @@ class BoundedHttpServer:
         self.counts: Counter[str] = Counter()
         self.open_paths = open_paths      # served without authentication (``/healthz``)
         self._conns: dict[int, _Conn] = {}
-        self._by_source: Counter[str] = Counter()
+        self._by_source: Counter[str | bytes] = Counter()
         self._lsock: socket.socket | None = None
         self._accept_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -174,7 +174,7 @@ class BoundedHttpServer:
         loop = asyncio.get_running_loop()
         while True:
             sock, addr = await accept(self._lsock, backoff)
-            source = source_of(addr[0])
+            source = source_group(addr[0])
             if self._by_source[source] >= self.limits.per_source and not self._preempt(source):
                 self.counts["per_source_limit"] += 1
                 _refuse(sock)
@@ -193,7 +193,7 @@ class BoundedHttpServer:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _preempt(self, source: str | None = None) -> bool:
+    def _preempt(self, source: str | bytes | None = None) -> bool:
         """Make room for a new connection at the cap (``source``: at that source's share, among
         its own): the oldest one still in its handshake or request head (or queued for a
         password check), else the writer stalled longest (nothing drained for
@@ -226,13 +226,13 @@ class BoundedHttpServer:
 
     async def _serve(self, sock: socket.socket, addr: tuple, conn: _Conn) -> None:
         writer, sent = None, False
-        web = self.web
+        web, auth = self.web, self._auth   # the settings it was accepted under, to its end
         try:
             async with asyncio.timeout(self.limits.head_timeout_s):
                 reader, writer = await _open(sock, web, self.limits.max_head_bytes)
                 head = await reader.readuntil(b"\r\n\r\n")
             request = _parse(head, addr)
-            response = await self._guarded(request, writer, web, conn)
+            response = await self._guarded(request, writer, web, auth, conn)
             conn.phase, conn.moved = "write", time.monotonic()
             await self._send(writer, request, response, web, conn)
             sent = True
@@ -258,7 +258,7 @@ class BoundedHttpServer:
                 _reset(writer)
 
     async def _guarded(self, request: Request | None, writer: asyncio.StreamWriter,
-                       web: WebConfig, conn: _Conn) -> Response:
+                       web: WebConfig, auth: BasicAuth | None, conn: _Conn) -> Response:
         """The route's response, once the client has shown what ``web`` asks: a client
         certificate naming an allowed SAN, a password matching a bcrypt hash."""
         if request is None or request.method not in ("GET", "HEAD"):
@@ -266,7 +266,6 @@ class BoundedHttpServer:
         if web.allowed_sans and not peer_sans(writer.get_extra_info("peercert")) & web.allowed_sans:
             self.counts["client_cert_refused"] += 1
             return Response(403, b"client certificate not allowed\n")
-        auth = self._auth if web is self.web else (BasicAuth(web) if web.users else None)
         if auth is not None and request.path not in self.open_paths:
             conn.phase = "queued"   # preemptible while bcrypt works for others
             user = await auth.check(request.headers.get("authorization"))
@@ -325,20 +324,6 @@ async def _open(sock: socket.socket, web: WebConfig, limit: int
     transport, _ = await loop.connect_accepted_socket(
         lambda: protocol, sock=sock, ssl=web.ssl_context, ssl_handshake_timeout=None)
     return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
-
-
-def source_of(address: str) -> str:
-    """The unit a per-source limit counts: an IPv4 address (v4-mapped too), an IPv6 /64 (one
-    host's SLAAC and privacy addresses, RFC 4941, share it)."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return address
-    if ip.version == 6 and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    if ip.version == 6:
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-    return str(ip)
 
 
 def _parse(head: bytes, addr: tuple) -> Request | None:

@@ -54,9 +54,10 @@ group.
 from __future__ import annotations
 
 import random
-import socket
 from collections import OrderedDict
 from collections.abc import Iterator
+
+from wanprobe.addresses import source_group
 
 MAX_SESSIONS = 65536
 PER_SOURCE = 1024
@@ -69,21 +70,6 @@ SECOND_CHANCES = 8      # active entries skipped per new session before it is re
 # session list indices
 (RX, TX, SEEN, FOLLOW_UP, EPOCH, FIRST, RATE_LIMITED, REFUSED, REPLAY_HI, REPLAY_MASK, START,
  GROUP) = range(12)
-
-
-def source_group(address: str) -> str | bytes:
-    """The share ``address`` counts against: an IPv4 address itself (a v4-mapped IPv6 address,
-    from a dual-stack socket, as its IPv4 address); an IPv6 address's /64. One host may use any
-    address of its /64 (RFC 4291 §2.5.4 64-bit interface identifiers; RFC 8981 temporary
-    addresses), so per IPv6 address one host could hold the whole table."""
-    if ":" not in address:
-        return address
-    if address.startswith("::ffff:") and "." in address:
-        return address[7:]
-    try:
-        return socket.inet_pton(socket.AF_INET6, address.split("%", 1)[0])[:8]
-    except OSError:
-        return address
 
 
 def new_session(now_s: float, group: str | bytes | None = None) -> list:
