@@ -11,12 +11,14 @@ sysctls.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -82,10 +84,80 @@ def require_tool(name: str) -> str:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The fast tier (``pytest -m "not lab"``) runs what needs only this Python process:
     every ``netns`` (a namespace lab) and ``slow`` (a long sweep or acceptance run) test is
-    also ``lab``, beside the tests marked ``lab`` because they start a real server process."""
+    also ``lab``, beside the tests marked ``lab`` because they start a real server process.
+    On an xdist worker, the ``alone`` tests are listed for the controller's scheduler."""
     for item in items:
         if item.get_closest_marker("netns") or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.lab)
+    run = _run_dir()
+    if run is not None and os.environ.get("PYTEST_XDIST_WORKER"):
+        alone = sorted(item.nodeid for item in items if item.get_closest_marker("alone"))
+        with contextlib.suppress(OSError):
+            (run / f"alone.{os.environ['PYTEST_XDIST_WORKER']}").write_text("\n".join(alone))
+
+
+# --- tests side by side --------------------------------------------------------------------
+# The suite runs on pytest-xdist workers (pyproject addopts): most lab tests wait on a delay
+# line, a timer or a server, and several fit beside each other on 2 cores. A test whose figure
+# depends on this host's CPU (a line rate, a CPU share, a flood, a memory bound, a real
+# all-reduce, a browser) is marked ``alone``: every such test goes to one worker, where it takes
+# this run's lock exclusively; every other test takes it shared, so an ``alone`` test starts
+# only once the running tests are done and none starts before it ends. A file's other tests
+# stay on one worker (its module-scoped labs are built once). Outside xdist (``-n 0``, one
+# test) there is nothing to share. (xdist's own ``xdist_group`` renames node ids, which pytest 9
+# no longer allows; the scheduler below groups by node id instead.)
+_RUN_DIR_ENV = "WANPROBE_TEST_RUN_DIR"
+
+
+def _run_dir() -> Path | None:
+    run = os.environ.get(_RUN_DIR_ENV)
+    return Path(run) if run else None
+
+
+def pytest_configure(config) -> None:
+    if (not hasattr(config, "workerinput") and config.pluginmanager.hasplugin("xdist")
+            and config.getoption("numprocesses", None)):
+        os.environ[_RUN_DIR_ENV] = tempfile.mkdtemp(prefix="wanprobe-tests-")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """File by file, and every ``alone`` test (as the workers listed them) on one worker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SideBySide(LoadScopeScheduling):
+        _alone: frozenset[str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._alone is None:
+                run = _run_dir()
+                listed = sorted(run.glob("alone.*")) if run else []
+                self._alone = frozenset(listed[0].read_text().split("\n")) if listed else \
+                    frozenset()
+            return "alone" if nodeid in self._alone else nodeid.split("::")[0]
+
+    return SideBySide(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Outermost (before pytest-timeout starts its clock and around rerunfailures' retries):
+    the wait for the lock is not the test's time."""
+    run = _run_dir()
+    if run is None or not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    fd = os.open(run / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def pytest_unconfigure(config) -> None:
+    run = _run_dir()
+    if run is not None and not hasattr(config, "workerinput"):  # the controller, at the end
+        shutil.rmtree(run, ignore_errors=True)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -1,7 +1,7 @@
 """Random but valid measurement sets for the rule engine's golden (tests/test_rules_golden.py).
 
-Each set is what ``run_rules`` takes: a report's ``measurements`` and ``host`` dicts and a
-``DiagnoseConfig``, in the shapes the producers write (the builders of test_diagnose_rules.py for
+Each set is what ``run_rules`` takes once the report codec has typed it: a report's
+``measurements`` and ``host`` dicts and a ``DiagnoseConfig``, in the shapes the producers write (the builders of test_diagnose_rules.py for
 probe, throughput, host and peer facts; ``probe.path_groups.summarize`` for the ECMP summary).
 Each set draws from its own ``random.Random(SEED + i)``, so one set does not depend on another,
 and nothing reads the clock or the host.

@@ -15,10 +15,10 @@ import report_shape
 # Keys a reader asks for that a diagnose report does not carry but another writer does.
 WRITTEN_ELSEWHERE = {
     ("measurements", "paths"): "`wanprobe paths` judges its own document as {'paths': doc} "
-                               "(commands/paths.py, Measured.paths_summary)",
+                               "(services/paths.py, Measured.paths_summary)",
     ("measurements", "verify"): "`tune apply --verify PEER --report-out` (commands/tune.py; "
                                 "test_tune_verify_lab.py)",
-    **{("host", "ifaces", "*", ring): "diagnose/host_config.py, where the NIC answers the "
+    **{("host", "ifaces", "*", ring): "collectors/host_config.py, where the NIC answers the "
        "ring ioctl (ETHTOOL_GRINGPARAM); the lab's veth does not"
        for ring in ("rx_ring", "tx_ring", "rx_ring_max", "tx_ring_max")},
 }
@@ -98,9 +98,8 @@ def ask_every_reader(doc: dict) -> set[tuple[str, ...]]:
     from tuners.nccl_env import facts_from_report
     from tuners.registry import build_tuners
     from wanprobe.diagnose.engine import run_rules
-    from wanprobe.diagnose.host_inputs import Host
-    from wanprobe.diagnose.measured import Measured
     from wanprobe.pictures.report_html import report_page
+    from wanprobe.report.codec import host_of, measured_of
     from wanprobe.report.document import Report
     from wanprobe.report.impact_reader import candidate_from_report
     from wanprobe.report.render_md import render_markdown
@@ -108,9 +107,7 @@ def ask_every_reader(doc: dict) -> set[tuple[str, ...]]:
 
     log: set[tuple[str, ...]] = set()
     tracked = track(doc, (), log)
-    Measured.from_report(tracked["measurements"])
-    Host.from_report(tracked["host"])
-    run_rules(tracked["measurements"], tracked["host"])
+    run_rules(measured_of(tracked["measurements"]), host_of(tracked["host"]))
     facts_from_report(tracked)
     from_report.knobs_of(tracked)
     from_report.slow_nic(tracked)

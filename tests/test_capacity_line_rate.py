@@ -25,7 +25,7 @@ from conftest import RATE_RERUNS, require, require_tool
 from wanprobe.lab import measure, netns
 from wanprobe.lab.scenario import run_wanprobe_json, start_reflector
 
-pytestmark = [pytest.mark.netns]
+pytestmark = [pytest.mark.alone, pytest.mark.netns]
 
 BIG = "4096 131072 536870912"
 SPIN = """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +127,28 @@ def test_each_bad_key_is_one_line_naming_it(patch, key):
     assert len(problems) == 1, problems
     assert problems[0].startswith(f"{key}: "), problems
     assert "\n" not in problems[0]
+
+
+@pytest.mark.parametrize(("content", "words"), [("short\n", "at least 16 characters (got 5)"),
+                                               (b"\xff" * 20, "not UTF-8"), (None, "cannot read")])
+def test_the_daemon_reads_its_key_file_as_the_cli_does(tmp_path, content, words):
+    """Issue 38: one reader of the key file (userfiles.read_key_file), one length rule."""
+    from wanprobe.errors import UsageError
+    from wanprobe.userfiles import read_hmac_key_file
+
+    key = tmp_path / "hmac.key"
+    if content is not None:
+        key.write_bytes(content if isinstance(content, bytes) else content.encode())
+    doc = {"daemon": {"state_dir": "/var/lib/wanprobe", "hmac_key_file": str(key)},
+           "peers": [{"name": "tokyo-1", "address": "198.18.0.2"}]}
+    with pytest.raises(ConfigInvalid) as info:
+        parse_config(doc)
+    assert len(info.value.problems) == 1 and words in info.value.problems[0]
+    assert info.value.problems[0].startswith("daemon.hmac_key_file: ")
+    with pytest.raises(UsageError, match=re.escape(words)):
+        read_hmac_key_file(str(key))
+    key.write_text("  0123456789abcdef0123\n")
+    assert parse_config(doc).hmac_key == read_hmac_key_file(str(key)) == b"0123456789abcdef0123"
 
 
 def test_all_problems_reported_together():

@@ -228,7 +228,7 @@ def test_baseline_aggregates_stay_equal_to_a_recomputation():
                                  rtt_p50_ms=20 + rng.random(),
                                  rtt_p99_ms=None if rng.random() < 0.2 else 25 + rng.random()))
         st = b._peers["p"]
-        rows = list(st.history)
+        rows = list(st.rows.history)
         assert st.sorted_ms["rtt_p50_ms"] == sorted(r.rtt_p50_ms for r in rows)
         assert st.sorted_ms["rtt_p99_ms"] == sorted(r.rtt_p99_ms for r in rows
                                                     if r.rtt_p99_ms is not None)

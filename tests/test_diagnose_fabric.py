@@ -370,6 +370,7 @@ def test_fixture_tree_is_clean_with_pfc_on_prio3(tmp_path):
     from collectors.snapshot import collect
     from wanprobe.diagnose.engine import run_rules
     from wanprobe.diagnose.fabric_counters import pfc_off, pfc_priorities
+    from wanprobe.report.codec import measured_of
 
     c = counters(tmp_path)
     eth = tmp_path / "eth1"
@@ -377,7 +378,8 @@ def test_fixture_tree_is_clean_with_pfc_on_prio3(tmp_path):
                  dcb=False).netdevs[NETDEV]
     assert pfc_priorities(nd) == {3} and not pfc_off(nd, 3) and pfc_off(nd, 0)
     assert nd.ecn.enabled_on("roce_np", 3) and nd.ecn.enabled_on("roce_rp", 3)
-    out = run_rules(meas(counters=c), None)  # clean: PFC pausing briefly is an info note
+    # clean: PFC pausing briefly is an info note
+    out = run_rules(measured_of(meas(counters=c)), None)
     assert ids(out) == ["pfc.pause_active"] and out[0].severity == "info"
 
 
@@ -400,9 +402,10 @@ def test_roce_drops_with_pfc_on_is_lossless_drops(tmp_path):
 @pytest.mark.parametrize("make", [drops_pfc_off, ecn_off, storm])
 def test_engine_ranks_fabric_fault_first(tmp_path, make):
     from wanprobe.diagnose.engine import run_rules
+    from wanprobe.report.codec import measured_of
 
     c, want = make(tmp_path)
-    out = run_rules(meas(counters=c), None)
+    out = run_rules(measured_of(meas(counters=c)), None)
     assert out[0].id == want, ids(out)
     assert len(ids(out)) == len(set(ids(out)))
 
@@ -415,8 +418,10 @@ def test_storm_share_and_impact(tmp_path):
 
 def test_ecn_off_gives_one_finding_with_both_knobs(tmp_path):
     from wanprobe.diagnose.engine import run_rules
+    from wanprobe.report.codec import measured_of
 
-    out = run_rules(meas(counters=counters(tmp_path, ecn_off=("roce_np", "roce_rp"))), None)
+    out = run_rules(measured_of(meas(counters=counters(tmp_path, ecn_off=("roce_np", "roce_rp")))),
+                    None)
     assert ids(out).count("roce.ecn_disabled") == 1
     f = out[ids(out).index("roce.ecn_disabled")]
     assert {k.key for k in f.knobs} == {f"{NETDEV}/ecn_np/3", f"{NETDEV}/ecn_rp/3"}

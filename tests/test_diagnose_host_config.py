@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wanprobe.diagnose.host_config import (
+from collectors.host_config import (
     fq_available,
     parse_tc_qdisc_json,
     read_host_config,

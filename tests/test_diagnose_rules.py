@@ -2,8 +2,8 @@
 ranks the intended fault first on crafted measurement sets (issue 6 "the top finding names it").
 
 Inputs are plain dicts in the JSON shapes of issues 3 (probe), 4 (throughput) and 5 (counters),
-and the report's host dict (typed with ``Measured.from_report`` and ``Host.from_report`` where a
-test calls a rule itself).
+and the report's host dict (typed by the report codec, ``measured_of`` and ``host_of``, as the
+engine's callers do).
 Fabric rules and their ranking: test_diagnose_fabric.py."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.measured import Measured
 from wanprobe.models.bdp import window_limited_rate_bps
 from wanprobe.models.tcp_rate import mathis_rate_bps
+from wanprobe.report.codec import host_of, measured_of
 from wanprobe.report.document import Finding
 
 SYN = FIXTURE_TREES / "synthetic"
@@ -42,14 +43,14 @@ def host(**sysctls) -> dict:
 
 
 def typed(h: dict | None) -> Host | None:
-    """The typed host a rule takes: the engine builds it once from the report's host dict."""
-    return Host.from_report(h)
+    """The typed host a rule takes, from the report's host dict (the report codec)."""
+    return host_of(h)
 
 
 def measured(m: dict) -> Measured:
-    """The typed measurements a rule takes: the engine builds them once from the report's
-    measurement dict."""
-    return Measured.from_report(m)
+    """The typed measurements a rule takes, from the report's measurement dict (the report
+    codec)."""
+    return measured_of(m)
 
 
 def tuned_host() -> dict:
@@ -123,7 +124,7 @@ def test_window_limited_by_a_slow_reader_gets_no_buffer_knobs():
     assert f.id == "path.receiver_app_limited" and f.severity == "warning" and f.knobs == ()
     t2 = throughput(4.3e9, "receive_window", rtt_ms=2, rwnd_us=420_000,
                     peer_window_max_bytes=30_000_000)
-    out = run_rules(meas(path=probe(2), throughput=t2), host(), DiagnoseConfig(link_rate_bps=1e11))
+    out = run_rules(measured_of(meas(path=probe(2), throughput=t2)), host_of(host()), DiagnoseConfig(link_rate_bps=1e11))
     assert "host.buffers_below_bdp" in ids(out)  # not merged into a finding that says "no"
     assert next(f for f in out if f.id == "path.receiver_app_limited").knobs == ()
 
@@ -294,13 +295,13 @@ def test_no_fq_when_module_missing_is_info_without_knobs():
 def test_typed_host_from_report_and_from_facts():
     h = host()
     h["sysctls"].pop("net.ipv4.tcp_notsent_lowat")
-    t = Host.from_report(h)
+    t = host_of(h)
     assert t.tcp_rmem_bytes == (4096, 131072, 6291456) and t.tcp_mtu_probing == 1
     assert t.tcp_notsent_lowat_bytes is None and t.cc_current == "bbr"  # absent is None
     assert t.iface("wan0").mtu_bytes == 1500 and t.iface("eth9") is None
-    assert Host.from_report(None) is None and Host.from_report({}) is None
-    assert Host.from_report(["not", "a", "host"]) is None and Host.from_report("x") is None
-    p = Host.from_facts(Host.from_report(dict(h, facts=peer_facts("cubic"))).facts)
+    assert host_of(None) is None and host_of({}) is None
+    assert host_of(["not", "a", "host"]) is None and host_of("x") is None
+    p = Host.from_facts(host_of(dict(h, facts=peer_facts("cubic"))).facts)
     assert p.which == "peer" and p.cc_current == "cubic" and p.default_qdisc is None
     assert p.iface("wan0").qdisc == "pfifo_fast" and p.tcp_rmem_bytes == (4096, 131072, 6291456)
 
@@ -321,7 +322,7 @@ def test_peer_default_cc_is_judged_from_its_host_facts():
     its finding and knob name the peer. Its qdisc is not judged (the facts cannot say whether
     sch_fq exists there)."""
     cfg = DiagnoseConfig(link_rate_bps=10e9)
-    out = run_rules(meas(path=probe(60), peer_facts=peer_facts("cubic")), host(), cfg)
+    out = run_rules(measured_of(meas(path=probe(60), peer_facts=peer_facts("cubic"))), host_of(host()), cfg)
     f = next(f for f in out if f.id == "host.loss_based_default_cc")
     assert f.host == "peer" and "peer host" in f.title
     assert f.evidence["tcp_congestion_control"] == "cubic"
@@ -330,11 +331,11 @@ def test_peer_default_cc_is_judged_from_its_host_facts():
         ("net.ipv4.tcp_congestion_control", "bbr", "peer")]
     assert [g.host for g in out if g.id == "host.no_fq_pacing"] == []
     for quiet in (peer_facts("bbr"), peer_facts("cubic", available=("reno", "cubic")), None):
-        out = run_rules(meas(path=probe(60), peer_facts=quiet), host(), cfg)
+        out = run_rules(measured_of(meas(path=probe(60), peer_facts=quiet)), host_of(host()), cfg)
         assert "host.loss_based_default_cc" not in ids(out)
     # both ends on a loss-based cc: one finding each, the local one as before (for both ends)
-    out = run_rules(meas(path=probe(60), peer_facts=peer_facts("cubic")),
-                    host(net__ipv4__tcp_congestion_control="cubic"), cfg)
+    out = run_rules(measured_of(meas(path=probe(60), peer_facts=peer_facts("cubic"))),
+                    host_of(host(net__ipv4__tcp_congestion_control="cubic")), cfg)
     both = [f for f in out if f.id == "host.loss_based_default_cc"]
     assert sorted(str(f.host) for f in both) == ["None", "peer"]
     assert next(f for f in both if f.host is None).knobs[0].side == "both"
@@ -363,7 +364,7 @@ SCENARIOS = {
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_engine_ranks_path_fault_first(name):
     m, want = SCENARIOS[name]
-    out = run_rules(m, untuned_host(), DiagnoseConfig(link_rate_bps=10e9 if name != "lossy_reno" else 1e9))
+    out = run_rules(measured_of(m), host_of(untuned_host()), DiagnoseConfig(link_rate_bps=10e9 if name != "lossy_reno" else 1e9))
     assert "engine.rule_error" not in ids(out)
     assert out[0].id == want, ids(out)
     assert len(ids(out)) == len(set(ids(out)))
@@ -371,7 +372,7 @@ def test_engine_ranks_path_fault_first(name):
 
 def test_engine_merges_host_buffer_knobs_into_window_finding():
     m, _ = SCENARIOS["window_limited"]
-    out = run_rules(m, untuned_host(), DiagnoseConfig(link_rate_bps=10e9))
+    out = run_rules(measured_of(m), host_of(untuned_host()), DiagnoseConfig(link_rate_bps=10e9))
     assert "host.buffers_below_bdp" not in ids(out)
     assert {"net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"} <= {k.key for k in out[0].knobs}
 
@@ -381,7 +382,7 @@ def test_rule_error_is_reported_not_raised():
         raise KeyError("boom")
 
     broken.rule_id = "path.broken"
-    out = run_rules(meas(), None, rules=(broken,))
+    out = run_rules(measured_of(meas()), None, rules=(broken,))
     assert ids(out) == ["engine.rule_error"] and "boom" in out[0].evidence["error"]
 
 
@@ -407,10 +408,10 @@ def test_knobs_use_the_tuners_key_formats(tmp_path):
 
     knobs = []
     for m, _ in SCENARIOS.values():
-        knobs += [k for f in run_rules(m, untuned_host(), DiagnoseConfig(link_rate_bps=10e9))
+        knobs += [k for f in run_rules(measured_of(m), host_of(untuned_host()), DiagnoseConfig(link_rate_bps=10e9))
                   for k in f.knobs]
     for make in (fabric.drops_pfc_off, fabric.ecn_off, fabric.storm):
-        knobs += [k for f in run_rules(meas(counters=make(tmp_path / make.__name__)[0]), None)
+        knobs += [k for f in run_rules(measured_of(meas(counters=make(tmp_path / make.__name__)[0])), None)
                   for k in f.knobs]
     h = untuned_host()
     h["ifaces"]["wan0"]["qdisc"] = "pfifo_fast"

@@ -80,7 +80,7 @@ def test_a_rule_runs_only_where_its_parts_are():
 
     rules = (on_report, on_counters, on_trend)
     assert judge(Context(), rules) == [] and calls == []
-    judge(Context(measured=Measured.from_report({}), config=DiagnoseConfig()), rules)
+    judge(Context(measured=Measured(legacy=True), config=DiagnoseConfig()), rules)
     assert calls == [("report", None)]  # a report without a host is still judged
     calls.clear()
     judge(Context.of_counters(object()), rules)  # one snapshot: no rates, a window of 0

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 from conftest import load_bench, require
 
-pytestmark = [pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.alone, pytest.mark.slow, pytest.mark.netns, pytest.mark.timeout(420)]
 
 
 

@@ -26,7 +26,7 @@ from fleet_sites import free_port_in, start, stop_all
 from test_daemon_process import daemons, write_config  # noqa: F401 - the daemon fixture
 from tls_certs import PASSWORD, bcrypt_hash, make_certs, web_config
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.alone, pytest.mark.lab]
 HOSTILE = Path(__file__).with_name("hostile_clients.py")
 ATTACK_S = 24.0
 

@@ -155,6 +155,7 @@ def test_probe_flows_spreads_packets_and_reports_per_fingerprint():
     assert sum(p["flows"] for p in fps.values()) == 8
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_paths_cpu_is_within_twice_one_probe_with_the_same_packets():
     """The loose form of bench/paths_cost.py: CPU seconds (getrusage, not wall time) of

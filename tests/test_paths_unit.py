@@ -110,15 +110,15 @@ def test_paths_cli_bad_input_is_one_line(args, message):
 def test_ecmp_imbalance_finding_names_path_share_and_hop():
     from wanprobe.diagnose.engine import run_rules
     from wanprobe.diagnose.inputs import DiagnoseConfig
-    from wanprobe.diagnose.measured import Measured
     from wanprobe.diagnose.rules_ecmp import NCCL_SOCKETS, ecmp_imbalance
+    from wanprobe.report.codec import measured_of
 
     good, bad = ("r1", "p0", "dst"), ("r1", "p1", "dst")
     flows = [_flow(1, good, 0), _flow(2, bad, 9), _flow(3, good, 0), _flow(4, good, 0)]
     _, summary = summarize(flows)
 
     def judge(m: dict):
-        return ecmp_imbalance(Measured.from_report(m), None, DiagnoseConfig())
+        return ecmp_imbalance(measured_of(m), None, DiagnoseConfig())
 
     f = judge({"paths": {"summary": summary}})
     assert f is not None and f.id == "path.ecmp_imbalance"
@@ -128,8 +128,8 @@ def test_ecmp_imbalance_finding_names_path_share_and_hop():
     assert ev["distinct_hop"] == {"ttl": 2, "address": "p1"}
     assert "25 %" in f.recommendation and "p1 at TTL 2" in f.recommendation
     # registered with diagnose's rules
-    assert "path.ecmp_imbalance" in {x.id for x in run_rules({"paths": {"summary": summary}},
-                                                             None, DiagnoseConfig())}
+    assert "path.ecmp_imbalance" in {x.id for x in run_rules(
+        measured_of({"paths": {"summary": summary}}), None, DiagnoseConfig())}
     # same paths: nothing to report
     _, same = summarize([_flow(1, good, 0), _flow(2, bad, 0)])
     assert judge({"paths": {"summary": same}}) is None

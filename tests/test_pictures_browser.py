@@ -29,7 +29,7 @@ from daemon_toml import LAB_PROBE, daemon_toml
 from wanprobe.lab import Lab, netns
 from wanprobe.lab.scenario import start_reflector
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.alone, pytest.mark.netns]
 EVIL = "<script>alert(1)</script> $$x^2$$"
 CHECKER = str(Path(__file__).with_name("browser_check.py"))
 PORT = 9862

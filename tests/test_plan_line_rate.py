@@ -19,6 +19,7 @@ from tuners.from_report import build_plan
 from wanprobe.diagnose.engine import run_rules
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.models.collectives import split_sockets
+from wanprobe.report.codec import host_of, measured_of
 
 GOLDEN = Path(__file__).parent / "fixtures" / "golden" / "report_lab.json"
 PAGE = 4096
@@ -40,7 +41,8 @@ def line_rate_report(rate_bps: float, *, tcp_mem=TCP_MEM_24G, rmem_max: int = 21
     if verdict:
         for part in ("throughput", "throughput_reverse"):
             m[part]["limited_by"]["verdict"] = verdict
-    doc["findings"] = [f.to_json() for f in run_rules(m, doc["host"], DiagnoseConfig())]
+    doc["findings"] = [f.to_json() for f in run_rules(measured_of(m), host_of(doc["host"]),
+                                                      DiagnoseConfig())]
     return doc
 
 

@@ -31,7 +31,7 @@ def test_rtt_summary_percentiles():
 
 
 def test_ipdv_reorder_duplicates():
-    assert stats.ipdv_mean_abs_ms([0, 1, 2, 4], [10.0, 11.0, 10.0, 50.0]) == 1.0
+    assert stats.ipdv_many_ms([0, 1, 2, 4], [10.0, 11.0, 10.0, 50.0]) == [1.0]
     assert stats.count_reordered([0, 2, 1, 3, 3, 5, 4]) == 2
     assert stats.count_duplicates([0, 1, 1, 2, 2, 2]) == 3
 

@@ -27,7 +27,7 @@ from wanprobe.lab.netns import entered
 from wanprobe.probe.reflector import Reflector
 from wanprobe.probe.sender import probe_stamp
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.alone, pytest.mark.netns]
 PORT = 5330
 SOURCES, PER_SOURCE = 64, 16          # the issue: 64 x 1,024 (its per-source share)
 TABLE = SOURCES * PER_SOURCE

@@ -126,6 +126,7 @@ def test_idle_connections_and_a_huge_line_leave_a_keyed_test_working(veth, tmp_p
         "line_too_long 1" in summary, (big_result, summary)
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_issue_session_flood_reproducer_does_not_lock_out_a_probe(veth):
     """The issue's reproducer verbatim: 65,536 distinct SSIDs at 4.5 kpps from the client

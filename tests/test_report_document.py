@@ -12,6 +12,7 @@ from wanprobe.diagnose.engine import run_rules
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.errors import ConfigError
 from wanprobe.report import document
+from wanprobe.report.codec import host_of, measured_of
 from wanprobe.report.document import Finding, Knob, Report, load, save, schema
 from wanprobe.report.render_md import render_markdown
 from wanprobe.report.store import list_reports
@@ -36,7 +37,7 @@ def make_report(rid="r1", created="2026-12-02T10:00:00.000Z") -> Report:
             "streams": []}
     meas = {"path": path, "mtu": None, "throughput": tput, "counters": None,
             "errors": {"mtu": "no reply"}}
-    findings = run_rules(meas, host, DiagnoseConfig(link_rate_bps=10e9))
+    findings = run_rules(measured_of(meas), host_of(host), DiagnoseConfig(link_rate_bps=10e9))
     return Report(id=rid, created_at=created, tool={"name": "wanprobe", "version": "0.1.0"},
                   host=host, peer={"address": "198.18.0.2", "port": 862}, measurements=meas,
                   findings=tuple(findings), timestamps={"started": created, "finished": created})

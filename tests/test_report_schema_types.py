@@ -290,9 +290,9 @@ def counters_docs(tmp: Path) -> list[dict]:
 
 
 def verify_docs() -> list[dict]:
-    """``Verification.to_json`` of the closed loop (diagnose/verify.verify_loop) over the
+    """``Verification.to_json`` of the closed loop (services/verify.verify_loop) over the
     throughput writer's JSON: capacity measured, given, and not measured."""
-    from wanprobe.diagnose.verify import verify_loop
+    from wanprobe.services.verify import verify_loop
 
     tcp = throughput_docs()[0]
     return [verify_loop(lambda _s: tcp, cap, omit_s=1.0).to_json()

@@ -9,12 +9,13 @@ import golden_rules as gen
 import pytest
 
 from wanprobe.diagnose.engine import run_rules
+from wanprobe.report.codec import host_of, measured_of
 
 
 def _findings():
     for i in range(gen.SETS):
         m, h, cfg = gen.measurement_set(i)
-        for f in run_rules(m, h, cfg):
+        for f in run_rules(measured_of(m), host_of(h), cfg):
             yield i, cfg, f
 
 

@@ -24,10 +24,11 @@ GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden" / "rules.json.g
 
 def findings_of(i: int) -> tuple[str, list[dict]]:
     from wanprobe.diagnose.engine import run_rules
+    from wanprobe.report.codec import host_of, measured_of
 
     m, h, cfg = gen.measurement_set(i)
     inputs = gen.digest([m, h, gen.config_json(cfg)])
-    return inputs, [f.to_json() for f in run_rules(m, h, cfg)]
+    return inputs, [f.to_json() for f in run_rules(measured_of(m), host_of(h), cfg)]
 
 
 def record() -> None:

@@ -18,7 +18,7 @@ from wanprobe.lab.netns import entered
 from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.datapath_pool import available_cores
 
-pytestmark = pytest.mark.netns
+pytestmark = [pytest.mark.alone, pytest.mark.netns]
 
 RATE = "1gbit"  # the path's bottleneck: one an unstarved sender fills with CPU to spare
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from wanprobe.diagnose.verify import verify_path
 from wanprobe.lab import netns
 from wanprobe.lab.scenario import start_reflector
+from wanprobe.services.verify import verify_path
 
 pytestmark = pytest.mark.netns
 SMALL = "4096 131072 262144"

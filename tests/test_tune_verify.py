@@ -8,8 +8,9 @@ import pytest
 
 from wanprobe.diagnose.context import Context, VerifyRun
 from wanprobe.diagnose.engine import first
-from wanprobe.diagnose.verify import judge, rate_after_omit_bps, verify_loop
+from wanprobe.diagnose.verify import judge, rate_after_omit_bps
 from wanprobe.diagnose.verify_limit import evidence_of, limit_of
+from wanprobe.services.verify import verify_loop
 
 CAP = 100e6
 

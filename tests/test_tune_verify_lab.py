@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from wanprobe.diagnose.verify import verify_path
 from wanprobe.lab import netns
 from wanprobe.lab.scenario import start_reflector
+from wanprobe.services.verify import verify_path
 from wanprobe.throughput.client import run_throughput
 
 pytestmark = pytest.mark.netns

@@ -24,6 +24,7 @@ def test_tuned_reaches_the_oracle(rtt_ms, loss):
     assert p.rollback_exact, p.to_json()
 
 
+@pytest.mark.alone
 @RATE_RERUNS
 def test_tuned_single_stream_reaches_the_oracle_at_line_rate():
     """Issue 35: 2 Gbit/s × 130 ms × 0.01 % loss, both ends untuned (reno, 256 KiB): one tuned

@@ -15,9 +15,8 @@ from typing import Any
 from tuners.knob import Change, Manual, Skip, Tuner
 from tuners.netns import current_inode
 from tuners.plan import Plan, now_iso, report_ref
-from wanprobe.diagnose.host_inputs import Host
-from wanprobe.diagnose.measured import Measured
 from wanprobe.errors import ConfigError, WanprobeError
+from wanprobe.report.codec import parts_of
 from wanprobe.report.document import load_json
 
 
@@ -49,21 +48,14 @@ BUFFER_KEYS = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.core.rmem_max", "n
 def slow_nic(report: Mapping[str, Any]) -> str | None:
     """R-29 / fasterdata: big-buffer tuning "will actually decrease performance" at ≤ 100 Mbit/s.
     The interface toward the peer and its speed come from the typed report (the MTU search's
-    interface, else the peer's; the host's interface facts)."""
-    measured, host = _typed(report)
-    iface = measured.egress_iface or (report.get("peer") or {}).get("iface")
+    interface; the host's interface facts)."""
+    measured, host = parts_of(report)
+    iface = measured.egress_iface
     link = host.iface(iface) if host is not None else None
     speed = link.speed_mbps if link is not None else None
     if speed is not None and 0 < speed <= 100:
         return f"{iface} runs at {speed:g} Mbit/s: buffer tuning hurts hosts at ≤ 100 Mbit/s (ESnet, R-29)"
     return None
-
-
-def _typed(report: Mapping[str, Any]) -> tuple[Measured, Host | None]:
-    """The report's measurements and host through the one parser (diagnose/measured.py,
-    diagnose/host_inputs.py), which tolerates the hand-written and 1.0 reports a plan accepts."""
-    return (Measured.from_report(report.get("measurements")),
-            Host.from_report(report.get("host")))
 
 
 def knob_host(knob: Mapping[str, Any]) -> str | None:
@@ -80,7 +72,8 @@ def host_address(report: Mapping[str, Any], which: str) -> str | None:
     if which == "peer":
         addr = (report.get("peer") or {}).get("address")
     else:
-        addr = (report.get("host") or {}).get("address")
+        host = parts_of(report)[1]
+        addr = host.address if host is not None else None
     try:
         return str(ipaddress.ip_address(str(addr))) if addr else None
     except ValueError:
@@ -93,7 +86,7 @@ def check_capacity(report: Mapping[str, Any], path_name: str | Path | None = Non
         return
     if not any(k["key"] in BUFFER_KEYS for k in knobs_of(report)):
         return
-    path = _typed(report)[0].path
+    path = parts_of(report)[0].path
     if path is None or not path.capacity or not path.capacity.bits_per_second:
         why = (path.capacity_source if path else None) or "no path measurement"
         raise ConfigError(f"report {path_name or report.get('id', '')} has no path capacity ({why}): "
@@ -103,7 +96,7 @@ def check_capacity(report: Mapping[str, Any], path_name: str | Path | None = Non
 
 def unknown_of(report: Mapping[str, Any], which: str) -> tuple[str, ...]:
     """What a plan for ``which`` could not know because that host sent no facts."""
-    measured = _typed(report)[0]
+    measured = parts_of(report)[0]
     if which != "peer" or measured.legacy or measured.peer_facts is not None:
         return ()
     why = measured.peer_facts_error or "the peer sent no host facts"

@@ -110,7 +110,7 @@ def _link_bps(report: dict[str, Any], path: PathMeasured | None,
     ``PathMeasured``), else the rate a rule sized for (unless it only assumed one), else the
     egress NIC speed."""
     if path is not None and path.capacity and path.capacity.bits_per_second \
-            and str(path.capacity_source or "").startswith(("udp_burst", "operator")):
+            and path.capacity_method in ("udp_burst", "operator"):
         return path.capacity.bits_per_second
     for f in report.get("findings") or []:  # rules' evidence: link_rate_bps / link_rate_assumed
         ev = (f or {}).get("evidence") or {}
@@ -131,18 +131,15 @@ def parse_nccl_version(text: str) -> tuple[int, int]:
 
 
 def facts_from_report(report: dict[str, Any] | None) -> PathFacts:
-    """A diagnose report's figures, from its typed view (the one parser:
-    ``Measured.from_report`` for the measurements — the probe's p99 RTT and loss, the MTU
-    search's interface, the path capacity, the peer's host facts, the 1/2/4/8-stream scan — and
-    ``Host.from_report`` for this host). Every part is optional."""
-    from wanprobe.diagnose.host_inputs import Host
-    from wanprobe.diagnose.measured import Measured
+    """A diagnose report's figures, from its typed view (the report codec, ``parts_of``: the
+    measurements — the probe's p99 RTT and loss, the MTU search's interface, the path capacity,
+    the peer's host facts, the 1/2/4/8-stream scan — and this host). Every part is optional."""
+    from wanprobe.report.codec import parts_of
 
     if not report:
         return PathFacts()
-    m = Measured.from_report(report.get("measurements"))
+    m, host = parts_of(report)
     path = m.path
-    host = Host.from_report(report.get("host"))
     iface = m.egress_iface
     if not iface and host:
         real = [i.name for i in host.ifaces if i.name != "lo"]

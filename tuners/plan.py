@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from tuners.knob import Change, Manual, Skip
+from tuners.registry import APPLIABLE
 from wanprobe.errors import ConfigError, shown
 from wanprobe.userfiles import read_json
 
 PLAN_VERSION = 1
-APPLIABLE = ("sysctl", "link", "dscp", "roce")
 
 
 def host_id(etc_root: Path = Path("/etc")) -> str:

@@ -6,13 +6,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuners.knob import Tuner
+from wanprobe.diagnose.finding import TUNERS
 
 if TYPE_CHECKING:
     from wanprobe.probe.access import DscpPolicy
 
+# Every tuner name comes from the one list a Knob may carry (``diagnose/finding.TUNERS``: below
+# the report, which validates knobs against it, and below the tuners; issue 38).
+# ``nccl`` knobs are a job's environment (tuners/nccl_env.py): a plan lists them as manual steps.
+MANUAL_ONLY_TUNERS = ("nccl",)
+# the tuners that change this host: what build_tuners builds and a plan's changes may name
+APPLIABLE = tuple(t for t in TUNERS if t not in MANUAL_ONLY_TUNERS)
 # the tuners a signed-off plan may use when ``wanprobe-tune.service`` applies it unattended: what
 # the daemon's ``[auto_apply] tuners`` may list and ``fleet kubernetes --plan`` may carry
-AUTO_APPLY_TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
+AUTO_APPLY_TUNERS = TUNERS
 
 
 def dscp_policy(allow_network_control: bool = False) -> DscpPolicy:
@@ -33,9 +40,9 @@ def build_tuners(proc_root: Path = Path("/proc"), sys_root: Path = Path("/sys"),
     from tuners.roce import RoceTuner
     from tuners.sysctl import SysctlTuner
 
-    return {
-        "sysctl": SysctlTuner(proc_root, sys_root=sys_root),
-        "link": LinkTuner(),
-        "dscp": DscpTuner(nft=nft, iptables=iptables, permitted=permitted or dscp_policy()),
-        "roce": RoceTuner(sys_root),
-    }
+    built: tuple[Tuner, ...] = (
+        SysctlTuner(proc_root, sys_root=sys_root), LinkTuner(),
+        DscpTuner(nft=nft, iptables=iptables, permitted=permitted or dscp_policy()),
+        RoceTuner(sys_root))
+    by_name = {t.name: t for t in built}   # each tuner's name is its class's own
+    return {name: by_name[name] for name in APPLIABLE}

@@ -15,7 +15,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -28,6 +27,7 @@ from wanprobe.lab.scenario import (
     start_reflector,
     tune_both_ends,
 )
+from wanprobe.safe_text import SafeConsole as Console
 from wanprobe.units import format_rate
 
 PROFILE = "taipei-uswest"

@@ -240,20 +240,38 @@ def existing_dir(path: str | Path, what: str) -> Path:
     return p
 
 
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be the shared STAMP/throughput key, or None: the one length rule of the
+    CLI's ``--hmac-key-file`` and the daemon's ``hmac_key`` / ``hmac_key_file``."""
+    if len(key) < MIN_KEY_CHARS:
+        return f"the key must be at least {MIN_KEY_CHARS} characters (got {len(key)})"
+    return None
+
+
+def read_key_file(path: str | Path, what: str) -> bytes:
+    """The shared HMAC key (STAMP, RFC 8762 §4.4, and the throughput control channel) from a
+    file: its content stripped of surrounding whitespace, held to :func:`key_problem`. Bounded in
+    size and time (a FIFO or /dev/zero never hangs or fills memory). The one reader of the key
+    file, for the CLI and the daemon; every problem is one ConfigError line naming ``what`` and
+    the path."""
+    raw = read_bytes(path, what, MAX_KEY_BYTES)
+    try:
+        key = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {shown(str(path))}: cannot read it: not UTF-8 text") from None
+    problem = key_problem(key)
+    if problem is not None:
+        raise ConfigError(f"{what} {path}: {problem}")
+    return key.encode()
+
+
 def read_hmac_key_file(path: str | None, option: str = "--hmac-key-file") -> bytes | None:
-    """The STAMP HMAC key (RFC 8762 §4.4) from a file: its content stripped of surrounding
-    whitespace, at least 16 characters (the same rule as the daemon's ``hmac_key_file``). The key
-    is never taken from the command line, where other users could read it."""
+    """The key of :func:`read_key_file` for a command's ``option`` (a UsageError line), None
+    without one. The key is never taken from the command line, where other users could read
+    it."""
     if path is None:
         return None
-    try:  # bounded in size and time: a FIFO or /dev/zero never hangs or fills memory
-        raw = read_bytes(path, option, MAX_KEY_BYTES)
-        key = raw.decode("utf-8").strip()
+    try:
+        return read_key_file(path, option)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{option} {shown(path)}: cannot read it: not UTF-8 text") from None
-    if len(key) < MIN_KEY_CHARS:
-        raise UsageError(f"{option} {path}: the key must be at least {MIN_KEY_CHARS} characters "
-                         f"(got {len(key)})")
-    return key.encode()

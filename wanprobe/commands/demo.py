@@ -10,9 +10,9 @@ import os
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from wanprobe.safe_text import SafeConsole as Console
 from wanprobe.units import format_rate
 
 PROFILE = "taipei-uswest"

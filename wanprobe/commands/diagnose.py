@@ -122,6 +122,6 @@ def _slo(text: str) -> float:
 def _exit_unmeasured(report) -> None:
     """A peer that never answered is exit 5 (README: peer unreachable), after the report that
     says so was written: nothing of the path was measured."""
-    errors = report.measurements.get("errors") or {}
-    if report.measurements.get("path") is None and errors.get("path"):
+    errors = report.measured.errors
+    if report.measured.path is None and errors.get("path"):
         raise ProbeError(f"the path was not measured: {errors['path']}")

@@ -7,7 +7,6 @@ import os
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from wanprobe.commands import lab_multipath
@@ -24,6 +23,7 @@ from wanprobe.commands.lab_settings import (
     settings_kwargs,
 )
 from wanprobe.errors import LabError, UsageError
+from wanprobe.safe_text import SafeConsole as Console
 
 console = Console(highlight=False)
 

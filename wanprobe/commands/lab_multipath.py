@@ -6,10 +6,10 @@ import json
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from wanprobe.commands import lab_settings  # link options shared with `lab up|update`
 from wanprobe.errors import UsageError
+from wanprobe.safe_text import SafeConsole as Console
 
 console = Console(highlight=False)
 NameArg = Annotated[str, typer.Argument(help="Lab name; namespaces are wp-NAME-a, -r1, -r2, -b.")]

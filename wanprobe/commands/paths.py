@@ -1,10 +1,9 @@
-"""CLI command ``paths``: per-flow hop lists, RTT and loss over ECMP paths (issue 16)."""
+"""CLI command ``paths``: per-flow hop lists, RTT and loss over ECMP paths (issue 16); the
+measuring and the judging are services/paths.py's, this parses the options and renders."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
 import sys
 from typing import Annotated
 
@@ -51,10 +50,10 @@ def paths(
     """Trace and probe N flows (Paris-style, constant source ports): which ECMP paths exist,
     each path's RTT and loss per direction, and whether the paths differ significantly."""
     from wanprobe.probe import limits
-    from wanprobe.probe.multiflow import merge
-    from wanprobe.probe.paths import check_args, measure_paths
+    from wanprobe.probe.paths import check_args
     from wanprobe.probe.probe_options import check_common, probe_count
-    from wanprobe.probe.rate_guard import annotate, check_policy, checked_rate
+    from wanprobe.probe.rate_guard import check_policy
+    from wanprobe.services.paths import run_paths
     from wanprobe.userfiles import read_hmac_key_file
 
     enter_netns(netns)  # first: every socket, thread and resolver lookup is then inside
@@ -69,25 +68,16 @@ def paths(
     probe_count(count, None, interval_s)
     limits.check_total(count * flows, interval_s / flows)
     ports = _ports(src_ports) if src_ports is not None else None
-    n_flows = len(ports) if ports else flows
-    kw = {"port": port_n, "interval_s": interval_s, "timeout_s": timeout_s, "hmac_key": key}
-    plan = checked_rate(peer, kw, check_policy(above_limit), n_flows / interval_s,
-                        say=Console(stderr=True, highlight=False, soft_wrap=True).print)
-    kw["interval_s"] = plan.interval_s
-    result = asyncio.run(measure_paths(
-        peer, flows=flows, count=count, port=port_n, interval_s=kw["interval_s"],
-        timeout_s=timeout_s, max_ttl=max_ttl, src_ports=ports, hmac_key=key))
-    doc = result.to_json()
-    doc["reflector"] = annotate(merge([f.probe for f in result.flows], kw["interval_s"]).to_json(),
-                                plan, 1 / kw["interval_s"])["reflector"]
-    doc["findings"] = _findings(doc)
+    run = run_paths(peer, flows=flows, count=count, port=port_n, interval_s=interval_s,
+                    timeout_s=timeout_s, max_ttl=max_ttl, src_ports=ports, hmac_key=key,
+                    policy=check_policy(above_limit),
+                    say=Console(stderr=True, highlight=False, soft_wrap=True).print)
     if as_json:
-        sys.stdout.write(json.dumps(doc) + "\n")
+        sys.stdout.write(json.dumps(run.doc) + "\n")
     else:
-        _print(doc)
-    losses = [f.probe.loss for f in result.flows]
-    _exit_if_silent(peer, kw, sum(x.received for x in losses),
-                    sum(x.reflector_session_refused for x in losses), sum(x.sent for x in losses))
+        _print(run.doc)
+    _exit_if_silent(peer, {"port": port_n, "timeout_s": timeout_s, "hmac_key": key},
+                    run.received, run.refused, run.sent)
 
 
 def _exit_if_silent(peer: str, kw: dict, received: int, refused: int = 0, sent: int = 0) -> None:
@@ -107,12 +97,10 @@ def _exit_if_silent(peer: str, kw: dict, received: int, refused: int = 0, sent: 
 
 def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool,
                      policy: str = "pace") -> None:
-    """``probe --flows K``: the probe's packets over K traced source ports (multiflow.py), the
-    rate checked against the reflector's limit first (rate_guard.py, ``policy``)."""
-    from wanprobe.probe.multiflow import probe_flows
+    """``probe --flows K``: the probe's packets over K traced source ports (services/paths.py),
+    the rate checked against the reflector's limit first (rate_guard.py, ``policy``)."""
     from wanprobe.probe.paths import MAX_FLOWS
-    from wanprobe.probe.peer import resolve_peer
-    from wanprobe.probe.rate_guard import annotate, checked_rate
+    from wanprobe.services.paths import probe_over_flows as run_flows
 
     if method != "stamp":
         raise UsageError("--flows needs --method stamp")
@@ -120,21 +108,8 @@ def probe_over_flows(host: str, flows: int, method: str, kw: dict, as_json: bool
         raise UsageError(f"--flows must be 1-{MAX_FLOWS}, got {flows}")
     if kw.get("size") is not None or kw.get("dscp"):
         raise UsageError("--flows does not take --size or --dscp yet")
-    plan = checked_rate(host, kw, policy, 1 / kw["interval_s"],
-                        say=Console(stderr=True, highlight=False, soft_wrap=True).print)
-    interval_s = kw["interval_s"] = plan.interval_s
-    count = kw["count"] or (round(kw["duration_s"] / interval_s) if kw["duration_s"] else 10)
-
-    async def run() -> dict:
-        family, addr = await resolve_peer(host)
-        if family != socket.AF_INET:
-            raise UsageError("--flows traces IPv4 peers only")
-        return (await probe_flows(addr, kw["port"], flows=flows, count=count,
-                                  interval_s=interval_s, timeout_s=kw["timeout_s"],
-                                  hmac_key=kw.get("hmac_key")))[1]
-
-    doc = annotate(asyncio.run(run()), plan, 1 / (interval_s * flows))
-    doc["peer"] = host
+    doc = run_flows(host, flows, kw, policy,
+                    say=Console(stderr=True, highlight=False, soft_wrap=True).print)
     if as_json:
         sys.stdout.write(json.dumps(doc) + "\n")
         return _exit_if_silent(host, kw, doc["loss"]["received"], *_refused_of(doc))
@@ -168,16 +143,6 @@ def _ports(text: str) -> list[int]:
     if not 1 <= len(ports) <= MAX_FLOWS or not all(1 <= p <= 65535 for p in ports):
         raise UsageError(f"--src-ports: 1-{MAX_FLOWS} ports within 1-65535, got {shown(text)}")
     return ports
-
-
-def _findings(doc: dict) -> list[dict]:
-    """The diagnose rule on this document: ``path.ecmp_imbalance`` when the paths differ."""
-    from wanprobe.diagnose.inputs import DiagnoseConfig
-    from wanprobe.diagnose.measured import Measured
-    from wanprobe.diagnose.rules_ecmp import ecmp_imbalance
-
-    finding = ecmp_imbalance(Measured.from_report({"paths": doc}), None, DiagnoseConfig())
-    return [finding.to_json()] if finding else []
 
 
 def _pct(x) -> str:

@@ -10,12 +10,12 @@ from datetime import tzinfo
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from wanprobe import units
 from wanprobe.errors import UsageError, shown
+from wanprobe.safe_text import SafeConsole as Console
 from wanprobe.windows import formats
 from wanprobe.windows.plan import Answer, DeadlineMissed, Window, describe_hours
 from wanprobe.windows.profile import DAY_NAMES, Profile

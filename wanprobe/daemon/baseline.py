@@ -5,7 +5,8 @@ them: median of the per-session p50 and p99 RTT, and pooled loss (lost / sent). 
 are compared one by one with the median of earlier tests. A metric *enters* the degraded state
 when its excess passes the threshold and *clears* only when the excess falls below
 ``clear_fraction`` of it, so a value hovering at the threshold does not flap. While a peer is
-degraded its baseline is frozen, so the regression is not learnt as the new normal.
+degraded its baseline is frozen, so the regression is not learnt as the new normal. The two
+windows per peer are ``diagnose/rolling.py``'s, shared with the path watch.
 
 Loss is pooled over the last ``loss_window`` sessions (hundreds of probes, not the five sessions
 of the RTT metrics) against a baseline of up to twice as many sessions that have left that window
@@ -19,13 +20,13 @@ from __future__ import annotations
 
 import bisect
 import math
-import statistics
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from wanprobe.daemon.config import BaselineSettings
+from wanprobe.diagnose.rolling import PerPeer, Windows, median_known
 from wanprobe.history.store import ProbeRow
 from wanprobe.probe.stats import wilson_interval  # the one copy (exact z, exact 0/1 ends)
 
@@ -60,8 +61,7 @@ class Transition:
 
 @dataclass
 class _PeerState:
-    history: deque            # baseline ProbeRows
-    recent: deque             # last `recent` ProbeRows
+    rows: Windows[ProbeRow]   # the baseline ProbeRows (history) and the last `recent` ones
     tput: deque               # baseline bits_per_second
     degraded: dict[str, bool] = field(default_factory=dict)
     # the history's aggregates, kept up to date as rows enter and leave it, so a session costs
@@ -100,12 +100,14 @@ class _PeerState:
                 self.base_lost -= lost
                 self.base_sent -= sent
 
-    def add_history(self, row: ProbeRow) -> None:
-        """Append ``row`` to the baseline window (evicting the oldest when full)."""
-        if len(self.history) == self.history.maxlen:
-            self._account(self.history[0], -1)
-        self.history.append(row)
-        self._account(row, +1)
+    def add_row(self, row: ProbeRow, learn: bool) -> None:
+        """Add ``row`` to the recent window; the row it pushes into the baseline (when
+        ``learn``) and the one that leaves the baseline update its sorted aggregates."""
+        entered, left = self.rows.push(row, learn=learn)
+        if left is not None:
+            self._account(left, -1)
+        if entered is not None:
+            self._account(entered, +1)
 
     def _account(self, row: ProbeRow, sign: int) -> None:
         for attr, values in self.sorted_ms.items():
@@ -123,15 +125,12 @@ class BaselineTracker:
 
     def __init__(self, settings: BaselineSettings) -> None:
         self.s = settings
-        self._peers: dict[str, _PeerState] = {}
+        # made with the settings of the day (a reload changes them for new peers only)
+        self._peers: PerPeer[_PeerState] = PerPeer(lambda: _PeerState(
+            Windows(self.s.window, self.s.recent), deque(maxlen=self.s.window)))
 
     def _state(self, peer: str) -> _PeerState:
-        st = self._peers.get(peer)
-        if st is None:
-            st = self._peers[peer] = _PeerState(deque(maxlen=self.s.window),
-                                                deque(maxlen=self.s.recent),
-                                                deque(maxlen=self.s.window))
-        return st
+        return self._peers[peer]
 
     def degraded(self, peer: str) -> dict[str, bool]:
         return dict(self._state(peer).degraded)
@@ -141,19 +140,17 @@ class BaselineTracker:
         return {"rtt_p50_ms": _sorted_median(st.sorted_ms["rtt_p50_ms"]),
                 "rtt_p99_ms": _sorted_median(st.sorted_ms["rtt_p99_ms"]),
                 "loss_ratio": st.base_lost / st.base_sent if st.base_sent else None,
-                "bits_per_second": _median(st.tput), "sessions": len(st.history)}
+                "bits_per_second": median_known(st.tput), "sessions": len(st.rows.history)}
 
     def observe_probe(self, row: ProbeRow) -> list[Transition]:
         """Add one session summary (error rows are skipped: errors are counted elsewhere)."""
         if row.error or not row.sent:
             return []
         st = self._state(row.peer)
-        if len(st.recent) == st.recent.maxlen and not any(st.degraded.values()):
-            st.add_history(st.recent[0])
-        st.recent.append(row)
+        st.add_row(row, learn=not any(st.degraded.values()))
         st.add_loss(row, max(self.s.loss_window, self.s.recent), 2 * self.s.loss_window,
                     learn=not any(st.degraded.values()) and st.loss_z < LOSS_Z_LEARN)
-        if len(st.history) < self.s.min_samples or len(st.recent) < self.s.recent:
+        if not st.rows.ready(self.s.min_samples, self.s.recent):
             return []
         events = [self._rtt(row.peer, st, "rtt_p50", "rtt_p50_ms"),
                   self._rtt(row.peer, st, "rtt_p99", "rtt_p99_ms"),
@@ -163,7 +160,7 @@ class BaselineTracker:
     def observe_throughput(self, peer: str, bits_per_second: float) -> list[Transition]:
         st = self._state(peer)
         events: list[Transition] = []
-        base = _median(st.tput)
+        base = median_known(st.tput)
         if base and len(st.tput) >= max(2, self.s.min_samples // 5):
             drop = (base - bits_per_second) / base
             thr = self.s.throughput_drop_ratio
@@ -177,7 +174,7 @@ class BaselineTracker:
 
     def _rtt(self, peer: str, st: _PeerState, metric: str, attr: str) -> Transition | None:
         base = _sorted_median(st.sorted_ms[attr])
-        cur = _median(getattr(r, attr) for r in st.recent)
+        cur = median_known(getattr(r, attr) for r in st.rows.recent)
         if base is None or cur is None:
             return None
         thr_ms = max(base * self.s.rtt_increase_ratio, self.s.rtt_increase_min_ms)
@@ -185,8 +182,8 @@ class BaselineTracker:
         excess = (cur - base) / thr_ms
         return self._hysteresis(peer, st, metric, excess, 1.0, base, cur, "ms",
                                 lambda: {"threshold_ms": round(thr_ms, 3),
-                                         "recent_sessions": len(st.recent),
-                                         "baseline_sessions": len(st.history)})
+                                         "recent_sessions": len(st.rows.recent),
+                                         "baseline_sessions": len(st.rows.history)})
 
     def _loss(self, peer: str, st: _PeerState) -> Transition | None:
         b_lost, b_sent = st.base_lost, st.base_sent
@@ -211,11 +208,12 @@ class BaselineTracker:
         elif st.degraded.get("loss") and st.loss_z > 1.0:
             excess = max(excess, thr)   # still distinguishable from the baseline: not back
         def evidence() -> dict:  # only built when the state changes
+            recent, history = st.rows.recent, st.rows.history
             directions = {
-                "forward_ratio": _mean(r.loss_forward_ratio for r in st.recent),
-                "reverse_ratio": _mean(r.loss_reverse_ratio for r in st.recent),
-                "baseline_forward_ratio": _mean(r.loss_forward_ratio for r in st.history),
-                "baseline_reverse_ratio": _mean(r.loss_reverse_ratio for r in st.history),
+                "forward_ratio": _mean(r.loss_forward_ratio for r in recent),
+                "reverse_ratio": _mean(r.loss_reverse_ratio for r in recent),
+                "baseline_forward_ratio": _mean(r.loss_forward_ratio for r in history),
+                "baseline_reverse_ratio": _mean(r.loss_reverse_ratio for r in history),
             }
             return {"recent_sent": r_sent, "recent_lost": r_lost,
                     "recent_sessions": len(st.loss_recent),
@@ -245,11 +243,6 @@ def _sorted_median(values: list[float]) -> float | None:
         return None
     mid = n // 2
     return values[mid] if n % 2 else (values[mid - 1] + values[mid]) / 2
-
-
-def _median(values) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
 
 
 def _z_two_proportions(lost_a: int, of_a: int, lost_b: int, of_b: int) -> float:

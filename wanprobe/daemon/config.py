@@ -33,7 +33,7 @@ from wanprobe.mesh.peer import Peer
 from wanprobe.probe.access import DEFAULT_COS_DSCP
 from wanprobe.throughput.limits import ServerLimits
 from wanprobe.units import format_bytes
-from wanprobe.userfiles import MAX_KEY_BYTES, MIN_KEY_CHARS, read_text
+from wanprobe.userfiles import key_problem, read_key_file, read_text
 
 __all__ = ["DaemonConfig", "ProbeSettings", "ThroughputSettings", "TimeWindow", "load_config",
            "parse_config", "parse_listen", "parse_window"]
@@ -393,16 +393,16 @@ def _hmac_key(v: FieldReader, d: dict) -> bytes | None:
         v.problem("daemon.hmac_key", "set hmac_key or hmac_key_file, not both")
         return None
     if key_file is not None:
-        try:
-            key = read_text(key_file, "file", MAX_KEY_BYTES).strip()
+        try:  # the CLI's reader (userfiles.read_key_file): one set of rules for the key file
+            return read_key_file(key_file, "file")
         except ConfigError as exc:
             v.problem("daemon.hmac_key_file", str(exc))
             return None
     if key is None:
         return None
-    if len(key) < MIN_KEY_CHARS:
-        v.problem("daemon.hmac_key" if key_file is None else "daemon.hmac_key_file",
-                  "key must be at least 16 characters")
+    problem = key_problem(key)
+    if problem is not None:
+        v.problem("daemon.hmac_key", problem)
         return None
     return key.encode()
 

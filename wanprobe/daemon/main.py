@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import logging
 import signal
 import socket
@@ -41,6 +40,7 @@ from wanprobe.history.store import Flusher, ProbeRow, Store, StoreError
 from wanprobe.mesh.peer import Peer
 from wanprobe.pictures.routes import DaemonPages
 from wanprobe.probe.loss_window import PeerLossWindows
+from wanprobe.report.document import dumps as report_text
 from wanprobe.report.regression import regression_report
 from wanprobe.services import measure
 from wanprobe.services.counters import CounterSampler
@@ -397,7 +397,7 @@ class Daemon:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(ts))
         path = self.cfg.reports_dir / f"{stamp}-{peer}-{metric}.json"
         try:
-            return atomic_write(path, json.dumps(doc, indent=2) + "\n", mode=0o600)
+            return atomic_write(path, report_text(doc), mode=0o600)
         except OSError as exc:
             dlog.log(logging.ERROR, "cannot write report", path=path, error=exc.strerror or exc)
             return None

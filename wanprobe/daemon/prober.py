@@ -64,6 +64,13 @@ def coalesce_s(settings: ProbeSettings, n_peers: int, rcvbuf_bytes: int) -> floa
     return max(SEND_AHEAD_S, min(MESH_COALESCE_MAX_S, settings.packet_interval_s / 2, fits_s))
 
 
+def next_delay_s(s: ProbeSettings, rng: random.Random) -> float:
+    """The wait before a peer's next session: ``interval`` ± ``jitter``, uniform (so a fleet
+    restarted together does not probe in lock-step). The one schedule jitter, for this prober
+    and the scheduler's per-peer tasks."""
+    return max(0.0, s.interval_s + rng.uniform(-s.jitter_s, s.jitter_s))
+
+
 def numeric_family(address: str) -> int | None:
     """AF_INET/AF_INET6 for a literal address (``[::1]`` as the config writes it), None for a
     host name."""
@@ -170,8 +177,7 @@ class MeshProber:
         s = self.settings
         if self.pacing is not None:
             s = self.pacing.settings_for(run.peer.name, s)
-        delay = max(0.0, s.interval_s + self.rng.uniform(-s.jitter_s, s.jitter_s))
-        self._push(due + delay, _START, run, None)
+        self._push(due + next_delay_s(s, self.rng), _START, run, None)
         ts = self.clock()
         try:
             sender = self._sender(run.family)

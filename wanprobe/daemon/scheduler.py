@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from wanprobe.blocking import run_blocking
 from wanprobe.daemon.config import ProbeSettings, ThroughputSettings, TimeWindow
-from wanprobe.daemon.prober import numeric_family
+from wanprobe.daemon.prober import next_delay_s, numeric_family
 from wanprobe.daemon.throughput_spread import SpreadLedger, reachable_hours
 from wanprobe.history.store import link_bytes
 from wanprobe.mesh.peer import Peer
@@ -57,10 +57,6 @@ def session_deadline_s(s: ProbeSettings) -> float:
 
 
 SESSION_GRID_S = 0.05
-
-
-def next_delay_s(s: ProbeSettings, rng: random.Random) -> float:
-    return max(0.0, s.interval_s + rng.uniform(-s.jitter_s, s.jitter_s))
 
 
 def in_windows(windows: tuple[TimeWindow, ...], ts: float) -> bool:

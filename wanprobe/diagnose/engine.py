@@ -11,9 +11,8 @@ answers (``first=True``, :func:`first`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 from wanprobe.diagnose import (
     path_findings,
@@ -129,16 +128,14 @@ def first(ctx: Context, rules: Iterable[RuleFn] = RULES) -> Finding | None:
     return next((f for f in found if f.id != RULE_ERROR), found[0] if found else None)
 
 
-def run_rules(measurements: Mapping[str, Any], host: Mapping[str, Any] | None,
+def run_rules(measured: Measured, local: Host | None,
               config: DiagnoseConfig | None = None,
               rules: Iterable[RuleFn] = RULES) -> list[Finding]:
     """All findings for these measurements, deduplicated and ranked (main fault first).
-    ``measurements`` and ``host`` are the report's dicts, typed once here for every rule
-    (:class:`Measured`, :class:`Host`); the peer, typed from the facts it sent, is judged by
-    ``rules_host.PEER_RULES``."""
+    ``measured`` and ``local`` are a report's measurements and host, typed once by the report
+    codec (``wanprobe/report/codec.py``) for every rule; the peer, typed from the facts it
+    sent, is judged by ``rules_host.PEER_RULES``."""
     rules = tuple(rules)
-    measured = Measured.from_report(measurements)
-    local = Host.from_report(host)
     peer = hosts(measured, local).peer
     ctx = Context(measured=measured, host=local, config=config or DiagnoseConfig())
     found = judge(ctx, rules)

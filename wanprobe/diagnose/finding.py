@@ -10,11 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 SEVERITIES = ("critical", "warning", "info")
+# The one list of tuner names a Knob may carry (issue 38): ``tuners/registry.py`` derives the
+# tuners it builds and the auto-apply allow-list from it, and the report schema's knob enum
+# matches it (tests/test_tuner_names.py). ``nccl`` knobs are a job's environment: a manual step.
+TUNERS = ("sysctl", "link", "dscp", "roce", "nccl")
 
 
 @dataclass(frozen=True)
 class Knob:
-    """One setting a tuner can plan: ``tuner`` names the tuners/ module, ``key`` its knob."""
+    """One setting a tuner can plan: ``tuner`` names the tuners/ module (one of ``TUNERS``),
+    ``key`` its knob."""
 
     tuner: str
     key: str

@@ -1,24 +1,30 @@
-"""What diagnose measured, typed: built once by :meth:`Measured.from_report` from the report's
-``measurements`` dict (probe, mtu, throughput, counters and paths JSON). The parser reads each
-figure under the one key its producer writes (``probe/result.py``, ``services/diagnose.py``,
-``throughput/result.py``, ``verdict.py`` and ``tcp_info.tcp_info_summary``,
-``throughput/capacity.py``). Units are in the field names; absent is None, never 0 (docs/conventions.md §3):
-a rule skips what was not measured.
+"""What diagnose measured, typed: the view every rule and every reader of a report takes. The
+report codec (``wanprobe/report/codec.py``, ``measured_of``) builds it once from a report's
+``measurements`` dict, each part from the type its producer wrote where one exists
+(``ThroughputResult``: :meth:`ThroughputMeasured.of`; ``Capacity``; ``DscpReport``; ``HostFacts``).
+Units are in the field names; absent is None, never 0 (docs/conventions.md §3): a rule skips what
+was not measured.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from collectors.host_facts import HostFacts
 from wanprobe.diagnose.finding import Finding
-from wanprobe.diagnose.host_inputs import facts_or_none
 from wanprobe.models.tcp_rate import DEFAULT_MSS_BYTES
 from wanprobe.probe.result import DscpReport
 from wanprobe.throughput.capacity import Capacity
+
+if TYPE_CHECKING:
+    from wanprobe.throughput.result import ThroughputResult
+
+# how a path's capacity figure was obtained: the UDP bursts (exact, or a bound a host set), the
+# operator's rate (--link-rate), the TCP test's goodput standing in for it
+CapacityMethod = Literal["udp_burst", "operator", "tcp_goodput"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,23 @@ class LimitedBy:
     peer_window_max_bytes: float | None
 
 
+# a stream's id as its producer wrote it (an int from either engine; kept as written)
+StreamId = int | str | None
+
+
+@dataclass(frozen=True)
+class IntervalView:
+    """One reporting interval of a TCP test (``intervals[]``, ``IntervalResult``): when it
+    ended, the receiver's goodput over it and each stream's ((id, bits/s) of the streams with a
+    rate). ``partial``: the test's short final interval, which has no rate
+    (``throughput/result.mark_partial_tail``)."""
+
+    end_s: float
+    bits_per_second: float | None
+    partial: bool = False
+    streams: tuple[tuple[StreamId, float], ...] = ()
+
+
 @dataclass(frozen=True)
 class ThroughputMeasured:
     """One direction's TCP test (``ThroughputResult.to_json``)."""
@@ -67,6 +90,10 @@ class ThroughputMeasured:
     cc: str | None
     limited_by: LimitedBy
     streams: tuple[StreamFacts, ...]
+    # how it was measured: the length asked for and the ramp-up left out (iperf3 --omit)
+    requested_duration_s: float | None = None
+    omit_s: float | None = None
+    intervals: tuple[IntervalView, ...] = field(default=(), repr=False)
 
     @property
     def verdict(self) -> str | None:
@@ -112,6 +139,16 @@ class ThroughputMeasured:
         return [(s.bytes_retrans, s.bytes_sent) for s in self.streams
                 if s.bytes_retrans is not None and s.bytes_sent]
 
+    @classmethod
+    def of(cls, result: ThroughputResult) -> ThroughputMeasured:
+        """The view of one direction's test, from the producer's own type."""
+        return throughput_view(result.bits_per_second, result.min_rtt_ms, result.cc,
+                               result.limited_by.verdict, result.limited_by.evidence,
+                               [s.tcp_info for s in result.streams],
+                               result.requested_duration_s, result.omit_s,
+                               tuple(v for iv in result.intervals if (v := interval_view(
+                                   iv.end_s, iv.bits_per_second, iv.partial, iv.streams))))
+
 
 @dataclass(frozen=True)
 class LossSample:
@@ -147,9 +184,14 @@ class PathMeasured:
     dscp: DscpReport | None
     rtt_p50_ms: float | None = None
     rtt_p99_ms: float | None = None
+    rtt_p90_ms: float | None = None
+    rtt_max_ms: float | None = None
+    # each probe's RTT (``rtt_samples_ms``, finite ones; empty when the report kept none)
+    rtt_samples_ms: tuple[float, ...] = field(default=(), repr=False)
     loss_forward_ratio: float | None = None
     loss_reverse_ratio: float | None = None
     capacity_source: str | None = None   # also when the capacity was not measured: why
+    capacity_method: CapacityMethod | None = None  # how the capacity figure was obtained
     # the counts behind the ratios (None: not counted, e.g. a reflector that gives no split)
     loss_round_trip: LossSample | None = None
     loss_forward: LossSample | None = None
@@ -164,6 +206,16 @@ class PathMeasured:
                 "round_trip": self.loss_round_trip}.get(direction)
 
 
+@dataclass(frozen=True)
+class AttemptMeasured:
+    """One TCP test of the verify loop (``Attempt.to_json``): how long it ran and the ramp-up
+    it left out, its rate with and without that ramp-up."""
+
+    duration_s: float | None = None
+    omit_s: float | None = None
+    bits_per_second: float | None = None
+    bits_per_second_after_omit: float | None = None
+
 
 @dataclass(frozen=True)
 class VerifyMeasured:
@@ -176,6 +228,7 @@ class VerifyMeasured:
     verdict: str | None
     limit: str | None
     next_step: str | None
+    attempts: tuple[AttemptMeasured, ...] = ()   # each test of the loop, the last one last
 
 
 @dataclass(frozen=True)
@@ -211,26 +264,6 @@ class Measured:
     verify: VerifyMeasured | None = None
     errors: Mapping[str, str] = field(default_factory=dict)  # part -> why it was not measured
 
-    @classmethod
-    def from_report(cls, m: Mapping[str, Any] | None) -> Measured:
-        """The typed measurements of a report's ``measurements`` dict: the one parser."""
-        m = m if isinstance(m, Mapping) else {}
-        path, mtu = _section(m, "path"), _section(m, "mtu")
-        fwd, rev = _section(m, "throughput"), _section(m, "throughput_reverse")
-        counters, errors = _section(m, "counters") or {}, _section(m, "errors") or {}
-        return cls(
-            path=_path(path) if path else None, mtu=_mtu(mtu) if mtu else None,
-            throughput=_throughput(fwd) if fwd else None,
-            throughput_reverse=_throughput(rev) if rev else None,
-            counter_findings=tuple(Finding.from_json(f) for f in counters.get("findings") or ()
-                                   if isinstance(f, Mapping)),
-            paths_summary=(_section(m, "paths") or {}).get("summary") or None,
-            peer_facts=facts_or_none(m.get("peer_facts")),
-            peer_facts_error=errors.get("peer_facts"), legacy="peer_facts" not in m,
-            streams_scan=_streams_scan(m.get("streams_scan")),
-            verify=_verify(verify) if (verify := _section(m, "verify")) else None,
-            errors={str(k): str(v) for k, v in errors.items()})
-
     @property
     def mss_bytes(self) -> int:
         """The forward transfer's sender MSS, else the 1500-MTU default."""
@@ -242,111 +275,59 @@ class Measured:
         return self.mtu.iface if self.mtu else None
 
 
-def _num(d: Any, key: str) -> float | None:
+def finite(v: Any) -> float | None:
+    """``v`` as a float when it is a finite number (not a bool); None otherwise."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def number(d: Any, key: str) -> float | None:
     """``d[key]`` (a dotted path) when it is a finite number; None when absent or not one."""
     cur = d
     for part in key.split("."):
         cur = cur.get(part) if isinstance(cur, Mapping) else None
-    if isinstance(cur, bool) or not isinstance(cur, (int, float)) or not math.isfinite(cur):
-        return None
-    return float(cur)
+    return finite(cur)
 
 
 def _figures(cls: type, d: Any, *skip: str) -> dict[str, float | None]:
     """Each field of dataclass ``cls`` but ``skip``, read from ``d`` under its own name."""
-    return {f.name: _num(d, f.name) for f in fields(cls) if f.name not in skip}
+    return {f.name: number(d, f.name) for f in fields(cls) if f.name not in skip}
 
 
-def _section(m: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    """``m[name]`` when it is a measured (non-empty) dict."""
-    part = m.get(name)
-    return part if isinstance(part, Mapping) and part else None
-
-
-def _text(v: Any) -> str | None:
-    return v if isinstance(v, str) and v else None
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _throughput(tput: Mapping[str, Any]) -> ThroughputMeasured:
-    lb = tput.get("limited_by")
-    lb = lb if isinstance(lb, Mapping) else {}
-    verdict = lb.get("verdict")
-    streams = [s.get("tcp_info") for s in tput.get("streams") or [] if isinstance(s, Mapping)]
+def throughput_view(bits_per_second: Any, min_rtt_ms: Any, cc: Any, verdict: Any,
+                    evidence: Mapping[str, Any], tcp_infos: Iterable[Any],
+                    requested_duration_s: Any = None, omit_s: Any = None,
+                    intervals: tuple[IntervalView, ...] = ()) -> ThroughputMeasured:
+    """One direction's view from the figures of its result: the verdict's evidence and each
+    stream's final TCP_INFO summary are the producer's open objects, read under their keys."""
     return ThroughputMeasured(
-        bits_per_second=_num(tput, "bits_per_second"), min_rtt_ms=_num(tput, "min_rtt_ms"),
-        cc=_text(tput.get("cc")),
+        bits_per_second=finite(bits_per_second), min_rtt_ms=finite(min_rtt_ms),
+        cc=cc if isinstance(cc, str) and cc else None,
         limited_by=LimitedBy(verdict=str(verdict) if verdict else None,
-                             **_figures(LimitedBy, lb.get("evidence") or {}, "verdict")),
+                             **_figures(LimitedBy, evidence, "verdict")),
         streams=tuple(StreamFacts(chrono=SenderChrono(**_figures(SenderChrono, info)),
-                                  **_figures(StreamFacts, info, "chrono")) for info in streams))
+                                  **_figures(StreamFacts, info, "chrono")) for info in tcp_infos),
+        requested_duration_s=finite(requested_duration_s), omit_s=finite(omit_s),
+        intervals=intervals)
 
 
-def _loss_sample(loss: Any, lost_key: str, of_key: str, ratio_key: str) -> LossSample | None:
-    """The counts behind one written ratio: ``of`` as written (1.2), else recovered from the
-    ratio (a 1.1 report), never guessed where nothing was counted."""
-    loss = loss if isinstance(loss, Mapping) else {}
-    lost, of, ratio = _int(loss.get(lost_key)), _int(loss.get(of_key)), _num(loss, ratio_key)
-    if lost is None or lost < 0:
+def _stream_id(v: Any) -> StreamId:
+    if v is None or isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool)):
+        return v
+    return str(v)
+
+
+def interval_view(end_s: Any, bits_per_second: Any, partial: Any,
+                  streams: Any) -> IntervalView | None:
+    """One interval's view from its figures; its streams are the producer's open rows, read
+    under their keys (``id``, ``bits_per_second``). None without a finite ``end_s``; a stream
+    without a finite rate is left out."""
+    end = finite(end_s)
+    if end is None:
         return None
-    if of is None:
-        sent = _int(loss.get("path_sent")) or _int(loss.get("sent"))
-        of = (sent if lost == 0 else round(lost / ratio) if ratio else None)
-    if not of or of < lost:
-        return None
-    return LossSample(lost, of)
-
-
-def _path(path: Mapping[str, Any]) -> PathMeasured:
-    dscp = path.get("dscp")
-    dscp = dscp if isinstance(dscp, Mapping) else {}   # absent or malformed: not measured
-    sent = _int(dscp.get("sent"))
-    cap = _num(path, "capacity_bits_per_second")
-    loss = path.get("loss")
-    rt = loss if isinstance(loss, Mapping) else {}
-    rt_of = _int(rt.get("path_sent")) or _int(rt.get("sent"))
-    received = _int(rt.get("received"))
-    rt_lost = rt_of - received if rt_of and received is not None else None
-    return PathMeasured(
-        loss_round_trip=LossSample(rt_lost, rt_of)
-        if rt_lost is not None and rt_of is not None and 0 <= rt_lost <= rt_of else None,
-        loss_forward=_loss_sample(loss, "forward_lost", "forward_of", "forward_ratio"),
-        loss_reverse=_loss_sample(loss, "reverse_lost", "reverse_of", "reverse_ratio"),
-        started_at=_text(path.get("started_at")), interval_s=_num(path, "interval_s"),
-        size_bytes=_num(path, "size_bytes"),
-        method=str(path.get("method", "stamp")), rtt_min_ms=_num(path, "rtt_ms.min"),
-        loss_sent_probes=_num(path, "loss.sent"), loss_ratio=_num(path, "loss.ratio"),
-        rtt_p50_ms=_num(path, "rtt_ms.p50"), rtt_p99_ms=_num(path, "rtt_ms.p99"),
-        loss_forward_ratio=_num(path, "loss.forward_ratio"),
-        loss_reverse_ratio=_num(path, "loss.reverse_ratio"),
-        capacity_source=_text(path.get("capacity_source")),
-        capacity=Capacity(cap, str(path.get("capacity_source"))) if cap is not None else None,
-        dscp=DscpReport(sent, at_reflector=_int(dscp.get("at_reflector")),
-                        returned=_int(dscp.get("returned"))) if sent else None)
-
-
-def _mtu(mtu: Mapping[str, Any]) -> MtuMeasured:
-    icmp, iface = mtu.get("icmp_seen"), mtu.get("iface")
-    return MtuMeasured(
-        path_mtu_bytes=_num(mtu, "path_mtu"), iface=str(iface) if iface else None,
-        iface_mtu_bytes=_num(mtu, "iface_mtu"), search_max_bytes=_num(mtu, "search_max_bytes"),
-        icmp_seen=icmp if isinstance(icmp, bool) else None, method=_text(mtu.get("method")))
-
-
-def _streams_scan(rows: Any) -> tuple[tuple[int, float], ...]:
-    """``streams_scan`` rows (services/diagnose.py) with both figures numeric."""
-    rows = rows if isinstance(rows, list) else []
-    return tuple((int(n), per) for r in rows
-                 if (n := _num(r, "streams")) is not None
-                 and (per := _num(r, "per_stream_bits_per_second")) is not None)
-
-
-def _verify(v: Mapping[str, Any]) -> VerifyMeasured:
-    return VerifyMeasured(
-        bits_per_second=_num(v, "bits_per_second"),
-        bits_per_second_after_omit=_num(v, "bits_per_second_after_omit"),
-        verdict=_text(v.get("verdict")), limit=_text(v.get("limit")),
-        next_step=_text(v.get("next_step")))
+    rows = streams if isinstance(streams, list | tuple) else ()
+    return IntervalView(
+        end_s=end, bits_per_second=finite(bits_per_second), partial=bool(partial),
+        streams=tuple((_stream_id(r.get("id")), bps) for r in rows if isinstance(r, Mapping)
+                      and (bps := number(r, "bits_per_second")) is not None))

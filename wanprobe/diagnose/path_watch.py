@@ -14,7 +14,8 @@ the window: the queueing a probe meets on the way. The two answer different ques
   than its threshold (judged once the reference holds ``queueing_history`` sessions). While queueing, the reference is frozen so the queue is not learnt as
   normal; ``queueing_cleared`` when the spread is back under half the threshold.
 
-The reference is the ``window`` sessions before the last ``recent`` (as baseline.py does).
+The reference is the ``window`` sessions before the last ``recent`` (``rolling.Windows``, as
+the daemon's baseline.py keeps them).
 
 Which direction queues: STAMP sessions also give each direction's one-way delay spread (p99 −
 min of T2 − T1 and of T4 − T3, probe/owd.py). A clock offset between the ends shifts every
@@ -27,10 +28,11 @@ it), ``both``, or None when the sessions carry no one-way delays (ICMP, TCP).
 from __future__ import annotations
 
 import statistics
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
+
+from wanprobe.diagnose.rolling import PerPeer, Windows, median_known
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,8 @@ class _Direction(TypedDict):
 
 @dataclass
 class _Peer:
-    history: deque[_Session]
-    recent: deque[_Session]
-    queueing: bool = False
+    sessions: Windows[_Session]
+    queueing: bool = False   # the reference is frozen while the path queues
     floor_ms: float | None = None
     spread_ms: float | None = None
 
@@ -110,13 +111,8 @@ class PathWatch:
 
     def __init__(self, settings: PathWatchSettings | None = None) -> None:
         self.s = settings or PathWatchSettings()
-        self._peers: dict[str, _Peer] = {}
-
-    def _peer(self, peer: str) -> _Peer:
-        st = self._peers.get(peer)
-        if st is None:
-            st = self._peers[peer] = _Peer(deque(maxlen=self.s.window), deque(maxlen=self.s.recent))
-        return st
+        self._peers: PerPeer[_Peer] = PerPeer(
+            lambda: _Peer(Windows(self.s.window, self.s.recent)))
 
     def current(self, peer: str) -> tuple[float | None, float | None]:
         """(floor, spread) in ms over the last ``recent`` sessions, for the gauges."""
@@ -124,7 +120,7 @@ class PathWatch:
         return (st.floor_ms, st.spread_ms) if st else (None, None)
 
     def forget(self, peer: str) -> None:
-        self._peers.pop(peer, None)
+        self._peers.forget(peer)
 
     def observe(self, peer: str, min_ms: float | None, p99_ms: float | None, *,
                 forward_spread_ms: float | None = None,
@@ -133,21 +129,20 @@ class PathWatch:
         delay spread (p99 − min, ms); sessions without replies are skipped."""
         if min_ms is None or p99_ms is None:
             return []
-        st = self._peer(peer)
-        if len(st.recent) == st.recent.maxlen and not st.queueing:
-            st.history.append(st.recent[0])
-        st.recent.append((float(min_ms), max(0.0, float(p99_ms) - float(min_ms)),
-                          forward_spread_ms, reverse_spread_ms))
-        st.floor_ms = min(r[0] for r in st.recent)
-        st.spread_ms = statistics.median(r[1] for r in st.recent)
-        if len(st.history) < self.s.min_history or len(st.recent) < self.s.recent:
+        st = self._peers[peer]
+        w = st.sessions
+        w.push((float(min_ms), max(0.0, float(p99_ms) - float(min_ms)), forward_spread_ms,
+                reverse_spread_ms), learn=not st.queueing)
+        st.floor_ms = min(r[0] for r in w.recent)
+        st.spread_ms = statistics.median(r[1] for r in w.recent)
+        if not w.ready(self.s.min_history, self.s.recent):
             return []
         return self._judge(peer, st)
 
     def _judge(self, peer: str, st: _Peer) -> list[PathEvent]:
-        s = self.s
-        ref_floor = min(r[0] for r in st.history)
-        ref_spread = statistics.median(r[1] for r in st.history)
+        s, w = self.s, st.sessions
+        ref_floor = min(r[0] for r in w.history)
+        ref_spread = statistics.median(r[1] for r in w.history)
         step = s.floor_step.of(ref_floor)
         rise = s.spread_rise.of(ref_spread)
         cur_floor, cur_spread = st.floor_ms, st.spread_ms
@@ -156,9 +151,9 @@ class PathWatch:
 
         def event(name: str) -> PathEvent:
             return PathEvent(peer, name, ref_floor, cur_floor, ref_spread, cur_spread, step, rise,
-                             len(st.recent))
+                             len(w.recent))
 
-        mins = [r[0] for r in st.recent]
+        mins = [r[0] for r in w.recent]
         # held: every recent session is off the old floor on the same side and they agree on
         # the new one (a session that straddles the change, with packets that went out on the
         # old route and came back on the new, sits in between and must leave the window first)
@@ -166,15 +161,14 @@ class PathWatch:
             and max(mins) - min(mins) <= step
         if held and cur_spread <= ref_spread + rise:
             ev = event("rerouted")
-            st.history = deque(st.recent, maxlen=s.window)   # the new path is the new reference
-            st.recent = deque(maxlen=s.recent)
+            w.restart()   # the new path is the new reference
             st.queueing = False
             return [ev]
         steady = abs(cur_floor - ref_floor) <= step
         # a spread is noisier than a floor: judge it against a full reference only (not the 5
         # sessions a reroute left), so a busy moment on the new path is not called a queue
         if not st.queueing and steady and cur_spread > ref_spread + rise \
-                and len(st.history) >= s.queueing_history:
+                and len(w.history) >= s.queueing_history:
             st.queueing = True
             direction = _direction(st, rise / 2)
             queueing = event("queueing")
@@ -186,15 +180,17 @@ class PathWatch:
 
 
 def _median_of(rows: Sequence[_Session], i: int) -> float | None:
+    """The median of column ``i`` where most rows know it, else None."""
     vals = [v for v in (r[i] for r in rows) if v is not None]
-    return statistics.median(vals) if len(vals) * 2 > len(rows) else None
+    return median_known(vals) if len(vals) * 2 > len(rows) else None
 
 
 def _direction(st: _Peer, threshold_ms: float) -> _Direction | None:
     """Which direction's one-way spread rose by more than ``threshold_ms`` (module docstring),
     with the spreads it compared; None when the sessions carry no one-way delays."""
-    f_old, f_new = _median_of(st.history, 2), _median_of(st.recent, 2)
-    r_old, r_new = _median_of(st.history, 3), _median_of(st.recent, 3)
+    old, new = st.sessions.history, st.sessions.recent
+    f_old, f_new = _median_of(old, 2), _median_of(new, 2)
+    r_old, r_new = _median_of(old, 3), _median_of(new, 3)
     if f_old is None or f_new is None or r_old is None or r_new is None:
         return None
     grew = (f_new - f_old > threshold_ms, r_new - r_old > threshold_ms)

@@ -51,9 +51,8 @@ def against_capacity(result: ThroughputResult | None, capacity_bps: float | None
     if share >= NETWORK_SHARE:
         return replace(result, limited_by=replace(
             verdict, evidence={**verdict.evidence, **checked}))
-    doc = result.to_json()
     found = run_engine(Context(verify=VerifyRun(
-        evidence_of(doc, result.omit_s), rate_bps=rate, capacity_bps=capacity_bps,
+        evidence_of(result, result.omit_s), rate_bps=rate, capacity_bps=capacity_bps,
         capacity_source=capacity_source)), RULES, first=True)
     answer = next((f for f in found if f.id != RULE_ERROR), None)
     cause = answer.id.removeprefix("verify.") if answer is not None else "unexplained"

@@ -1,22 +1,24 @@
-"""Closed loop after ``tune apply``: measure the path again, compare the rate with the path's
-capacity measured in the same run, and say whether the path is full or what still limits it
-(issue 20) — instead of declaring success.
+"""The answer of the closed loop after ``tune apply`` (issue 20), built from measured figures:
+a throughput result's rate after its ramp-up against the path's capacity measured in the same
+run says whether the path is full or what still limits it — instead of declaring success. Pure:
+the loop that measures (the test, the capacity, the longer re-measure) is
+``services/verify.py``.
 
 The rate leaves out the ramp-up like ``iperf3 --omit``: only intervals that start at or after
 ``omit_s`` count (slow start on a 130 ms path takes seconds to reach the link rate; that is
 TCP's start, not the tuning's result), and a final partial interval never counts.
 
 "The path is full" only at ≥ 90 % of the capacity (UDP bursts, throughput/capacity.py). Below
-it the test is repeated, twice as long with twice the ramp-up left out; if the rate stays below,
-the verdict rules (verify_limit.py, first match in the engine) name what limits it (host,
-window, cross traffic, congestion control) from the test's own evidence: TCP_INFO chrono
+it the service repeats the test, twice as long with twice the ramp-up left out; if the rate
+stays below, the verdict rules (verify_limit.py, first match in the engine) name what limits it
+(host, window, cross traffic, congestion control) from the test's own evidence: TCP_INFO chrono
 counters, CPU samples, retransmits, RTT.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from wanprobe.diagnose.context import Context, VerifyRun
@@ -29,10 +31,7 @@ from wanprobe.diagnose.verify_limit import (
     kept_intervals,
     limit_of,
 )
-from wanprobe.errors import WanprobeError
 from wanprobe.json_fields import Decoded, objects, open_object
-
-RETEST_FACTOR = 2.0  # the re-measure: twice the duration, twice the ramp-up left out
 
 
 @dataclass(frozen=True)
@@ -147,52 +146,3 @@ def judge(result: Mapping[str, Any], omit_s: float, *, capacity_bps: float | Non
         limit=limit, summary=summary, evidence=evidence,
         capacity_bits_per_second=capacity_bps, capacity_source=capacity_source,
         attempts=(*earlier, this))
-
-
-Measure = Callable[[float], Mapping[str, Any]]           # duration_s -> throughput result JSON
-Capacity = Callable[[float], tuple[float | None, str]]   # TCP rate -> (capacity, source)
-
-
-def verify_loop(measure: Measure, capacity: Capacity, *, duration_s: float = 6.0,
-                omit_s: float = 2.0, capacity_bps: float | None = None,
-                retest: bool = True) -> Verification:
-    """The loop over injected measurements: test, capacity (unless given), judge; below
-    FULL_SHARE test again, RETEST_FACTOR × longer with RETEST_FACTOR × the ramp-up left out."""
-    first = measure(duration_s)
-    source = "operator"
-    if capacity_bps is None:
-        rate = rate_after_omit_bps(first.get("intervals") or [], omit_s)
-        capacity_bps, source = capacity(rate or float(first.get("bits_per_second") or 0.0))
-    v = judge(first, omit_s, capacity_bps=capacity_bps, capacity_source=source)
-    if not retest or v.limit in ("full", "unknown"):
-        return v
-    try:
-        again = measure(duration_s * RETEST_FACTOR)
-    except WanprobeError as exc:  # keep the first answer; say why there is no second
-        return replace(v, summary=f"{v.summary} (the longer re-measure failed: {exc})")
-    return judge(again, omit_s * RETEST_FACTOR, capacity_bps=capacity_bps,
-                 capacity_source=source, earlier=v.attempts)
-
-
-def verify_path(peer: str, *, port: int = 862, duration_s: float = 6.0, omit_s: float = 2.0,
-                max_bytes: int = 2**30, hmac_key: bytes | None = None,
-                capacity_bps: float | None = None, retest: bool = True) -> Verification:
-    """Measure this host → ``peer`` again (one stream, capped), measure the path's capacity
-    with UDP bursts (unless ``capacity_bps`` is known) and judge."""
-    from wanprobe.throughput.capacity import measure_capacity
-    from wanprobe.throughput.client import run_throughput
-
-    def measure(secs: float) -> Mapping[str, Any]:
-        return run_throughput(peer, port=port, duration_s=secs, max_bytes=max_bytes,
-                              interval_s=0.5, hmac_key=hmac_key).to_json()
-
-    def capacity(tcp_bps: float) -> tuple[float | None, str]:
-        try:  # start above what TCP reached, as diagnose does, so one burst saturates
-            cap = measure_capacity(peer, port, start_bps=max(2 * tcp_bps, 20e6),
-                                   max_bytes=max_bytes, hmac_key=hmac_key)
-        except WanprobeError as exc:
-            return None, f"not measured: {exc}"
-        return cap.bits_per_second, cap.source
-
-    return verify_loop(measure, capacity, duration_s=duration_s, omit_s=omit_s,
-                       capacity_bps=capacity_bps, retest=retest)

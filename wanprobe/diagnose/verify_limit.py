@@ -1,5 +1,5 @@
 """What keeps a tuned transfer below the path's capacity: a pure judgement of one throughput
-result (its JSON) against the capacity measured in the same run (issue 20).
+result (the typed ``ThroughputResult``) against the capacity measured in the same run (issue 20).
 
 "The path is full" only at ≥ FULL_SHARE of the capacity. Below it, the limit is named from the
 evidence the test carries, in this order, each with the figures it rests on:
@@ -31,17 +31,22 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from wanprobe.diagnose.context import VerifyEvidence, VerifyRun
 from wanprobe.diagnose.finding import Finding
 from wanprobe.diagnose.rule import rule
-from wanprobe.throughput.result import STEAL_PERCENT  # the threshold, in one place
+from wanprobe.throughput.result import (
+    STEAL_PERCENT,  # the threshold, in one place
+    ThroughputResult,
+)
+from wanprobe.throughput.verdict import STANDING_QUEUE_MIN  # the throughput verdict's queue
 from wanprobe.units import format_rate
 
 FULL_SHARE = 0.9            # issue 20: "the path is full" only at >= 90 % of the capacity
 APP_LIMITED_SHARE = 0.5     # samples in which the sender had run out of data
-QUEUE_SHARE = 0.5           # srtt >= 1.5 x min RTT: a standing queue (as verdict.py)
+QUEUE_SHARE = STANDING_QUEUE_MIN  # srtt >= 1.5 x min RTT: a standing queue (verdict.py's)
 QUEUE_MIN_MS = 1.0          # and at least 1 ms of it: host scheduling noise on short paths
 RETRANS_EXPLAINS = 0.05     # retransmissions would eat the missing share themselves
 CC_BOUND_SHARE = 0.8        # the rate reaches 80 % of what cwnd or pacing allowed
@@ -111,40 +116,96 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _per_interval_sums(kept: list[Mapping[str, Any]], key: str) -> list[float]:
+class _Interval(Protocol):
+    """What the evidence reads of one interval (``IntervalResult``)."""
+
+    @property
+    def start_s(self) -> float: ...
+    @property
+    def end_s(self) -> float: ...
+    @property
+    def bytes_received(self) -> int: ...
+    @property
+    def partial(self) -> bool: ...
+    @property
+    def streams(self) -> Sequence[Mapping[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class _Test:
+    """What the evidence reads of one test: a :class:`ThroughputResult`'s parts."""
+
+    cc: str | None
+    stream_ids: frozenset[Any]
+    verdict: str | None
+    verdict_evidence: Mapping[str, Any]
+    summary: str | None
+    min_rtt_ms: float | None
+    cpu: Mapping[str, Any]
+    intervals: Sequence[_Interval]
+
+    @classmethod
+    def of(cls, r: ThroughputResult) -> _Test:
+        return cls(r.cc, frozenset(s.stream_id for s in r.streams), r.limited_by.verdict,
+                   r.limited_by.evidence, r.limited_by.summary, r.min_rtt_ms, r.cpu,
+                   r.intervals)
+
+
+@dataclass(frozen=True)
+class _JsonInterval:
+    start_s: float
+    end_s: float
+    bytes_received: int
+    partial: bool
+    streams: Sequence[Mapping[str, Any]]
+
+
+def _of_json(result: Mapping[str, Any]) -> _Test:
+    """A test from its JSON as ``diagnose/verify.judge`` still passes it (a whole result or
+    the parts of one a test builds): to go when that caller passes the ThroughputResult."""
+    lb = result.get("limited_by") or {}
+    return _Test(result.get("cc"), frozenset(s.get("stream_id") for s in
+                                             result.get("streams") or []),
+                 lb.get("verdict"), lb.get("evidence") or {}, lb.get("summary"),
+                 result.get("min_rtt_ms"), result.get("cpu") or {},
+                 [_JsonInterval(iv.get("start_s", 0.0), iv.get("end_s", 0.0),
+                                iv.get("bytes_received", 0), bool(iv.get("partial")),
+                                iv.get("streams", [])) for iv in result.get("intervals") or []])
+
+
+def _per_interval_sums(kept: Sequence[_Interval], key: str) -> list[float]:
     out: list[float] = []
     for iv in kept:
-        vals = [(r.get("tcp_info") or {}).get(key) for r in iv.get("streams", [])]
+        vals = [(r.get("tcp_info") or {}).get(key) for r in iv.streams]
         known = [v for v in vals if v is not None]
         if known:
             out.append(float(sum(known)))
     return out
 
 
-def evidence_of(result: Mapping[str, Any], omit_s: float) -> VerifyEvidence:
-    """The figures of one throughput result (JSON) after its ramp-up: sender TCP_INFO over the
-    kept intervals, the CPU samples, the verdict's own evidence (chrono shares, retransmit
-    rate, queueing delay)."""
-    kept = kept_intervals(result.get("intervals") or [], omit_s)
-    infos = [r["tcp_info"] for iv in kept for r in iv.get("streams", []) if r.get("tcp_info")]
+def evidence_of(result: ThroughputResult | Mapping[str, Any], omit_s: float) -> VerifyEvidence:
+    """The figures of one throughput result after its ramp-up: sender TCP_INFO over the kept
+    intervals, the CPU samples, the verdict's own evidence (chrono shares, retransmit rate,
+    queueing delay). ``result`` is the producer's typed result; its JSON is still taken from
+    ``diagnose/verify.judge``."""
+    t = _Test.of(result) if isinstance(result, ThroughputResult) else _of_json(result)
+    kept = [iv for iv in t.intervals if iv.start_s >= omit_s - 1e-9 and not iv.partial]
+    infos = [r["tcp_info"] for iv in kept for r in iv.streams if r.get("tcp_info")]
     cwnds = []
     for iv in kept:
         b = [(r["tcp_info"].get("cwnd_packets") or 0) * (r["tcp_info"].get("snd_mss_bytes") or 0)
-             for r in iv.get("streams", []) if r.get("tcp_info")]
+             for r in iv.streams if r.get("tcp_info")]
         if b:
             cwnds.append(sum(b))
     flags = [i["delivery_rate_app_limited"] for i in infos
              if i.get("delivery_rate_app_limited") is not None]
-    lb = result.get("limited_by") or {}
-    ev = lb.get("evidence") or {}
-    cpu = result.get("cpu") or {}
+    ev = t.verdict_evidence
     srtt = _median([i["rtt_ms"] for i in infos if i.get("rtt_ms")])
     return {
-        "cc": result.get("cc"), "streams": len({s.get("stream_id") for s in
-                                                result.get("streams") or []}) or 1,
-        "throughput_verdict": lb.get("verdict"), "side": ev.get("side"),
-        "throughput_summary": lb.get("summary"),
-        "min_rtt_ms": result.get("min_rtt_ms") or ev.get("min_rtt_ms"),
+        "cc": t.cc, "streams": len(t.stream_ids) or 1,
+        "throughput_verdict": t.verdict, "side": ev.get("side"),
+        "throughput_summary": t.summary,
+        "min_rtt_ms": t.min_rtt_ms or ev.get("min_rtt_ms"),
         "srtt_ms": srtt,
         "pacing_rate_bits_per_second": _median(_per_interval_sums(
             kept, "pacing_rate_bits_per_second")),
@@ -159,13 +220,11 @@ def evidence_of(result: Mapping[str, Any], omit_s: float) -> VerifyEvidence:
         "steal_percent": max((v for v in (ev.get("sender_steal_percent"),
                                           ev.get("receiver_steal_percent"))
                               if isinstance(v, int | float)), default=None),
-        "sender_thread_busy_ratio": cpu.get("sender_thread_busy_ratio"),
-        "receiver_thread_busy_ratio": cpu.get("receiver_thread_busy_ratio"),
+        "sender_thread_busy_ratio": t.cpu.get("sender_thread_busy_ratio"),
+        "receiver_thread_busy_ratio": t.cpu.get("receiver_thread_busy_ratio"),
         "samples": len(infos),
-        "kept_rates_bits_per_second": [round(float(iv["bytes_received"]) * 8 / span)
-                                       for iv in kept
-                                       if (span := iv.get("end_s", 0.0) - iv.get("start_s", 0.0))
-                                       > 0],
+        "kept_rates_bits_per_second": [round(float(iv.bytes_received) * 8 / span)
+                                       for iv in kept if (span := iv.end_s - iv.start_s) > 0],
     }
 
 

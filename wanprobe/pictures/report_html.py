@@ -4,8 +4,9 @@ The path's table a carrier asks for (report/ticket.py, as the Markdown ticket), 
 their evidence (the markdown renderer's rows, render_md.evidence_rows) in plain words, the RTT
 distribution of the probe (a histogram of ``rtt_samples_ms`` when the report keeps them, else the
 quantiles it has), per-stream throughput over time in each direction (partial intervals left
-out), and before/after when the report carries a verify (``measurements.verify``: the JSON of
-``diagnose/verify.Verification``). Bounded whatever the report holds: the first MAX_FINDINGS
+out), and before/after when the report carries a verify (``diagnose/verify.Verification``).
+Every figure is read from the report's typed view (``report.measured``, built by
+report/codec.py), never from its measurements by key. Bounded whatever the report holds: the first MAX_FINDINGS
 findings (the count of the rest is said), MAX_EVIDENCE_ROWS rows each, values cut to
 MAX_VALUE_CHARS, at most MAX_SERIES_POINTS points per series; samples are binned here.
 """
@@ -14,11 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
 from typing import Any
 
-from wanprobe.diagnose.measured import Measured
-from wanprobe.pictures.html import Markup, Page, esc, number, table
+from wanprobe.diagnose.measured import AttemptMeasured, Measured, PathMeasured, ThroughputMeasured
+from wanprobe.pictures.html import Markup, Page, esc, table
 from wanprobe.report.document import Finding, Report
 from wanprobe.report.render_md import evidence_rows
 from wanprobe.report.ticket import path_rows, plain
@@ -30,8 +30,7 @@ MAX_VALUE_CHARS = 400
 MAX_SERIES_POINTS = 2000
 MAX_PLAN_CHARS = 20_000
 HIST_BINS = 40
-DIRECTIONS = (("throughput", "forward: this host sends"), ("throughput_reverse",
-                                                            "reverse: the peer sends"))
+DIRECTIONS = ("forward: this host sends", "reverse: the peer sends")
 
 
 def _cut(text: str, limit: int = MAX_VALUE_CHARS) -> str:
@@ -55,12 +54,13 @@ def summary_rows(report: Report, m: Measured) -> list[tuple[str, str]]:
     return path_rows(report)
 
 
-def rtt_spec(path: Mapping[str, Any]) -> dict[str, Any] | None:
+def rtt_spec(path: PathMeasured) -> dict[str, Any] | None:
     """A histogram of the probe's RTT samples, marked at p50 and p99; without samples (reports
     written before they were kept) the quantiles as a step histogram between them."""
-    samples = [x for x in path.get("rtt_samples_ms") or () if isinstance(x, int | float)
-               and not isinstance(x, bool) and math.isfinite(x)]
-    marks = [{"x": v, "label": k} for k in ("p50", "p99") if (v := number(path, "rtt_ms", k))]
+    samples = path.rtt_samples_ms
+    quantiles = (("min", path.rtt_min_ms), ("p50", path.rtt_p50_ms), ("p90", path.rtt_p90_ms),
+                 ("p99", path.rtt_p99_ms), ("max", path.rtt_max_ms))
+    marks = [{"x": v, "label": k} for k, v in quantiles if k in ("p50", "p99") and v]
     title = f"RTT distribution ({len(samples)} probes)"
     if samples:
         import numpy as np
@@ -69,7 +69,7 @@ def rtt_spec(path: Mapping[str, Any]) -> dict[str, Any] | None:
         return {"kind": "hist", "title": title, "x_label": "RTT (ms)", "y_label": "probes",
                 "left": edges[:-1].tolist(), "right": edges[1:].tolist(),
                 "count": counts.tolist(), "marks": marks}
-    qs = [(k, v) for k in ("min", "p50", "p90", "p99", "max") if (v := number(path, "rtt_ms", k))]
+    qs = [(k, v) for k, v in quantiles if v]
     if len(qs) < 2:
         return None
     share = {"p50": 0.5, "p90": 0.4, "p99": 0.09, "max": 0.01}   # of the probes between marks
@@ -81,29 +81,26 @@ def rtt_spec(path: Mapping[str, Any]) -> dict[str, Any] | None:
             "marks": marks}
 
 
-def streams_spec(tput: Mapping[str, Any], title: str) -> dict[str, Any] | None:
+def streams_spec(tput: ThroughputMeasured, title: str) -> dict[str, Any] | None:
     """Receiver goodput per stream per interval (Mbit/s at each interval's end); intervals
     marked partial (cut short by the end of the test) are left out."""
-    intervals = [i for i in tput.get("intervals") or () if isinstance(i, Mapping)
-                 and not i.get("partial") and number(i, "end_s") is not None]
+    intervals = [iv for iv in tput.intervals if not iv.partial]
     step = max(1, math.ceil(len(intervals) / MAX_SERIES_POINTS))
     intervals = intervals[::step]
     per: dict[str, tuple[list[float], list[float]]] = {}
     for iv in intervals:
-        for s in iv.get("streams") or ():
-            bps = number(s, "bits_per_second")
-            if isinstance(s, Mapping) and bps is not None:
-                xs, ys = per.setdefault(f"stream {s.get('id')}", ([], []))
-                xs.append(iv["end_s"])
-                ys.append(bps / 1e6)
+        for sid, bps in iv.streams:
+            xs, ys = per.setdefault(f"stream {sid}", ([], []))
+            xs.append(iv.end_s)
+            ys.append(bps / 1e6)
     if not per:
         return None
     series = [{"name": name, "x": xs, "y": ys, "points": len(xs) < 30}
               for name, (xs, ys) in sorted(per.items())]
     if len(series) > 1:
         series.append({"name": "all streams", "width": 3, "points": False,
-                       "x": [iv["end_s"] for iv in intervals],
-                       "y": [(number(iv, "bits_per_second") or 0) / 1e6 for iv in intervals]})
+                       "x": [iv.end_s for iv in intervals],
+                       "y": [(iv.bits_per_second or 0) / 1e6 for iv in intervals]})
     return {"kind": "lines", "title": title, "x_label": "seconds into the test",
             "y_label": "Mbit/s", "series": series}
 
@@ -114,7 +111,7 @@ def _method(duration_s: float | None, omit_s: float | None) -> str:
     return f"{duration_s - (omit_s or 0):g} s measured after {omit_s or 0:g} s of ramp-up"
 
 
-def verify_spec(report: Report, m: Measured) -> dict[str, Any] | None:
+def verify_spec(m: Measured) -> dict[str, Any] | None:
     """Before (the diagnosed forward rate past its ramp-up) and after (the verify's test that
     was measured the same way, if one was: tune apply --verify measures as the report's test
     did, services/tune.source_method; else its last), by one method: the title says whether
@@ -123,15 +120,12 @@ def verify_spec(report: Report, m: Measured) -> dict[str, Any] | None:
     after = m.verify
     if after is None or m.throughput is None or m.throughput.bits_per_second is None:
         return None
-    tput = report.measurements.get("throughput")
-    verify = report.measurements.get("verify")
-    attempts = [a for a in ((verify or {}).get("attempts") or []) if isinstance(a, Mapping)] \
-        if isinstance(verify, Mapping) else []
-    before = _method(number(tput, "requested_duration_s"), number(tput, "omit_s"))
-    like = [a for a in attempts if _method(number(a, "duration_s"), number(a, "omit_s")) == before]
-    last = (like or attempts or [{}])[-1]
-    after_how = _method(number(last, "duration_s"), number(last, "omit_s"))
-    after_bps = (number(last, "bits_per_second_after_omit") or number(last, "bits_per_second")
+    attempts = after.attempts
+    before = _method(m.throughput.requested_duration_s, m.throughput.omit_s)
+    like = [a for a in attempts if _method(a.duration_s, a.omit_s) == before]
+    last = (like or attempts or (AttemptMeasured(),))[-1]
+    after_how = _method(last.duration_s, last.omit_s)
+    after_bps = (last.bits_per_second_after_omit or last.bits_per_second
                  or after.bits_per_second_after_omit or after.bits_per_second)
     if after_bps is None:
         return None
@@ -184,15 +178,12 @@ def report_page(report: Report, total_findings: int | None = None) -> Page:
     page.add(table(["measurement", "value"], summary_rows(r, m)))
     for part, why in list(m.errors.items())[:20]:
         page.p(f"not measured: {part}: {_cut(str(why))}", cls="note")
-    path = r.measurements.get("path")
-    if isinstance(path, Mapping) and (spec := rtt_spec(path)):
+    if m.path is not None and (spec := rtt_spec(m.path)):
         page.chart(spec)
-    for key, label in DIRECTIONS:
-        tput = r.measurements.get(key)
-        if isinstance(tput, Mapping) and (spec := streams_spec(tput, f"Per-stream throughput, "
-                                                                    f"{label}")):
+    for tput, label in ((m.throughput, DIRECTIONS[0]), (m.throughput_reverse, DIRECTIONS[1])):
+        if tput is not None and (spec := streams_spec(tput, f"Per-stream throughput, {label}")):
             page.chart(spec)
-    if spec := verify_spec(r, m):
+    if spec := verify_spec(m):
         page.chart(spec)
     total = max(total_findings or 0, len(r.findings))   # load_first may have cut the list
     page.h(2, f"Findings ({total})")

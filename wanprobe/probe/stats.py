@@ -70,26 +70,16 @@ def rtt_summary_ms(rtts_ms: Sequence[float]) -> dict[str, float] | None:
             "mean": mean, "stdev": float(np.sqrt(np.mean((a - mean) ** 2)))}
 
 
-def ipdv_mean_abs_ms(seqs: Sequence[int], delays_ms: Sequence[float]) -> float | None:
-    """Mean |IPDV| between consecutive sequence numbers (RFC 5481 §1.2/§4.2: IPDV(i) =
-    D(i) - D(i-1) for packets i-1 and i both received). Offsets between unsynchronised clocks
-    cancel, so one-way delays from different hosts are fine here. None without a pair."""
-    if len(seqs) < 2:
-        return None
-    import numpy as np
-
-    order = np.argsort(np.asarray(seqs))
-    s = np.asarray(seqs)[order]
-    d = np.asarray(delays_ms, dtype=float)[order]
-    consecutive = np.diff(s) == 1
-    if not consecutive.any():
-        return None
-    return float(np.abs(np.diff(d))[consecutive].mean())
-
-
 def ipdv_many_ms(sorted_seqs: Sequence[int], *series: Sequence[float]) -> list[float | None]:
-    """:func:`ipdv_mean_abs_ms` for several delay series over the same ascending sequence
-    numbers, sharing the work (one call per session instead of one per series)."""
+    """The probe's jitter: mean |IPDV| between consecutive sequence numbers (RFC 5481 §1.2/§4.2:
+    IPDV(i) = D(i) - D(i-1) for packets i-1 and i both received), for each delay series over the
+    same ascending sequence numbers, sharing the work (one call per session, not one per series).
+    Offsets between unsynchronised clocks cancel, so one-way delays from different hosts are fine
+    here. None for a series without a pair, or not one delay per sequence number.
+
+    The one IPDV jitter (issue 38). Not the throughput test's UDP jitter (throughput/udp.py),
+    which is the RFC 3550 §6.4.1 interarrival jitter: a running estimate, J += (|D| - J)/16, as
+    iperf3 reports it, so the two figures differ on the same packets."""
     n = len(sorted_seqs)
     if n < 2:
         return [None] * len(series)

@@ -23,6 +23,7 @@ from wanprobe.diagnose.finding import Knob as Knob
 from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.measured import Measured
 from wanprobe.errors import ConfigError, shown
+from wanprobe.report.codec import host_of, measured_of
 from wanprobe.userfiles import read_json
 
 # SEVERITIES, Finding and Knob are re-exported (``X as X``): the one Finding type, which the
@@ -130,14 +131,14 @@ class Report:
 
     @cached_property
     def measured(self) -> Measured:
-        """The measurements, typed once by the one parser (diagnose/measured.py): what every
+        """The measurements, typed once by the one parser (report/codec.py): what every
         reader of a report's figures takes."""
-        return Measured.from_report(self.measurements)
+        return measured_of(self.measurements)
 
     @cached_property
     def local_host(self) -> Host | None:
-        """The diagnosing host, typed (diagnose/host_inputs.py); None without host facts."""
-        return Host.from_report(self.host)
+        """The diagnosing host, typed (report/codec.py); None without host facts."""
+        return host_of(self.host)
 
     @property
     def top(self) -> Finding | None:
@@ -183,10 +184,24 @@ def load_first(path: str | Path, max_findings: int | None) -> tuple[Report, int]
         raise ConfigError(f"report {p}: not a valid wanprobe report: {exc}") from None
 
 
+def with_measurement(doc: Mapping[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """The report document ``doc`` with ``measurements[name]`` set to ``value``: a part measured
+    after the report was written (the verify of ``tune apply --report-out``)."""
+    measurements = doc.get("measurements")
+    return {**doc, "measurements": {**(measurements if isinstance(measurements, Mapping)
+                                       else {}), name: value}}
+
+
+def dumps(doc: Mapping[str, Any]) -> str:
+    """A report document's text, the one serialisation of every report written: ``save``'s and
+    the daemon's tickets (``report/regression.py`` builds them)."""
+    return json.dumps(doc, indent=2, sort_keys=False) + "\n"
+
+
 def save(report: Report, path: str | Path) -> Path | None:
     """Write the report under the output policy (``atomic_file``: a file atomically, a FIFO
     or /dev/null in place, ``-`` to stdout); a failed write is one line (exit 2 refused, 74 I/O)."""
-    data = json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n"
+    data = dumps(report.to_json())
     try:
         return write_output(path, data, mode=0o600)
     except OSError as exc:

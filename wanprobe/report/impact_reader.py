@@ -1,10 +1,9 @@
 """A report as the impact model's input: one :class:`~wanprobe.models.impact_inputs.Candidate`.
 
-The figures come typed from the one parser of each part (``Measured.from_report`` for
-``measurements``, ``Host.from_report`` for ``host``), as every other reader of a report takes
-them; ``wanprobe impact`` also takes hand-written partial reports (``peer``,
-``measurements.path``, ``measurements.throughput``, ``host.sysctls``, optional ``plan``), so the
-document is not required to be whole. Used: the path's p99 (and p50) RTT and loss ratio, the
+The figures come typed from the report codec (``codec.parts_of``: ``measurements`` and
+``host``), as every other reader of a report takes them; ``wanprobe impact`` also takes
+hand-written partial reports (``peer``, ``measurements.path``, ``measurements.throughput``,
+``host.sysctls``, optional ``plan``), so the document is not required to be whole. Used: the path's p99 (and p50) RTT and loss ratio, the
 forward throughput, this host's ``tcp_rmem`` and congestion control, and the sysctl values the
 report's ``plan`` would set. A missing or impossible figure is one ConfigError naming its key.
 """
@@ -21,6 +20,7 @@ from wanprobe.errors import ConfigError
 from wanprobe.models.bdp import window_from_buffer_bytes
 from wanprobe.models.impact import Path
 from wanprobe.models.impact_inputs import Candidate
+from wanprobe.report.codec import parts_of
 from wanprobe.userfiles import json_objects
 
 RTT_P99 = "measurements.path.rtt_ms.p99"
@@ -41,9 +41,8 @@ def candidate_from_report(doc: object, source: str, link_bps: float | None = Non
     """Read one report document (whole or partial) through the typed parsers."""
     if not isinstance(doc, Mapping):
         raise ConfigError(f"report {source}: not a JSON object")
-    return candidate(Measured.from_report(doc.get("measurements")),
-                     Host.from_report(doc.get("host")),
-                     _peer_name(doc.get("peer"), source), doc.get("plan"), source, link_bps)
+    return candidate(*parts_of(doc), _peer_name(doc.get("peer"), source), doc.get("plan"),
+                     source, link_bps)
 
 
 def candidate(measured: Measured, host: Host | None, name: str, plan: Any, source: str,

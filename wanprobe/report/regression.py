@@ -9,11 +9,14 @@ import os
 import socket
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from collectors.host_config import read_host_config
 from wanprobe.diagnose.finding import Finding
 from wanprobe.errors import WanprobeError
+from wanprobe.report.document import SCHEMA_VERSION, Report, validate
 
 
 def _iso(ts: float) -> str:
@@ -21,13 +24,11 @@ def _iso(ts: float) -> str:
 
 
 def _host_json() -> dict[str, Any]:
-    """This host's configuration (diagnose/host_config.py, without live socket reads); its name
+    """This host's configuration (collectors/host_config.py, without live socket reads); its name
     and kernel alone when it cannot be read."""
     try:
-        from wanprobe.diagnose.host_config import read_host_config
-
         return read_host_config(live=False).to_json()
-    except (ImportError, OSError, WanprobeError):
+    except (OSError, WanprobeError):
         return {"hostname": socket.gethostname(), "kernel": os.uname().release, "sysctls": {},
                 "available_cc": [], "allowed_cc": [], "ifaces": {}}
 
@@ -49,25 +50,22 @@ def regression_report(peer: TicketPeer, transitions: list[dict[str, Any]],
                       last_probe: dict[str, Any] | None, baseline: dict[str, Any], *,
                       started: float, finished: float,
                       findings: Sequence[Finding]) -> dict[str, Any]:
-    """The document for ``peer`` (a ``mesh.peer.Peer``: name, address, port, site)."""
+    """The document for ``peer`` (a ``mesh.peer.Peer``: name, address, port, site), written
+    by the one writer of a report (``document.Report.to_json``) and validated."""
     from wanprobe import __version__
-    from wanprobe.report.document import SCHEMA_VERSION, validate
 
     measurements: dict[str, Any] = {"path": last_probe, "mtu": None, "throughput": None,
                                     "counters": None, "baseline": baseline,
                                     "regressions": transitions}
-    doc = {
-        "schema_version": SCHEMA_VERSION,
-        "id": f"regression-{peer.name}-{uuid.uuid4().hex[:12]}",
-        "created_at": _iso(finished), "tool": {"name": "wanprobe daemon", "version": __version__},
-        "host": _host_json(), "peer": {"address": peer.address, "port": peer.port,
-                                       "name": peer.name, "site": peer.site},
-        "measurements": measurements,
-        "findings": [f.to_json() for f in findings], "plan": None,
-        "timestamps": {"started": _iso(started), "finished": _iso(finished)},
-    }
+    report = Report(
+        id=f"regression-{peer.name}-{uuid.uuid4().hex[:12]}", created_at=_iso(finished),
+        tool={"name": "wanprobe daemon", "version": __version__}, host=_host_json(),
+        peer={"address": peer.address, "port": peer.port, "name": peer.name, "site": peer.site},
+        measurements=measurements, findings=tuple(findings), plan=None,
+        timestamps={"started": _iso(started), "finished": _iso(finished)},
+        schema_version=SCHEMA_VERSION)
     try:
-        validate(doc)
+        validate(report.to_json())
     except WanprobeError as exc:  # still a useful ticket: write it, say what is off
-        measurements["errors"] = {"schema": str(exc)}
-    return doc
+        report = replace(report, measurements={**measurements, "errors": {"schema": str(exc)}})
+    return report.to_json()

@@ -8,8 +8,8 @@ rules that need it stay silent; the diagnosis itself never crashes on it.
 Each measurement stays typed (``ProbeResult``, ``ThroughputResult``, ``Capacity``, ``HostFacts``)
 until ``diagnose`` writes the report's ``measurements`` once, in one place: the path document is
 the probe's plus the capacity keys, the MTU document the search's plus the route's; no function
-edits another's document. The rules then read them through the one typed view
-(``Measured.from_report``), as every reader of a saved report does.
+edits another's document. The rules then read them through the one typed view (the report
+codec, ``report/codec.py``), as every reader of a saved report does.
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar
 
+from collectors.host_config import read_host_config
 from wanprobe import __version__
 from wanprobe.diagnose.engine import run_rules
-from wanprobe.diagnose.host_config import read_host_config
-from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import ASSUMED_LINK_BPS, LOSS_SLO, OPERATOR_SOURCE, DiagnoseConfig
 from wanprobe.diagnose.tcp_verdict import against_capacity
 from wanprobe.errors import ProbeError, UsageError, WanprobeError
 from wanprobe.models.tcp_ramp import TestTime, tcp_test_time
 from wanprobe.probe.peer import check_peer
 from wanprobe.probe.stats import Z95
+from wanprobe.report.codec import host_of, measured_of
 from wanprobe.report.document import SCHEMA_VERSION, Report
 
 if TYPE_CHECKING:
@@ -314,7 +314,8 @@ def _before_the_tests(opts: DiagnoseOptions, errors: dict[str, str], probe: Prob
         return None, None, None
     say("asking the peer for its host facts")
     peer_facts = _guard(errors, "peer_facts", lambda: fetch_peer_facts(opts))
-    nic = (Host.from_report(host) or Host()).iface(route.get("iface"))
+    local = host_of(host)
+    nic = local.iface(route.get("iface")) if local is not None else None
     nic_bps = nic.speed_mbps * 1e6 if nic and nic.speed_mbps else None
     capacity = _capacity(opts, errors, nic_bps, say)
     return peer_facts, capacity, _test_time(opts, probe, capacity, nic_bps)
@@ -410,7 +411,7 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
                     "streams_scan": scan, "peer_facts": _json(peer_facts), "counters": counters,
                     "errors": errors}
     say("evaluating rules")
-    findings = run_rules(measurements, host, DiagnoseConfig(
+    findings = run_rules(measured_of(measurements), host_of(host), DiagnoseConfig(
         link_rate_bps=opts.link_rate_bps, dscp=opts.dscp, concurrent_flows=opts.concurrent_flows,
         loss_slo=opts.loss_slo))
     return Report(

@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, TypeGuard
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from wanprobe.errors import ConfigError, UsageError, WanprobeError
 from wanprobe.safe_text import clean
@@ -138,7 +138,7 @@ class TuneSession:
     def apply(self, plan: Plan, *, persist_dir: Path | None = None, verify: str | None = None,
               hmac_key: bytes | None = None) -> Applied:
         """Apply ``plan`` as a transaction (journal first, each value verified, undone on
-        failure); with ``verify`` re-measure the path to that peer (diagnose/verify.py) by the
+        failure); with ``verify`` re-measure the path to that peer (services/verify.py) by the
         method of the test the plan was made from (:func:`source_method`)."""
         from tuners import plan as plan_mod
         from tuners import transaction
@@ -156,7 +156,7 @@ class TuneSession:
         measured alike (issue 36); verify_path's own defaults without it."""
         if not peer:
             return None
-        from wanprobe.diagnose.verify import verify_path
+        from wanprobe.services.verify import verify_path
 
         try:
             if method is None:
@@ -243,29 +243,26 @@ def persist_dir(persist: bool, sysctl_d: str | None) -> Path | None:
     return Path(chosen or "/etc/sysctl.d")
 
 
-def _number(v: object) -> TypeGuard[int | float]:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
 def source_method(plan: Plan) -> Method | None:
     """How the plan's source report measured the forward rate (``duration_s``, ``omit_s``: the
     diagnose TCP test sized from the path, ramp-up left out), for the verify to measure the
     same way; None when the report is not readable or its test left no ramp-up out (a
     report from before 1.2), and the verify keeps its own (the picture then says "different
     methods")."""
+    from wanprobe.report.codec import parts_of
     from wanprobe.report.document import load_json
 
     path = (plan.source_report or {}).get("path")
     if not path:
         return None
     try:
-        tput = load_json(path).get("measurements", {}).get("throughput") or {}
-    except (WanprobeError, AttributeError):
+        tput = parts_of(load_json(path))[0].throughput
+    except WanprobeError:
         return None
-    duration, omit = tput.get("requested_duration_s"), tput.get("omit_s")
-    if not (_number(duration) and _number(omit)) or not 0 < omit < duration <= 60:
+    duration, omit = (tput.requested_duration_s, tput.omit_s) if tput else (None, None)
+    if duration is None or omit is None or not 0 < omit < duration <= 60:
         return None
-    return {"duration_s": float(duration), "omit_s": float(omit)}
+    return {"duration_s": duration, "omit_s": omit}
 
 
 def source_report(plan: Plan, out: str, verify: str | None) -> dict[str, Any]:
@@ -291,12 +288,12 @@ def write_verified_report(doc: dict[str, Any], checked: Verification | None, out
                           say: Say) -> None:
     """The source report with ``measurements.verify`` (diagnose/verify.Verification), validated
     and written; nothing when the re-measure failed (said in one line)."""
-    from wanprobe.report.document import Report, save
+    from wanprobe.report.document import Report, save, with_measurement
 
     if checked is None:
         say(f"wanprobe: --report-out {clean(out)} not written: no verify result")
         return
-    doc = {**doc, "measurements": {**doc["measurements"], "verify": checked.to_json()}}
+    doc = with_measurement(doc, "verify", checked.to_json())
     try:   # as diagnose -o writes reports; a failed write is one line
         save(Report.from_json(doc), out)
     except WanprobeError as exc:

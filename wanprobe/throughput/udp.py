@@ -1,7 +1,8 @@
 """UDP throughput at a set rate: a paced sender and the receiver's loss/jitter accounting.
 
 Jitter is the RFC 3550 §6.4.1 interarrival jitter, J += (|D| - J)/16 with D the change in
-transit time between consecutive packets, as iperf3 -u reports it (in ms). Loss counts
+transit time between consecutive packets, as iperf3 -u reports it (in ms); a different figure
+from the probes' jitter, the mean |IPDV| of RFC 5481 (probe/stats.ipdv_many_ms). Loss counts
 sequence numbers never seen, against the sender's own packet count when it is known.
 
 At line rate one ``send`` per datagram is the sender's limit (~0.5 Gbit/s of 1400-byte

@@ -1,5 +1,7 @@
 """Read the host's network configuration (sysctls, per-interface MTU/txqueuelen/qdisc/rings, cc,
-netns inode) through ``proc_root`` / ``sys_root`` so it runs on the live host or a fixture tree.
+netns inode) through ``proc_root`` / ``sys_root`` so it runs on the live host or a fixture tree:
+the report's ``host`` part, which diagnose's host rules (rules_host.py, over host_inputs.Host)
+judge.
 
 Read-only. Sysctl values are whitespace-normalised (``tcp_rmem`` is tab-separated in procfs,
 tcp-tuning.md §4.7); a sysctl that does not exist in this namespace (e.g. ``net.core.default_qdisc``
@@ -18,6 +20,7 @@ from typing import Any
 # One key list, the collectors' (issue 12): diagnose reads what `wanprobe counters` reads.
 from collectors.host_facts import parse_int
 from collectors.procfs_sysctl import SYSCTLS
+from collectors.procfs_sysctl import read_sysctls as collect_sysctls
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,8 @@ def _read_int(path: Path) -> int | None:
 
 def read_sysctls(proc_root: Path, names: tuple[str, ...] = SYSCTLS) -> dict[str, str]:
     """Dotted sysctl name -> normalised value, for those present under ``proc_root/sys``
-    (collectors.procfs_sysctl reads them; unreadable ones are left out here)."""
-    from collectors.procfs_sysctl import read_sysctls as collect
-
-    return collect(Path(proc_root), names)[0]
+    (procfs_sysctl reads them; unreadable ones are left out here)."""
+    return collect_sysctls(Path(proc_root), names)[0]
 
 
 def parse_tc_qdisc_json(text: str) -> dict[str, str]:
@@ -77,7 +78,7 @@ def parse_tc_qdisc_json(text: str) -> dict[str, str]:
 
 def read_root_qdiscs() -> dict[str, str]:
     """Root qdisc per device in the current network namespace, over rtnetlink (the collectors'
-    reader, collectors.qdisc); {} if unknown."""
+    reader, qdisc.py); {} if unknown."""
     from collectors.qdisc import read_qdiscs_raw
     from collectors.rtnl_raw import dump_links
 
@@ -91,7 +92,7 @@ def read_root_qdiscs() -> dict[str, str]:
 
 
 def read_rings(ifname: str) -> dict[str, int]:
-    """NIC ring sizes (``ethtool -g``) through the collectors' SIOCETHTOOL reader; {} where the
+    """NIC ring sizes (``ethtool -g``) through the SIOCETHTOOL reader (ethtool_ioctl.py); {} where the
     driver has none (veth, TUN, lo answer EOPNOTSUPP) or the ioctl is not permitted."""
     from collectors.ethtool_ioctl import EthtoolIoctl
 
