@@ -22,6 +22,7 @@ import time
 
 from common import lacks_root, parser, span, veth_pair
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.lab import Lab, measure
 from wanprobe.lab.netns import entered
 from wanprobe.throughput.client import run_throughput
@@ -53,7 +54,7 @@ def veth_ceilings(runs: int) -> tuple[list[float], list[float], list[int | None]
                     drops.append(r.udp.host_drop_events)
                     time.sleep(0.5)
                     tcp.append(run_throughput(ADDR_B, port=PORT, duration_s=3.0,
-                                              max_bytes=2**40).bits_per_second)
+                                              max_bytes=2**40, judge=JUDGE).bits_per_second)
             return udp, tcp, drops
         finally:
             server.kill()

@@ -24,6 +24,7 @@ import time
 
 from common import veth_pair
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.lab import Lab
 from wanprobe.lab.netns import entered
 from wanprobe.throughput.client import run_throughput
@@ -76,7 +77,7 @@ def _compare(ns_a: str, addr_b: str, *, streams: int, rounds: int, duration_s: f
                 # so that both run for the whole duration
                 runs[engine].append(run_throughput(addr_b, port=port, duration_s=duration_s,
                                                    streams=streams, engine=engine,
-                                                   max_bytes=NO_BYTE_CAP))
+                                                   max_bytes=NO_BYTE_CAP, judge=JUDGE))
     wp = [r.bits_per_second for r in runs["wanprobe"]]
     ip3 = [r.bits_per_second for r in runs["iperf3"]]
     ratios = [w / i for w, i in zip(wp, ip3, strict=True)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
+import json
 import os
 import shutil
 import socket
@@ -26,6 +27,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Bytecode is cached in this session and every process it starts, whatever the environment says
+# (PYTHONDONTWRITEBYTECODE=1 on CI's machine): each CLI run, reflector, daemon and xdist worker
+# compiled the whole package again, ~0.2 s of CPU a start and most of collection's 10 s.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 # Captured and synthetic sysfs/procfs/ethtool trees, inside the repository (provenance and
 # licences in tests/fixtures/trees/SOURCES.md); nothing outside the checkout is read.
 FIXTURE_TREES = REPO / "tests" / "fixtures" / "trees"
@@ -91,9 +97,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.lab)
     run = _run_dir()
     if run is not None and os.environ.get("PYTEST_XDIST_WORKER"):
-        alone = sorted(item.nodeid for item in items if item.get_closest_marker("alone"))
+        kinds = {item.nodeid: "alone" if item.get_closest_marker("alone") else "lab"
+                 for item in items if item.get_closest_marker("lab")}
         with contextlib.suppress(OSError):
-            (run / f"alone.{os.environ['PYTEST_XDIST_WORKER']}").write_text("\n".join(alone))
+            (run / f"kinds.{os.environ['PYTEST_XDIST_WORKER']}").write_text(json.dumps(kinds))
 
 
 # --- tests side by side --------------------------------------------------------------------
@@ -121,19 +128,19 @@ def pytest_configure(config) -> None:
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """File by file, and every ``alone`` test (as the workers listed them) on one worker."""
+    """Every ``alone`` test (as the workers listed them) on one worker, every other file's tests
+    on one worker (its module-scoped labs and fixtures built once)."""
     from xdist.scheduler import LoadScopeScheduling
 
     class SideBySide(LoadScopeScheduling):
-        _alone: frozenset[str] | None = None
+        _kinds: dict[str, str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
-            if self._alone is None:
+            if self._kinds is None:
                 run = _run_dir()
-                listed = sorted(run.glob("alone.*")) if run else []
-                self._alone = frozenset(listed[0].read_text().split("\n")) if listed else \
-                    frozenset()
-            return "alone" if nodeid in self._alone else nodeid.split("::")[0]
+                listed = sorted(run.glob("kinds.*")) if run else []
+                self._kinds = json.loads(listed[0].read_text()) if listed else {}
+            return "alone" if self._kinds.get(nodeid) == "alone" else nodeid.split("::")[0]
 
     return SideBySide(config, log)
 

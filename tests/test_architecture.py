@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from test_lint import LAYERS, PACKAGES, REPO, module_name, modules
+from test_lint import LAYERS, PACKAGES, REPO, import_graph, module_name, modules
 
 DOC = REPO / "docs" / "architecture.md"
 TICK = re.compile(r"`([^`\s]+)`")
@@ -33,21 +33,9 @@ def text(path: Path) -> str:
     return path.read_text()
 
 
-@functools.cache
 def graph() -> dict[str, set[str]]:
-    """Module -> the package modules it imports (test_lint's ``_imports``, on the shared parse)."""
-    paths = {module_name(p): p for p in modules()}
-    out = {}
-    for m, p in paths.items():
-        deps = set()
-        for node in ast.walk(parse(text(p))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                deps.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths
-                            else node.module for a in node.names)
-            elif isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names)
-        out[m] = (deps & set(paths)) - {m}
-    return out
+    """Module -> the package modules it imports (test_lint's graph, built once per session)."""
+    return import_graph()
 
 
 def rel(path: Path) -> str:

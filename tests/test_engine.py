@@ -40,7 +40,8 @@ def test_rule_tags_its_id_and_parts_and_refuses_unknown_or_only_optional_parts()
         rule("x.bad", needs=("counters",))
     with pytest.raises(ValueError, match="optional"):
         rule("x.bad", needs=("host", "rates"))
-    assert set(COUNTERS) | set(REPORT) | {"path_event", "trend", "verify"} == set(PARTS)
+    assert set(COUNTERS) | set(REPORT) | {"path_event", "trend", "verify",
+                                          "throughput"} == set(PARTS)
 
 
 def _decorated(path: Path) -> set[str]:

@@ -5,6 +5,7 @@ running back up the layers of docs/architecture.md, nothing but the daemon's com
 the daemon, and scapy imported by the tests only (it is a test extra)."""
 
 import ast
+import functools
 import shutil
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def test_no_module_over_500_lines():
 def test_no_function_over_60_lines_unless_it_says_why():
     long = []
     for path in modules():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(tree(path)):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             # from the first statement of the body: a typer command's signature declares one
@@ -65,10 +66,25 @@ def test_no_function_over_60_lines_unless_it_says_why():
     assert long == []
 
 
+@functools.cache
+def tree(path: Path) -> ast.Module:
+    """One parse of each module per session: the checks here and in test_architecture.py walk
+    the same files."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Package module -> the package modules it imports (``_imports``), built once."""
+    paths = {module_name(p): p for p in modules()}
+    known = set(paths)
+    return {m: _imports(p, known) - {m} for m, p in paths.items()}
+
+
 def _imports(path: Path, known: set[str]) -> set[str]:
     """Package modules ``path`` imports, at any depth (a function-level import is a cycle too)."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
@@ -105,9 +121,7 @@ def test_find_cycles_sees_a_lazy_import_cycle():
 
 
 def test_no_import_cycles():
-    paths = {module_name(p): p for p in modules()}
-    known = set(paths)
-    assert find_cycles({m: _imports(p, known) - {m} for m, p in paths.items()}) == []
+    assert find_cycles(import_graph()) == []
 
 
 # The layers of docs/architecture.md, lowest first: a module imports its own layer and those
@@ -151,9 +165,7 @@ def test_upward_imports_are_seen():
 
 
 def test_no_import_runs_back_up_the_layers():
-    paths = {module_name(p): p for p in modules()}
-    known = set(paths)
-    assert upward_imports({m: _imports(p, known) - {m} for m, p in paths.items()}) == []
+    assert upward_imports(import_graph()) == []
 
 
 def test_scapy_is_a_test_dependency_only():
@@ -167,7 +179,7 @@ def test_scapy_is_a_test_dependency_only():
 
 def _all_imports(path: Path) -> set[str]:
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree(path)):
         if isinstance(node, ast.ImportFrom) and node.module:
             out.add(node.module)
         elif isinstance(node, ast.Import):
@@ -199,9 +211,7 @@ def test_package_cycles_are_seen():
 
 def test_no_package_cycles():
     """A module cycle hides inside a package cycle (daemon -> pictures -> daemon, issue 38)."""
-    paths = {module_name(p): p for p in modules()}
-    known = set(paths)
-    assert find_cycles(package_graph({m: _imports(p, known) - {m} for m, p in paths.items()})) == []
+    assert find_cycles(package_graph(import_graph())) == []
 
 
 # The daemon is a composition root, not a library (issue 38): nothing but its own command imports
@@ -210,12 +220,54 @@ DAEMON_IMPORTERS = frozenset({"wanprobe.commands.daemon"})
 
 
 def test_only_the_daemon_command_imports_the_daemon():
-    paths = {module_name(p): p for p in modules()}
-    known = set(paths)
-
     def daemon(m: str) -> bool:
         return m == "wanprobe.daemon" or m.startswith("wanprobe.daemon.")
 
-    importers = sorted(m for m, p in paths.items() if not daemon(m) and m not in DAEMON_IMPORTERS
-                       and any(daemon(d) for d in _imports(p, known)))
+    importers = sorted(m for m, deps in import_graph().items() if not daemon(m)
+                       and m not in DAEMON_IMPORTERS and any(daemon(d) for d in deps))
     assert importers == []
+
+
+# A measurement never judges (issue 38): the throughput verdict's decision and thresholds live in
+# wanprobe/diagnose/rules_throughput.py; wanprobe/throughput measures and is handed a judge.
+VERDICT_RULES = REPO / "wanprobe" / "diagnose" / "rules_throughput.py"
+
+
+def thresholds(source: str) -> set[str]:
+    """The module-level UPPER_CASE names bound to a number in ``source``."""
+    return {t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int | float)
+            for t in node.targets if isinstance(t, ast.Name) and t.id.isupper()}
+
+
+def judgements(source: str, names: set[str]) -> list[str]:
+    """What in ``source`` judges: a module-level ``decide`` or rule table (``RULES``), or one of
+    the verdict's threshold ``names`` bound at module level."""
+    out = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "decide":
+            out.append(f"{node.lineno}:def {node.name}")
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, ast.AnnAssign) else [])
+        out += [f"{node.lineno}:{t.id}" for t in targets
+                if isinstance(t, ast.Name) and (t.id in names or t.id == "RULES")]
+    return out
+
+
+def test_judgements_are_seen():
+    names = thresholds("A_MIN = 0.2\nB: int = 3\nlower = 1\nC = 'text'\nD = 2\n")
+    assert names == {"A_MIN", "D"}
+    planted = ("A_MIN = 0.5\nRULES = ()\n\ndef decide(v):\n    return v\n\n"
+               "def keep():\n    D = 1\n    return D\n")
+    assert judgements(planted, names) == ["1:A_MIN", "2:RULES", "4:def decide"]
+    assert judgements("X = 1\n\ndef summarize(v):\n    return v\n", names) == []
+
+
+def test_the_throughput_engine_holds_no_verdict():
+    """No module of wanprobe/throughput decides a verdict or holds one of its thresholds."""
+    names = thresholds(VERDICT_RULES.read_text())
+    assert {"WINDOW_SHARE_MIN", "CPU_BUSY_MIN", "STANDING_QUEUE_MIN", "STEAL_PERCENT"} <= names
+    found = {str(p.relative_to(REPO)): hits for p in sorted((REPO / "wanprobe" / "throughput")
+                                                           .rglob("*.py"))
+             if (hits := judgements(p.read_text(), names))}
+    assert found == {}

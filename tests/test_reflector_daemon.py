@@ -9,6 +9,7 @@ from reflector_helpers import KEY, LoopThread
 
 from wanprobe.daemon.config import ThroughputSettings, parse_config
 from wanprobe.daemon.metrics import DaemonMetrics
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.errors import ConfigInvalid, ProbeError
 from wanprobe.mesh.peer import Peer
 from wanprobe.services import measure
@@ -48,7 +49,7 @@ def test_throughput_section_binds_the_server(tmp_path):
     off = config(tmp_path, throughput={"enabled": False})
     with DaemonReflector(off) as d:
         with pytest.raises(ProbeError, match="disabled"):
-            run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6)
+            run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6, judge=JUDGE)
     # its own scheduled tests inside the limits it serves (a far end with this config): 1 s, 2 streams
     on = config(tmp_path, throughput={"enabled": True, "max_bytes_per_test": "1MB",
                                       "max_duration": "2s", "max_streams": 2, "duration": "1s",
@@ -58,8 +59,8 @@ def test_throughput_section_binds_the_server(tmp_path):
                           ({"duration_s": 5.0}, "max_duration"), ({"streams": 3}, "max_streams")):
             args = {"duration_s": 0.5, "max_bytes": 10**6, **kw}
             with pytest.raises(ProbeError, match=named):
-                run_throughput("127.0.0.1", port=d.port, max_duration_s=10, **args)
-        r = run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6)
+                run_throughput("127.0.0.1", port=d.port, max_duration_s=10, **args, judge=JUDGE)
+        r = run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6, judge=JUDGE)
         assert r.bytes_received == 10**6
         assert {k: n for k, n in d.reflector.refusals().items() if n} == {"over_limit": 3}
 
@@ -70,7 +71,7 @@ def test_one_key_for_both_services_and_refusals_exported(tmp_path):
     with DaemonReflector(cfg) as d:
         metrics.watch_refusals(d.reflector.refusals)
         with pytest.raises(ProbeError, match="requires authentication"):
-            run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6)
+            run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6, judge=JUDGE)
         keyed = measure.with_key(measure.throughput, cfg.hmac_key)
         doc = keyed(Peer("b", "127.0.0.1", port=d.port),
                     ThroughputSettings(duration_s=0.5, streams=1, max_bytes_per_test=10**6))
@@ -97,5 +98,5 @@ def test_daemon_allow_drops_other_sources(tmp_path):
     cfg = config(tmp_path, daemon={"allow": ["10.0.0.0/8"]}, throughput={"enabled": True})
     with DaemonReflector(cfg) as d:
         with pytest.raises(ProbeError):
-            run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6)
+            run_throughput("127.0.0.1", port=d.port, duration_s=0.5, max_bytes=10**6, judge=JUDGE)
         assert d.reflector.refusals()["not_allowed"] == 1

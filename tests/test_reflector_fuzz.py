@@ -12,6 +12,7 @@ import random
 import pytest
 from reflector_helpers import KEY, ServedThroughput
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.limits import ServerLimits
@@ -116,5 +117,5 @@ def test_fuzzed_control_conversations_never_break_the_server(key):
         print(f"{len(cases)} cases: {refused} refusals {dict(server.refusals())}")
         assert refused > len(cases) // 2
         r = run_throughput("127.0.0.1", port=server.port, duration_s=0.5, max_bytes=10**6,
-                           hmac_key=key)
+                           hmac_key=key, judge=JUDGE)
         assert not r.partial and r.bytes_received == 10**6

@@ -16,6 +16,7 @@ import time
 import pytest
 from reflector_helpers import KEY, Control, ServedThroughput, request_body
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.errors import ProbeError
 from wanprobe.throughput import auth
 from wanprobe.throughput import protocol as proto
@@ -26,7 +27,8 @@ WRONG_KEY = b"fedcba9876543210-not-the-key"
 
 
 def quick(port: int, **kw):
-    return run_throughput("127.0.0.1", port=port, duration_s=0.5, max_bytes=2 * 10**6, **kw)
+    return run_throughput("127.0.0.1", port=port, duration_s=0.5, max_bytes=2 * 10**6, **kw,
+                          judge=JUDGE)
 
 
 def test_keyed_server_serves_keyed_client_and_refuses_the_others():
@@ -145,9 +147,11 @@ def test_disabled_server_refuses_everything_and_quota_counts_per_client():
 
 def test_daily_byte_budget_caps_and_then_refuses():
     with ServedThroughput(limits=ServerLimits(bytes_per_day_per_client=3 * 10**6)) as server:
-        r = run_throughput("127.0.0.1", port=server.port, duration_s=1.0, max_bytes=2 * 10**6)
+        r = run_throughput("127.0.0.1", port=server.port, duration_s=1.0, max_bytes=2 * 10**6,
+                           judge=JUDGE)
         assert r.bytes_received == 2 * 10**6
-        r = run_throughput("127.0.0.1", port=server.port, duration_s=1.0, max_bytes=2 * 10**6)
+        r = run_throughput("127.0.0.1", port=server.port, duration_s=1.0, max_bytes=2 * 10**6,
+                           judge=JUDGE)
         assert r.bytes_received == 10**6  # held to what was left of the day's budget
         with pytest.raises(ProbeError, match="bytes_per_day_per_client"):
             quick(server.port)

@@ -17,6 +17,7 @@ import pytest
 import test_throughput_netns as tpn
 from reflector_helpers import KEY
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.errors import ProbeError
 from wanprobe.lab.netns import entered
 from wanprobe.probe.sender import probe_stamp
@@ -56,11 +57,11 @@ def test_outside_allow_no_stamp_reply_and_tcp_refused(veth):
                                       timeout_s=0.5))
         assert res.loss.received == 0
         with pytest.raises(ProbeError, match="closed the control connection|refused|reset"):
-            run_throughput(tpn.ADDR_B, port=PORT, duration_s=1, max_bytes=10**6)
+            run_throughput(tpn.ADDR_B, port=PORT, duration_s=1, max_bytes=10**6, judge=JUDGE)
         ok = asyncio.run(probe_stamp(tpn.ADDR_B, port=PORT + 1, count=5, interval_s=0.05,
                                      timeout_s=0.5))
         assert ok.loss.received == 5
-        r = run_throughput(tpn.ADDR_B, port=PORT + 1, duration_s=1, max_bytes=10**6)
+        r = run_throughput(tpn.ADDR_B, port=PORT + 1, duration_s=1, max_bytes=10**6, judge=JUDGE)
         assert not r.partial and r.bytes_received == 10**6
     summary = stop(denied)
     assert "5 from outside --allow" in summary and "not_allowed 1" in summary, summary
@@ -109,7 +110,8 @@ def test_idle_connections_and_a_huge_line_leave_a_keyed_test_working(veth, tmp_p
             big = socket.create_connection((tpn.ADDR_B, PORT), timeout=10)
             sender = threading.Thread(target=_send_big_line, args=(big, big_result))
             sender.start()
-            r = run_throughput(tpn.ADDR_B, port=PORT, duration_s=2, max_bytes=2**30, hmac_key=KEY)
+            r = run_throughput(tpn.ADDR_B, port=PORT, duration_s=2, max_bytes=2**30, hmac_key=KEY,
+                               judge=JUDGE)
             sender.join(20)
             big.close()
         assert not r.partial and r.bytes_received > 0, r.partial_reason

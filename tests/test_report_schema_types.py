@@ -24,6 +24,7 @@ from test_throughput_capacity import fake_path
 from test_throughput_protocol import IPERF3_DOC
 
 from collectors.host_drops import HostDrops, read_host_drops
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.errors import ConfigError
 from wanprobe.report.document import Report, schema, shape_schema, validate
 from wanprobe.userfiles import json_objects
@@ -219,14 +220,13 @@ def throughput_results():
     def run(omit_s=0.0, **kw):
         return assemble(peer=PEER, port=862, request=proto.TestRequest(duration_s=6.0, **kw),
                         client=client, server=server, keys={(proto.UP, 0)}, partial_reason=None,
-                        udp=udp if kw.get("udp") else None, omit_s=omit_s)
+                        udp=udp if kw.get("udp") else None, omit_s=omit_s, judge=JUDGE)
 
-    tcp = run(omit_s=2.0)
-    bidir = replace(tcp, mode="bidir", reverse=DirectionSummary("server_to_client", 9e7, 9.1e7,
-                                                               67_500_000, 68_000_000, 3))
+    bidir = replace(tcp := run(omit_s=2.0), mode="bidir", reverse=DirectionSummary(
+        "server_to_client", 9e7, 9.1e7, 67_500_000, 68_000_000, 3))
     iperf3 = parse_iperf3_json(IPERF3_DOC, peer=PEER, port=5201, requested_duration_s=1.0,
                                streams_requested=1, window_bytes=None, dscp=0,
-                               pacing_rate_bps=None, udp_rate_bps=None)
+                               pacing_rate_bps=None, udp_rate_bps=None, judge=JUDGE)
     return [tcp, run(udp=True, udp_rate_bps=1e8), bidir, iperf3]
 
 

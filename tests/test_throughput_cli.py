@@ -12,6 +12,7 @@ import pytest
 from clirun import invoke
 from conftest import free_port
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.errors import ProbeError, UsageError
 from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.server import ThroughputServer
@@ -69,7 +70,8 @@ def test_peer_not_listening_is_one_line_probe_error():
 
 def test_library_raises_usage_error_before_connecting():
     with pytest.raises(UsageError):
-        run_throughput("127.0.0.1", port=free_port(), duration_s=120, max_duration_s=60)
+        run_throughput("127.0.0.1", port=free_port(), duration_s=120, max_duration_s=60,
+                       judge=JUDGE)
 
 
 @pytest.fixture
@@ -107,7 +109,7 @@ def test_byte_cap_stops_the_sender(loopback_server):
     """Loopback moves far more than 1 MB in 2 s: every stream stops at exactly its share."""
     for streams in (1, 4):
         r = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=2.0,
-                           max_bytes=10**6, streams=streams)
+                           max_bytes=10**6, streams=streams, judge=JUDGE)
         assert not r.partial, r.partial_reason
         assert [s.bytes_sent for s in r.streams] == [10**6 // streams] * streams
         assert r.bytes_received == r.bytes_sent
@@ -131,17 +133,17 @@ def test_server_survives_malformed_clients(loopback_server):
                 reply = b""  # fine, as long as it still serves afterwards (checked below)
         if b'"test"' in raw:
             assert b'"refused"' in reply and b"malformed" in reply
-    r = run_throughput("127.0.0.1", port=port, duration_s=1.0, max_bytes=10**6)
+    r = run_throughput("127.0.0.1", port=port, duration_s=1.0, max_bytes=10**6, judge=JUDGE)
     assert r.bytes_received > 0 and not r.partial
 
 
 def test_window_capped_by_rmem_max_is_reported(loopback_server):
     rmem_max = int(Path("/proc/sys/net/core/rmem_max").read_text())
     r = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=0.5, max_bytes=10**6,
-                       window_bytes=4 * rmem_max)
+                       window_bytes=4 * rmem_max, judge=JUDGE)
     assert any("rmem_max" in note for note in r.notes)
     small = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=0.5,
-                           max_bytes=10**6, window_bytes=64 * 1024)
+                           max_bytes=10**6, window_bytes=64 * 1024, judge=JUDGE)
     # no window note (a CPU-steal note may come from the host: not about the window)
     assert not [n for n in small.notes if not n.startswith("CPU steal:")], small.notes
 

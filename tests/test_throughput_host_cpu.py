@@ -14,6 +14,7 @@ import pytest
 from test_throughput_netns import ADDR_B, WP_PORT, VethPair
 from test_throughput_workers import _workers
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.lab.netns import entered
 from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.datapath_pool import available_cores
@@ -54,7 +55,7 @@ def _run(pair: VethPair, *, cpu: int | None = None) -> dict:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         with entered(pair.a):
             out["result"] = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, interval_s=0.5,
-                                           max_bytes=2**40).to_json()
+                                           max_bytes=2**40, judge=JUDGE).to_json()
 
     t = threading.Thread(target=client)
     t.start()
@@ -91,9 +92,9 @@ def test_streams_map_to_workers_up_to_cores_and_cpus(shaped):
     me = psutil.Process()
     with entered(shaped.a):
         one = run_throughput(ADDR_B, port=WP_PORT, duration_s=1, streams=4, cpus=1,
-                             max_bytes=2**40).to_json()
+                             max_bytes=2**40, judge=JUDGE).to_json()
         spread = run_throughput(ADDR_B, port=WP_PORT, duration_s=1, streams=4,
-                                max_bytes=2**40).to_json()
+                                max_bytes=2**40, judge=JUDGE).to_json()
     assert one["cpu"]["client"]["workers"] == 1
     assert {s["sender_worker"]["worker_id"] for s in one["streams"]} == {0}
     n = min(4, available_cores())

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.diagnose.verify import rate_after_omit_bps
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.result import _Side, assemble
@@ -40,7 +41,7 @@ def _assemble():
                    [5.0])
     req = proto.TestRequest(duration_s=6.0, interval_s=1.0)
     return assemble(peer="198.18.0.2", port=862, request=req, client=client, server=server,
-                    keys={(proto.UP, 0)}, partial_reason=None), total
+                    keys={(proto.UP, 0)}, partial_reason=None, judge=JUDGE), total
 
 
 def test_the_final_short_interval_is_partial_without_a_rate_and_its_bytes_still_count():

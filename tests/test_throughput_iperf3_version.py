@@ -10,6 +10,7 @@ import subprocess
 
 from test_throughput_protocol import IPERF3_DOC
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.throughput.iperf3_engine import (
     iperf3_argv,
     iperf3_version,
@@ -27,7 +28,7 @@ def parse(doc, **kw):
     return parse_iperf3_json(doc, peer="p", port=5201, requested_duration_s=1.0,
                              streams_requested=kw.pop("streams_requested", 1),
                              window_bytes=None, dscp=0, pacing_rate_bps=None,
-                             udp_rate_bps=None, **kw)
+                             udp_rate_bps=None, **kw, judge=JUDGE)
 
 
 def test_version_strings_parse():

@@ -10,6 +10,7 @@ import time
 import pytest
 from conftest import RATE_RERUNS, require_tool
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.throughput.client import run_throughput
 
 pytestmark = pytest.mark.netns
@@ -45,8 +46,9 @@ def test_100mbit_60ms_within_5pct_of_iperf3_and_network_verdict(lab_factory, ser
     lab = lab_factory(rtt_ms=60, rate_bps=100e6)
     servers(lab, iperf3=True)
     with lab.a.entered():
-        ip3 = run_throughput(lab.b.addr, port=IPERF_PORT, duration_s=4, engine="iperf3")
-        wp = run_throughput(lab.b.addr, port=WP_PORT, duration_s=4)
+        ip3 = run_throughput(lab.b.addr, port=IPERF_PORT, duration_s=4, engine="iperf3",
+                             judge=JUDGE)
+        wp = run_throughput(lab.b.addr, port=WP_PORT, duration_s=4, judge=JUDGE)
     ratio = wp.bits_per_second / ip3.bits_per_second
     assert abs(ratio - 1) <= 0.05, (wp.bits_per_second, ip3.bits_per_second)
     # Clean rate-limited link with big (autotuned) buffers: the bottleneck sets the rate.
@@ -68,7 +70,8 @@ def test_small_window_on_130ms_path_is_receive_window(lab_factory, servers):
     lab = lab_factory(rtt_ms=130, rate_bps=100e6)
     servers(lab)
     with lab.a.entered():
-        r = run_throughput(lab.b.addr, port=WP_PORT, duration_s=3, window_bytes=64 * 1024)
+        r = run_throughput(lab.b.addr, port=WP_PORT, duration_s=3, window_bytes=64 * 1024,
+                           judge=JUDGE)
     v = r.limited_by
     assert v.verdict == "receive_window", v
     # The window, not the 100 Mbit/s link, bounds the rate: one window per round trip.
@@ -82,7 +85,7 @@ def test_reno_with_1pct_loss_is_congestion_with_mathis_bound(lab_factory, server
     lab = lab_factory(rtt_ms=60, loss=0.01)
     servers(lab)
     with lab.a.entered():
-        r = run_throughput(lab.b.addr, port=WP_PORT, duration_s=4, cc="reno")
+        r = run_throughput(lab.b.addr, port=WP_PORT, duration_s=4, cc="reno", judge=JUDGE)
     v = r.limited_by
     assert r.cc == "reno" and r.retransmits > 0
     assert v.verdict == "congestion", v
@@ -101,8 +104,8 @@ def test_bbr_beats_cubic_on_subsea_degraded_by_kernel_counters(lab_factory, serv
     lab = lab_factory(profile="subsea-degraded")
     servers(lab)
     with lab.a.entered():
-        cubic = run_throughput(lab.b.addr, port=WP_PORT, duration_s=5, cc="cubic")
-        bbr = run_throughput(lab.b.addr, port=WP_PORT, duration_s=5, cc="bbr")
+        cubic = run_throughput(lab.b.addr, port=WP_PORT, duration_s=5, cc="cubic", judge=JUDGE)
+        bbr = run_throughput(lab.b.addr, port=WP_PORT, duration_s=5, cc="bbr", judge=JUDGE)
     assert (cubic.cc, bbr.cc) == ("cubic", "bbr")
 
     def acked(r) -> int:  # straight from the sender's TCP_INFO

@@ -11,6 +11,7 @@ import time
 import pytest
 from conftest import new_lab_name, require_tool
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.lab.netns import entered
 from wanprobe.throughput.client import run_throughput
 from wanprobe.throughput.protocol import DATA_HEADER_BYTES
@@ -99,9 +100,9 @@ def test_unshaped_veth_close_to_iperf3(veth, streams):
             # veth moves about the default 10 GiB cap in 2 s on this VM: lift it for both
             # engines, so that both run for the whole duration
             ip3s.append(run_throughput(ADDR_B, port=IPERF_PORT, duration_s=2, streams=streams,
-                                       engine="iperf3", max_bytes=no_cap))
+                                       engine="iperf3", max_bytes=no_cap, judge=JUDGE))
             wps.append(run_throughput(ADDR_B, port=WP_PORT, duration_s=2, streams=streams,
-                                      max_bytes=no_cap))
+                                      max_bytes=no_cap, judge=JUDGE))
     assert not any(r.partial for r in wps + ip3s), [
         (r.engine, r.partial_reason) for r in wps + ip3s if r.partial]
     best_wp = max(r.bits_per_second for r in wps)
@@ -124,9 +125,11 @@ def test_unshaped_veth_close_to_iperf3(veth, streams):
 def test_reverse_bidir_and_udp(veth):
     veth.start_wanprobe_server()
     with entered(veth.a):
-        rev = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, reverse=True, cc="cubic")
-        bidir = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, bidir=True)
-        udp = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, udp=True, udp_rate_bps=50e6)
+        rev = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, reverse=True, cc="cubic",
+                             judge=JUDGE)
+        bidir = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, bidir=True, judge=JUDGE)
+        udp = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, udp=True, udp_rate_bps=50e6,
+                             judge=JUDGE)
     r = rev.to_json()
     assert r["mode"] == "reverse" and r["cc"] == "cubic" and not r["partial"]
     # In reverse the server is the sender: its TCP_INFO came back over the control connection.
@@ -178,7 +181,8 @@ def test_dscp_and_pacing_rate_reach_the_wire(veth):
     subprocess.run(["ip", "netns", "exec", veth.b, "nft", "-f", "-"], input=rules, text=True,
                    check=True)
     with entered(veth.a):
-        r = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, dscp=46, pacing_rate_bps=200e6)
+        r = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, dscp=46, pacing_rate_bps=200e6,
+                           judge=JUDGE)
     counted = subprocess.run(["ip", "netns", "exec", veth.b, "nft", "list", "table", "ip",
                               "wptest"], capture_output=True, text=True, check=True).stdout
     packets = int(counted.split("counter packets ")[1].split()[0])
@@ -195,8 +199,9 @@ def test_served_by_wanprobe_reflect_tcp_and_udp_tap(veth):
                          "--port", str(WP_PORT)], stderr=subprocess.PIPE, text=True)
     assert "throughput on tcp" in proc.stderr.readline()
     with entered(veth.a):
-        tcp = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, streams=2)
-        udp = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, udp=True, udp_rate_bps=20e6)
+        tcp = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, streams=2, judge=JUDGE)
+        udp = run_throughput(ADDR_B, port=WP_PORT, duration_s=2, udp=True, udp_rate_bps=20e6,
+                             judge=JUDGE)
     assert not tcp.partial and tcp.bits_per_second > 1e8 and len(tcp.streams) == 2
     assert not udp.partial and udp.udp.packets_received > 0.95 * udp.udp.packets_sent
     assert udp.udp.bits_per_second == pytest.approx(20e6, rel=0.1)

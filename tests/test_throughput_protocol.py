@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.errors import ProbeError
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.iperf3_engine import iperf3_argv, parse_iperf3_json
@@ -93,7 +94,7 @@ IPERF3_DOC = {
 def test_iperf3_json_maps_into_the_same_result_keys():
     r = parse_iperf3_json(IPERF3_DOC, peer="p", port=5201, requested_duration_s=1.0,
                           streams_requested=1, window_bytes=None, dscp=0,
-                          pacing_rate_bps=None, udp_rate_bps=None)
+                          pacing_rate_bps=None, udp_rate_bps=None, judge=JUDGE)
     j = r.to_json()
     assert j["engine"] == "iperf3" and j["cc"] == "cubic"
     assert j["bits_per_second"] == 81.5e6 and j["sender_bits_per_second"] == 88e6
@@ -113,5 +114,5 @@ def test_iperf3_error_document_is_partial():
     doc = {**IPERF3_DOC, "error": "control socket has closed unexpectedly"}
     r = parse_iperf3_json(doc, peer="p", port=5201, requested_duration_s=1.0,
                           streams_requested=1, window_bytes=None, dscp=0,
-                          pacing_rate_bps=None, udp_rate_bps=None)
+                          pacing_rate_bps=None, udp_rate_bps=None, judge=JUDGE)
     assert r.partial and "closed" in r.partial_reason

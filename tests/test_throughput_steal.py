@@ -11,9 +11,10 @@ import psutil
 import pytest
 from test_throughput_cli import loopback_server  # noqa: F401  (a fixture)
 
+from wanprobe.diagnose.rules_throughput import steal_notes
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.throughput import sampler
 from wanprobe.throughput.client import run_throughput
-from wanprobe.throughput.result import steal_note
 
 Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
 
@@ -51,7 +52,7 @@ def test_a_real_test_carries_steal_in_its_intervals_and_verdict(loopback_server)
     # paced at 6 Mbit/s the server's 1 MB cap takes ~1.3 s: several intervals, each long
     # enough for /proc/stat's 10 ms ticks (a 3 ms loopback burst has no time to measure)
     r = run_throughput("127.0.0.1", port=loopback_server.port, duration_s=2.0,
-                       interval_s=0.25, max_bytes=10**6, pacing_rate_bps=6e6).to_json()
+                       interval_s=0.25, max_bytes=10**6, pacing_rate_bps=6e6, judge=JUDGE).to_json()
     assert len(r["intervals"]) >= 3, r["intervals"]
     ev = r["limited_by"]["evidence"]
     for side in ("sender_steal_percent", "receiver_steal_percent"):
@@ -59,9 +60,9 @@ def test_a_real_test_carries_steal_in_its_intervals_and_verdict(loopback_server)
 
 
 def test_the_result_says_steal_in_one_note_from_two_percent():
-    assert steal_note({"sender_steal_percent": 1.9, "receiver_steal_percent": None}) is None
-    assert steal_note({}) is None
-    one = steal_note({"sender_steal_percent": 11.8, "receiver_steal_percent": 0.3})
+    assert steal_notes({"sender_steal_percent": 1.9, "receiver_steal_percent": None}) == ()
+    assert steal_notes({}) == ()
+    (one,) = steal_notes({"sender_steal_percent": 11.8, "receiver_steal_percent": 0.3})
     assert one.startswith("CPU steal:") and "sender's 11.8 %" in one and "receiver" not in one
-    both = steal_note({"sender_steal_percent": 2.0, "receiver_steal_percent": 29.2})
+    (both,) = steal_notes({"sender_steal_percent": 2.0, "receiver_steal_percent": 29.2})
     assert "sender's 2.0 % and the receiver's 29.2 %" in both and "\n" not in both

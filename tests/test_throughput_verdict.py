@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from wanprobe.throughput.verdict import VerdictInput, bdp_bytes, decide, single_stream_buffer_bytes
+from wanprobe.diagnose.throughput_verdict import decide
+from wanprobe.throughput.verdict import VerdictInput, bdp_bytes, single_stream_buffer_bytes
 
 
 def base(**kw) -> VerdictInput:
@@ -138,3 +139,12 @@ def test_busy_cores_count_only_when_the_workers_wanted_them():
                        sender_cores_busy_percent=99.0)).verdict == "network"
     assert decide(base(receiver_thread_busy=0.1, receiver_cpu_demand=0.7,
                        receiver_cores_busy_percent=80.0)).verdict == "network"
+
+
+def test_a_rule_that_raises_fails_the_verdict_with_its_own_error():
+    """More bytes retransmitted than sent is no loss rate: the verdict fails as it did when the
+    throughput engine decided it (the engine's rule_error is not a verdict)."""
+    from wanprobe.errors import UsageError
+
+    with pytest.raises(UsageError, match="loss must be a fraction"):
+        decide(base(bytes_sent=1_000, bytes_retrans=5_000))

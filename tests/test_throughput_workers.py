@@ -13,6 +13,7 @@ import pytest
 from conftest import free_port
 from test_throughput_cli import loopback_server  # noqa: F401  (a fixture)
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.errors import ProbeError
 from wanprobe.throughput import server as server_mod
 from wanprobe.throughput.client import run_throughput
@@ -50,7 +51,7 @@ def test_a_worker_killed_mid_test_gives_a_partial_result_naming_it():
     try:
         assert "listening" in server.stdout.readline()
         client = threading.Thread(target=lambda: out.setdefault("r", run_throughput(
-            "127.0.0.1", port=port, duration_s=2, streams=2, max_bytes=2**40)))
+            "127.0.0.1", port=port, duration_s=2, streams=2, max_bytes=2**40, judge=JUDGE)))
         client.start()
         deadline = time.monotonic() + 20
         while not (mine := _workers(me)) and time.monotonic() < deadline:
@@ -83,5 +84,6 @@ def test_server_that_cannot_start_workers_refuses_in_one_line(
 
     monkeypatch.setattr(server_mod, "DataWorkers", no_workers)
     with pytest.raises(ProbeError, match="refused the test: server: cannot start the data"):
-        run_throughput("127.0.0.1", port=loopback_server.port, duration_s=1, max_bytes=10**6)
+        run_throughput("127.0.0.1", port=loopback_server.port, duration_s=1, max_bytes=10**6,
+                       judge=JUDGE)
     assert loopback_server.refusals().get("busy") == 1

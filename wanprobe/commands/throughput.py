@@ -180,10 +180,11 @@ def throughput(
 
 def _run(host: str, kwargs: dict, err: Console, *, quiet: bool):
     """One test, with a progress bar on a terminal unless the output is JSON."""
+    from wanprobe.diagnose.throughput_verdict import JUDGE
     from wanprobe.throughput.client import run_throughput
 
     if quiet or not err.is_terminal:
-        return run_throughput(host, **kwargs)
+        return run_throughput(host, judge=JUDGE, **kwargs)
     with Progress(TextColumn("[bold]throughput[/]"), BarColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
                   console=err, transient=True) as bar:
@@ -194,4 +195,4 @@ def _run(host: str, kwargs: dict, err: Console, *, quiet: bool):
             bar.update(task, completed=min(elapsed_s, total),
                        rate="" if bps is None else format_rate(bps))
 
-        return run_throughput(host, progress=progress, **kwargs)
+        return run_throughput(host, progress=progress, judge=JUDGE, **kwargs)

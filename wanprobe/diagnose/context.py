@@ -9,7 +9,9 @@ positional arguments in that order; the engine runs a rule only on a context tha
   between two snapshots and the window they span;
 - ``path_event``: a change of one peer's path (path_watch.py) with what the daemon knows beside it;
 - ``trend``: one peer's metric leaving its rolling baseline (daemon/baseline.py);
-- ``verify``: one throughput test after ``tune apply`` against the capacity (verify_limit.py).
+- ``verify``: one throughput test after ``tune apply`` against the capacity (verify_limit.py);
+- ``throughput``: the figures of one throughput test (``VerdictInput``) the throughput verdict
+  judges (rules_throughput.py).
 
 ``host`` and ``rates`` may be None beside the parts they belong with (a report without a host;
 a single snapshot, no rates): the rules judge that absence themselves (conventions §3).
@@ -26,6 +28,7 @@ from wanprobe.diagnose.host_inputs import Host
 from wanprobe.diagnose.inputs import DiagnoseConfig
 from wanprobe.diagnose.measured import Measured
 from wanprobe.diagnose.path_watch import PathEvent
+from wanprobe.throughput.verdict import VerdictInput
 
 if TYPE_CHECKING:  # a type only: the collectors stay unloaded until a snapshot is taken
     from collectors.snapshot import Snapshot
@@ -114,7 +117,8 @@ class Context:
     window_s: float | None = None
     path_event: PathChange | None = None    # the daemon's ...
     trend: Trend | None = None
-    verify: VerifyRun | None = None         # and the after-apply verdict's
+    verify: VerifyRun | None = None         # the after-apply verdict's
+    throughput: VerdictInput | None = None  # and the throughput verdict's
 
     @classmethod
     def of_counters(cls, snapshot: Snapshot, rates: Rates | None = None,

@@ -7,7 +7,8 @@ the main fault (:func:`run_rules`: by severity, then by modelled impact — the 
 achievable rate the fault costs — then by rule order: path before host before fabric, measured
 before configured); counter health sorts by severity, id and title (services/counters.py); the
 after-apply verdict and the daemon's path events and regressions take the first rule that
-answers (``first=True``, :func:`first`)."""
+answers (``first=True``, :func:`first`), as does the throughput verdict
+(throughput_verdict.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from wanprobe.diagnose import (
     rules_host,
     rules_loss,
     rules_path,
+    rules_throughput,
     verify_limit,
 )
 from wanprobe.diagnose.context import REPORT, Context
@@ -35,10 +37,11 @@ from wanprobe.diagnose.transfer import hosts
 # the report's rules (measured, host, config)
 ALL_RULES: tuple[RuleFn, ...] = (*rules_path.RULES, *rules_loss.RULES, *rules_ecmp.RULES,
                                   *rules_fabric.RULES, *rules_host.RULES)
-# every rule, in table order: the report's, counter health, path events, regressions, and the
-# after-apply verdict (a first-match table: its order is its precedence)
+# every rule, in table order: the report's, counter health, path events, regressions, the
+# throughput verdict and the after-apply verdict (first-match tables: their order is their
+# precedence)
 RULES: tuple[RuleFn, ...] = (*ALL_RULES, *rules_fabric.COUNTER_RULES, *path_findings.RULES,
-                             *regressions.RULES, *verify_limit.RULES)
+                             *regressions.RULES, *rules_throughput.RULES, *verify_limit.RULES)
 RULE_ERROR = "engine.rule_error"
 BUFFER_KEYS = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem")
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}

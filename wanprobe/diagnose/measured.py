@@ -54,8 +54,9 @@ class StreamFacts:
 
 @dataclass(frozen=True)
 class LimitedBy:
-    """The throughput verdict (``verdict.py``) and the figures of its evidence the rules read:
-    shares of busy time, the TCP retransmit rate and the largest window the receiver offered."""
+    """The throughput verdict (``rules_throughput.py``) and the figures of its evidence the rules
+    read: shares of busy time, the TCP retransmit rate and the largest window the receiver
+    offered."""
 
     verdict: str | None
     rwnd_limited_share: float | None

@@ -37,16 +37,16 @@ from typing import Any, Protocol
 from wanprobe.diagnose.context import VerifyEvidence, VerifyRun
 from wanprobe.diagnose.finding import Finding
 from wanprobe.diagnose.rule import rule
-from wanprobe.throughput.result import (
-    STEAL_PERCENT,  # the threshold, in one place
-    ThroughputResult,
+from wanprobe.diagnose.rules_throughput import (  # the throughput verdict's, in one place
+    STANDING_QUEUE_MIN,
+    STEAL_PERCENT,
 )
-from wanprobe.throughput.verdict import STANDING_QUEUE_MIN  # the throughput verdict's queue
+from wanprobe.throughput.result import ThroughputResult
 from wanprobe.units import format_rate
 
 FULL_SHARE = 0.9            # issue 20: "the path is full" only at >= 90 % of the capacity
 APP_LIMITED_SHARE = 0.5     # samples in which the sender had run out of data
-QUEUE_SHARE = STANDING_QUEUE_MIN  # srtt >= 1.5 x min RTT: a standing queue (verdict.py's)
+QUEUE_SHARE = STANDING_QUEUE_MIN  # srtt >= 1.5 x min RTT: a standing queue (rules_throughput's)
 QUEUE_MIN_MS = 1.0          # and at least 1 ms of it: host scheduling noise on short paths
 RETRANS_EXPLAINS = 0.05     # retransmissions would eat the missing share themselves
 CC_BOUND_SHARE = 0.8        # the rate reaches 80 % of what cwnd or pacing allowed

@@ -4,7 +4,7 @@ hour (the minimum of its probe sessions' ``rtt_min_ms``, as the fleet rule
 ``WanprobeRttFloorStep`` compares), and what each path carries: the fastest of its scheduled
 throughput tests over the capacity window (default the fleet rules' throughput baseline, 7 days)
 whose verdict was ``network`` — no host limit found, the path's bottleneck set the rate
-(throughput/verdict.py). A test a host's window, send buffer, pacing or CPU held back says
+(diagnose/rules_throughput.py). A test a host's window, send buffer, pacing or CPU held back says
 nothing about the path, and judging a host's buffers against what its own buffers allowed would
 pass any buffer. Read-only: the file is opened with SQLite's ``mode=ro`` URI, so a preflight
 never writes the daemon's store nor waits long on its lock (https://sqlite.org/uri.html).

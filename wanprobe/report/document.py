@@ -48,14 +48,21 @@ def schema() -> dict[str, Any]:
 MAX_ERRORS = 100  # validation errors looked at for the one line
 
 
+@cache
+def _validator(strict: bool) -> Any:
+    """The schema's validator, built once: building it (its reference registry) cost more than
+    validating a whole report."""
+    import jsonschema  # a declared dependency: every report is checked against the schema
+
+    return jsonschema.Draft202012Validator(schema() if strict else shape_schema())
+
+
 def validate(data: Any, *, strict: bool = True) -> None:
     """Raise ConfigError (one line) unless ``data`` is a valid report document.
 
     ``strict=False`` checks only the shape (``shape_schema``): every part that is present has the
     right container type, so a reader may rely on ``.get`` working; nothing is required."""
-    import jsonschema  # a declared dependency: every report is checked against the schema
-
-    validator = jsonschema.Draft202012Validator(schema() if strict else shape_schema())
+    validator = _validator(strict)
     # the first errors only: a hostile 60,000-finding file has 60,000 errors to collect and sort
     errors = sorted(itertools.islice(validator.iter_errors(data), MAX_ERRORS),
                     key=lambda e: [str(p) for p in e.absolute_path])

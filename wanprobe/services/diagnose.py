@@ -28,6 +28,7 @@ from wanprobe import __version__
 from wanprobe.diagnose.engine import run_rules
 from wanprobe.diagnose.inputs import ASSUMED_LINK_BPS, LOSS_SLO, OPERATOR_SOURCE, DiagnoseConfig
 from wanprobe.diagnose.tcp_verdict import against_capacity
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.errors import ProbeError, UsageError, WanprobeError
 from wanprobe.models.tcp_ramp import TestTime, tcp_test_time
 from wanprobe.probe.peer import check_peer
@@ -206,7 +207,7 @@ def measure_throughput(opts: DiagnoseOptions, time: TestTime,
     return run_throughput(opts.peer, port=opts.port, duration_s=time.measure_s, streams=1,
                           max_bytes=opts.throughput_max_bytes, reverse=reverse,
                           hmac_key=opts.hmac_key, omit_s=time.omit_s,
-                          interval_s=time.interval_s, max_duration_s=MAX_TEST_S)
+                          interval_s=time.interval_s, max_duration_s=MAX_TEST_S, judge=JUDGE)
 
 
 SCAN_STREAMS = (1, 2, 4, 8)
@@ -223,7 +224,8 @@ def measure_streams_scan(opts: DiagnoseOptions, time: TestTime) -> list[ScanRow]
         res = run_throughput(opts.peer, port=opts.port, duration_s=time.measure_s / 2,
                              streams=n, max_bytes=opts.throughput_max_bytes,
                              hmac_key=opts.hmac_key, omit_s=time.omit_s,
-                             interval_s=time.interval_s, max_duration_s=MAX_TEST_S)
+                             interval_s=time.interval_s, max_duration_s=MAX_TEST_S,
+                             judge=JUDGE)
         out.append({"streams": n, "bits_per_second": res.bits_per_second,
                     "per_stream_bits_per_second": res.bits_per_second / n})
     return out

@@ -69,10 +69,12 @@ def throughput(peer: Peer, s: ThroughputSettings, *,
                hmac_key: bytes | None = None) -> dict[str, Any]:
     """Run one capped throughput test against the server beside ``peer``'s reflector (same
     port); blocking, the scheduler runs it in a worker thread."""
+    from wanprobe.diagnose.throughput_verdict import JUDGE
     from wanprobe.throughput.client import run_throughput
 
     result = run_throughput(peer.address, port=peer.port, duration_s=s.duration_s,
-                            streams=s.streams, max_bytes=s.max_bytes_per_test, hmac_key=hmac_key)
+                            streams=s.streams, max_bytes=s.max_bytes_per_test, hmac_key=hmac_key,
+                            judge=JUDGE)
     return result.to_json()
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.diagnose.verify import Verification, judge, rate_after_omit_bps
 from wanprobe.errors import WanprobeError
 
@@ -50,7 +51,7 @@ def verify_path(peer: str, *, port: int = 862, duration_s: float = 6.0, omit_s: 
 
     def measure(secs: float) -> Mapping[str, Any]:
         return run_throughput(peer, port=port, duration_s=secs, max_bytes=max_bytes,
-                              interval_s=0.5, hmac_key=hmac_key).to_json()
+                              interval_s=0.5, hmac_key=hmac_key, judge=JUDGE).to_json()
 
     def capacity(tcp_bps: float) -> tuple[float | None, str]:
         try:  # start above what TCP reached, as diagnose does, so one burst saturates

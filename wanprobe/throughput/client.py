@@ -37,6 +37,7 @@ from wanprobe.throughput.udp import (
     send_paced,
     udp_totals,
 )
+from wanprobe.throughput.verdict import Judge, need_judge
 
 DEFAULT_PORT = 862
 DEFAULT_DURATION_S = 10.0
@@ -91,12 +92,15 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
                    max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
                    udp_packet_bytes: int = 1400,
                    hmac_key: bytes | None = None, cpus: int | None = None,
-                   omit_s: float = 0.0) -> ThroughputResult:
+                   omit_s: float = 0.0, judge: Judge | None = None) -> ThroughputResult:
     """Run one throughput test against ``peer`` and return its result (see result.py).
     ``hmac_key``: the reflector's shared key (gate.py challenge-response; wanprobe engine only).
     ``cpus``: the most cores this end's data path may use (default: all it may run on).
     ``omit_s``: as iperf3 --omit, the test runs ``omit_s`` longer and leaves those first
-    seconds (slow start) out of its rate and verdict (TCP, wanprobe engine)."""
+    seconds (slow start) out of its rate and verdict (TCP, wanprobe engine).
+    ``judge``: the caller's judgement of the figures (verdict.Judge, from wanprobe/diagnose):
+    a TCP test needs one; a UDP test's verdict is fixed."""
+    need_judge(judge, udp)
     if cpus is not None and not 1 <= cpus <= MAX_CPUS:
         raise UsageError(f"--cpus must be 1-{MAX_CPUS}")
     check_sent_dscp(dscp)  # this host's own line, whatever the far end (or iperf3) would accept
@@ -119,7 +123,7 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
                           reverse=reverse, bidir=bidir, cc=cc, window_bytes=window_bytes,
                           dscp=dscp, pacing_rate_bps=pacing_rate_bps, udp=udp,
                           udp_rate_bps=udp_rate_bps, interval_s=interval_s,
-                          max_bytes=max_bytes, progress=progress)
+                          max_bytes=max_bytes, progress=progress, judge=judge)
     if engine != "wanprobe":
         raise UsageError(f"unknown engine {engine!r} (use wanprobe or iperf3)")
     request = proto.TestRequest(
@@ -127,7 +131,7 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
         window_bytes=window_bytes, dscp=dscp, pacing_rate_bps=pacing_rate_bps, udp=udp,
         udp_rate_bps=udp_rate_bps, udp_packet_bytes=udp_packet_bytes, interval_s=interval_s,
         max_bytes=max_bytes)
-    return _Client(peer, port, request, progress, hmac_key, cpus, omit_s).run()
+    return _Client(peer, port, request, progress, hmac_key, cpus, omit_s, judge).run()
 
 
 def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> tuple[str, ...]:
@@ -149,9 +153,10 @@ def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> t
 class _Client:
     def __init__(self, peer: str, port: int, request: proto.TestRequest,
                  progress: Progress | None, hmac_key: bytes | None = None,
-                 cpus: int | None = None, omit_s: float = 0.0) -> None:
+                 cpus: int | None = None, omit_s: float = 0.0,
+                 judge: Judge | None = None) -> None:
         self.peer, self.port, self.req, self.progress = peer, port, request, progress
-        self.hmac_key, self.cpus, self.omit_s = hmac_key, cpus, omit_s
+        self.hmac_key, self.cpus, self.omit_s, self.judge = hmac_key, cpus, omit_s, judge
         check_peer(peer)
         try:
             infos = socket.getaddrinfo(peer, port, type=socket.SOCK_STREAM)
@@ -379,7 +384,7 @@ class _Client:
         return assemble(peer=self.peer, port=self.port, request=self.req, client=client,
                         server=server, keys=keys, partial_reason=partial,
                         notes=window_notes(self.req.window_bytes, self.buffers),
-                        omit_s=self.omit_s)
+                        omit_s=self.omit_s, judge=self.judge)
 
     def _run_udp(self, ctrl: socket.socket, usock: socket.socket, cookie: bytes) -> ThroughputResult:
         req = self.req
@@ -434,4 +439,4 @@ class _Client:
         server = _Side(self.remote_records, {}, [])
         return assemble(peer=self.peer, port=self.port, request=req, client=client,
                         server=server, keys={(proto.UP, 0)}, partial_reason=partial, udp=udp,
-                        notes=(state.gso_note,) if state.gso_note else ())
+                        notes=(state.gso_note,) if state.gso_note else (), judge=self.judge)

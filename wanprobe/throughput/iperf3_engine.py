@@ -30,10 +30,11 @@ from wanprobe.throughput.result import (
     mark_partial_tail,
 )
 from wanprobe.throughput.verdict import (
+    Judge,
     Verdict,
     VerdictInput,
     bdp_bytes,
-    decide,
+    need_judge,
     single_stream_buffer_bytes,
 )
 
@@ -220,10 +221,15 @@ def _bidir_reverse(end: dict) -> DirectionSummary:
                             int(rs.get("bytes", 0)), rs.get("retransmits"))
 
 
-def _verdict(vin: VerdictInput, udp_result: UdpResult | None) -> Verdict:
-    verdict = (Verdict("network", {"lost_percent": udp_result.lost_percent},
-                       "UDP at a set rate: see udp.* for loss and jitter")
-               if udp_result else decide(vin))
+def _verdict(vin: VerdictInput, udp_result: UdpResult | None, judge: Judge | None) -> Verdict:
+    """A UDP test's fixed verdict, or the caller's judge's on a TCP test's figures; with the
+    note that iperf3 gives no limited-time counters."""
+    if udp_result is not None:
+        verdict = Verdict("network", {"lost_percent": udp_result.lost_percent},
+                          "UDP at a set rate: see udp.* for loss and jitter")
+    else:
+        assert judge is not None  # need_judge
+        verdict = judge.decide(vin)
     return Verdict(verdict.verdict, {**verdict.evidence, "source": "iperf3 (no TCP_INFO "
                                      "limited-time counters; retransmit bytes estimated as "
                                      "retransmits x MSS)"}, verdict.summary)
@@ -233,12 +239,14 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
                       streams_requested: int, window_bytes: int | None, dscp: int,
                       pacing_rate_bps: float | None, udp_rate_bps: float | None,
                       version: tuple[int, ...] | None = None,
-                      local_cores: int = 1) -> ThroughputResult:
+                      local_cores: int = 1, judge: Judge | None = None) -> ThroughputResult:
     """Map an `iperf3 -J` document to a ThroughputResult (pure). ``version``: the client's
-    (from 3.16 its CPU figures add up one thread per stream)."""
+    (from 3.16 its CPU figures add up one thread per stream); ``judge``: the caller's, which
+    decides a TCP test's verdict (verdict.Judge; a UDP test's is fixed)."""
     start, end = doc.get("start") or {}, doc.get("end") or {}
     test = start.get("test_start") or {}
     udp = test.get("protocol") == "UDP"
+    need_judge(judge, udp)
     reverse = bool(test.get("reverse"))
     # 3.12 does not echo "bidir" in test_start; the reverse sums give it away.
     bidir = bool(test.get("bidir")) or "sum_sent_bidir_reverse" in end
@@ -279,7 +287,7 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
         bytes_received=int(received.get("bytes", 0)), bytes_sent=bytes_sent,
         retransmits=retrans, min_rtt_ms=vin.min_rtt_ms, bdp_bytes=bdp_bytes(goodput, rtt_s),
         single_stream_buffer_bytes=single_stream_buffer_bytes(goodput, rtt_s),
-        limited_by=_verdict(vin, udp_result),
+        limited_by=_verdict(vin, udp_result, judge),
         streams=tuple(streams), intervals=tuple(_intervals(intervals_raw)),
         cpu={"iperf3_cpu_utilization_percent": cpu,
              "sender_thread_busy_ratio": vin.sender_thread_busy,
@@ -293,8 +301,11 @@ def parse_iperf3_json(doc: dict, *, peer: str, port: int, requested_duration_s: 
 def run_iperf3(peer: str, *, port: int, duration_s: float, streams: int, reverse: bool,
                bidir: bool, cc: str | None, window_bytes: int | None, dscp: int,
                pacing_rate_bps: float | None, udp: bool, udp_rate_bps: float | None,
-               interval_s: float, max_bytes: int, progress=None) -> ThroughputResult:
-    """Run `iperf3 -c` and map its result; one-line ProbeError when it cannot run at all."""
+               interval_s: float, max_bytes: int, progress=None,
+               judge: Judge | None = None) -> ThroughputResult:
+    """Run `iperf3 -c` and map its result (``judge``: as parse_iperf3_json's); one-line
+    ProbeError when it cannot run at all."""
+    need_judge(judge, udp)
     binary = shutil.which("iperf3")
     if binary is None:
         raise UsageError("--engine iperf3 needs the iperf3 client installed")
@@ -312,7 +323,7 @@ def run_iperf3(peer: str, *, port: int, duration_s: float, streams: int, reverse
     result = parse_iperf3_json(doc, peer=peer, port=port, requested_duration_s=duration_s,
                                streams_requested=streams, window_bytes=window_bytes, dscp=dscp,
                                pacing_rate_bps=pacing_rate_bps, udp_rate_bps=udp_rate_bps,
-                               version=version, local_cores=_cores())
+                               version=version, local_cores=_cores(), judge=judge)
     if result.bytes_sent > max_bytes:
         # iperf3 has no byte cap next to -t; report that the cap was exceeded rather than hide it.
         result = ThroughputResult(**{**result.__dict__, "partial": True,

@@ -14,10 +14,11 @@ from wanprobe.json_fields import Decoded, dicts, objects, open_object, optional,
 from wanprobe.throughput.protocol import DOWN, UP
 from wanprobe.throughput.udp import UdpResult
 from wanprobe.throughput.verdict import (
+    Judge,
     Verdict,
     VerdictInput,
     bdp_bytes,
-    decide,
+    need_judge,
     single_stream_buffer_bytes,
 )
 
@@ -292,25 +293,6 @@ def _cores_busy(side: _Side) -> float | None:
     return round(sum(means) / len(means), 1) if means else None
 
 
-# Mean CPU steal over a test at which its rate is said to be the host's, not the path's. On the
-# 2-core lab VM the demo's tuned 100 Mbit/s path held 90.9-96.6 Mbit/s in 7 runs with 0.1-1.0 %
-# steal and fell to 73.7 (52-63 per second) in one with 11.8 %: the userspace delay line and the
-# sender lose their CPU. 2 % is twice the highest steal of a run that held.
-STEAL_PERCENT = 2.0
-
-
-def steal_note(evidence: dict) -> str | None:
-    """One line when either end's host lost ≥ STEAL_PERCENT of its CPU to its hypervisor."""
-    found = [(end, v) for end in ("sender", "receiver")
-             if isinstance(v := evidence.get(f"{end}_steal_percent"), int | float)
-             and v >= STEAL_PERCENT]
-    if not found:
-        return None
-    said = " and ".join(f"the {end}'s {v:.1f} %" for end, v in found)
-    return (f"CPU steal: the hypervisor took {said} of the host's CPU time during the test "
-            "(/proc/stat): the rate may be the host's, not the path's")
-
-
 def steal_percent(side: _Side) -> float | None:
     """Mean over the side's intervals of its host's CPU steal (sampler.CpuBusy): time the
     hypervisor gave to other guests. On a virtual machine a burst of it starves the sender, the
@@ -417,11 +399,30 @@ def after_omit_bps(intervals: list[IntervalResult], omit_s: float) -> float | No
     return sum(iv.bytes_received for iv in kept) * 8.0 / secs if kept and secs > 0 else None
 
 
+def _verdict(vin: VerdictInput, udp: UdpResult | None, judge: Judge | None,
+             sender: _Side, receiver: _Side) -> Verdict:
+    """A UDP test's fixed verdict, or the caller's judge's on a TCP test's figures; with both
+    ends' mean CPU steal in its evidence."""
+    if udp is not None:
+        verdict = Verdict("network", {"lost_percent": udp.lost_percent},
+                          "UDP at a set rate: see udp.* for loss and jitter")
+    else:
+        assert judge is not None  # need_judge
+        verdict = judge.decide(vin)
+    return replace(verdict, evidence={**verdict.evidence,
+                                      "sender_steal_percent": steal_percent(sender),
+                                      "receiver_steal_percent": steal_percent(receiver)})
+
+
 def assemble(*, peer: str, port: int, request, client: _Side, server: _Side, keys,
              partial_reason: str | None, udp: UdpResult | None = None,
-             notes: tuple[str, ...] = (), omit_s: float = 0.0) -> ThroughputResult:
+             notes: tuple[str, ...] = (), omit_s: float = 0.0,
+             judge: Judge | None = None) -> ThroughputResult:
     """Build the ThroughputResult of a wanprobe-engine test from both ends' reports; with
-    ``omit_s`` its rate and verdict leave out the ramp-up (iperf3 --omit)."""
+    ``omit_s`` its rate and verdict leave out the ramp-up (iperf3 --omit). ``judge``: the
+    caller's (verdict.Judge) decides a TCP test's verdict and the notes its evidence calls for;
+    a UDP test's verdict is fixed, and without a judge it has no notes of its own."""
+    need_judge(judge, udp is not None)
     main = DOWN if request.reverse else UP
     ends = {UP: (client, server), DOWN: (server, client)}
     streams, intervals, summ, vin, secs = summarize_direction(
@@ -441,17 +442,8 @@ def assemble(*, peer: str, port: int, request, client: _Side, server: _Side, key
                                                   window_bytes=request.window_bytes,
                                                   interval_s=request.interval_s)
         all_streams += rs
-    if udp is not None:
-        verdict = Verdict("network", {"lost_percent": udp.lost_percent},
-                          "UDP at a set rate: see udp.* for loss and jitter")
-    else:
-        verdict = decide(vin)
-    sender_end, receiver_end = ends[main]
-    verdict = replace(verdict, evidence={**verdict.evidence,
-                                         "sender_steal_percent": steal_percent(sender_end),
-                                         "receiver_steal_percent": steal_percent(receiver_end)})
-    stolen = steal_note(verdict.evidence)
-    notes = (*notes, stolen) if stolen else tuple(notes)
+    verdict = _verdict(vin, udp, judge, *ends[main])
+    notes = (*notes, *(judge.notes(verdict.evidence) if judge else ()))
     rtt_s = (vin.min_rtt_ms or 0) / 1000.0
     rate = max(summ.bits_per_second, vin.delivery_rate_max_bps or 0.0)
     bdp = bdp_bytes(rate, rtt_s)
