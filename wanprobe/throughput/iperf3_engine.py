@@ -36,6 +36,7 @@ from wanprobe.throughput.verdict import (
     bdp_bytes,
     need_judge,
     single_stream_buffer_bytes,
+    verdict_of,
 )
 
 DEFAULT_MSS_BYTES = 1448
@@ -224,12 +225,8 @@ def _bidir_reverse(end: dict) -> DirectionSummary:
 def _verdict(vin: VerdictInput, udp_result: UdpResult | None, judge: Judge | None) -> Verdict:
     """A UDP test's fixed verdict, or the caller's judge's on a TCP test's figures; with the
     note that iperf3 gives no limited-time counters."""
-    if udp_result is not None:
-        verdict = Verdict("network", {"lost_percent": udp_result.lost_percent},
-                          "UDP at a set rate: see udp.* for loss and jitter")
-    else:
-        assert judge is not None  # need_judge
-        verdict = judge.decide(vin)
+    verdict = verdict_of(vin, udp_result.lost_percent if udp_result else None, judge,
+                         udp=udp_result is not None)
     return Verdict(verdict.verdict, {**verdict.evidence, "source": "iperf3 (no TCP_INFO "
                                      "limited-time counters; retransmit bytes estimated as "
                                      "retransmits x MSS)"}, verdict.summary)

@@ -20,6 +20,7 @@ from wanprobe.throughput.verdict import (
     bdp_bytes,
     need_judge,
     single_stream_buffer_bytes,
+    verdict_of,
 )
 
 DIRECTION_NAMES = {UP: "client_to_server", DOWN: "server_to_client"}
@@ -403,12 +404,7 @@ def _verdict(vin: VerdictInput, udp: UdpResult | None, judge: Judge | None,
              sender: _Side, receiver: _Side) -> Verdict:
     """A UDP test's fixed verdict, or the caller's judge's on a TCP test's figures; with both
     ends' mean CPU steal in its evidence."""
-    if udp is not None:
-        verdict = Verdict("network", {"lost_percent": udp.lost_percent},
-                          "UDP at a set rate: see udp.* for loss and jitter")
-    else:
-        assert judge is not None  # need_judge
-        verdict = judge.decide(vin)
+    verdict = verdict_of(vin, udp.lost_percent if udp else None, judge, udp=udp is not None)
     return replace(verdict, evidence={**verdict.evidence,
                                       "sender_steal_percent": steal_percent(sender),
                                       "receiver_steal_percent": steal_percent(receiver)})

@@ -84,6 +84,19 @@ class Judge:
     notes: Callable[[Mapping[str, Any]], tuple[str, ...]]
 
 
+def verdict_of(vin: VerdictInput, udp_lost_percent: float | None, judge: Judge | None,
+               *, udp: bool) -> Verdict:
+    """A UDP test's fixed verdict (at a set rate the sender, not the network, chose the rate:
+    its loss and jitter are the figures, under ``udp.*``), or the caller's judge's on a TCP
+    test's figures (both engines build their result through this)."""
+    if udp:
+        return Verdict("network", {"lost_percent": udp_lost_percent},
+                       "UDP at a set rate: see udp.* for loss and jitter")
+    need_judge(judge, udp)
+    assert judge is not None
+    return judge.decide(vin)
+
+
 def need_judge(judge: Judge | None, udp: bool) -> None:
     """A TCP test is judged by the caller's :class:`Judge`; only a UDP test's verdict is fixed."""
     if judge is None and not udp:
