@@ -97,10 +97,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.lab)
     run = _run_dir()
     if run is not None and os.environ.get("PYTEST_XDIST_WORKER"):
-        kinds = {item.nodeid: "alone" if item.get_closest_marker("alone") else "lab"
-                 for item in items if item.get_closest_marker("lab")}
+        alone = sorted(item.nodeid for item in items if item.get_closest_marker("alone"))
         with contextlib.suppress(OSError):
-            (run / f"kinds.{os.environ['PYTEST_XDIST_WORKER']}").write_text(json.dumps(kinds))
+            (run / f"alone.{os.environ['PYTEST_XDIST_WORKER']}").write_text(json.dumps(alone))
 
 
 # --- tests side by side --------------------------------------------------------------------
@@ -139,14 +138,14 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class SideBySide(LoadScopeScheduling):
-        _kinds: dict[str, str] | None = None
+        _alone: frozenset[str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
-            if self._kinds is None:
+            if self._alone is None:
                 run = _run_dir()
-                listed = sorted(run.glob("kinds.*")) if run else []
-                self._kinds = json.loads(listed[0].read_text()) if listed else {}
-            return "alone" if self._kinds.get(nodeid) == "alone" else nodeid.split("::")[0]
+                listed = sorted(run.glob("alone.*")) if run else []
+                self._alone = frozenset(json.loads(listed[0].read_text()) if listed else ())
+            return "alone" if nodeid in self._alone else nodeid.split("::")[0]
 
     return SideBySide(config, log)
 
@@ -335,10 +334,10 @@ def _live() -> set[tuple[int, str]]:
     return out
 
 
-def _processes(keys: set[tuple[int, str]] | None = None) -> dict[tuple[int, str], str]:
-    """(pid, start time) -> command line, for live user-space processes (of ``keys`` only)."""
+def _processes(keys: set[tuple[int, str]]) -> dict[tuple[int, str], str]:
+    """(pid, start time) -> command line, of those of ``keys`` still alive in user space."""
     table: dict[tuple[int, str], str] = {}
-    for key in _live() if keys is None else keys:
+    for key in keys:
         try:
             cmd = _read(f"/proc/{key[0]}/cmdline").replace(b"\0", b" ").decode(
                 errors="replace").strip()
@@ -424,7 +423,7 @@ def _no_stray_processes(request):
     deadline = time.monotonic() + 3.0
     while True:
         strays = {k: c for k, c in _processes(_live() - before).items()
-                  if k not in before and k[0] != me and _ours(k[0], c)}
+                  if k[0] != me and _ours(k[0], c)}
         if not strays or time.monotonic() > deadline:
             break
         time.sleep(0.2)

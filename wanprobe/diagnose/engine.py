@@ -98,12 +98,13 @@ def _rule_error(fn: RuleFn, exc: Exception) -> Finding:
                    expected_effect="")
 
 
-def judge(ctx: Context, rules: Iterable[RuleFn] = RULES, *, first: bool = False
-          ) -> list[Finding]:
+def judge(ctx: Context, rules: Iterable[RuleFn] = RULES, *, first: bool = False,
+          raising: bool = False) -> list[Finding]:
     """The findings of every rule in ``rules`` whose parts ``ctx`` has, in table order. A rule
-    that raises does not stop the others: it becomes an ``engine.rule_error`` finding. With
-    ``first`` the loop stops at the first rule that answers (a first-match table; the errors
-    before it are kept)."""
+    that raises does not stop the others: it becomes an ``engine.rule_error`` finding (with
+    ``raising``, its error propagates: a caller whose answer has no list of findings to carry
+    it, the throughput verdict). With ``first`` the loop stops at the first rule that answers
+    (a first-match table; the errors before it are kept)."""
     found: list[Finding] = []
     for fn in rules:
         needs = getattr(fn, "needs", REPORT)
@@ -112,6 +113,8 @@ def judge(ctx: Context, rules: Iterable[RuleFn] = RULES, *, first: bool = False
         try:
             result = fn(*ctx.parts(needs))
         except Exception as exc:  # one broken rule must not cost the whole judgement
+            if raising:
+                raise
             found.append(_rule_error(fn, exc))
             continue
         if isinstance(result, Finding):

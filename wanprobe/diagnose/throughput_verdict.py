@@ -10,9 +10,7 @@ a measurement never judges (docs/architecture.md).
 from __future__ import annotations
 
 from wanprobe.diagnose.context import Context
-from wanprobe.diagnose.engine import RULE_ERROR
 from wanprobe.diagnose.engine import judge as run_engine
-from wanprobe.diagnose.finding import Finding
 from wanprobe.diagnose.rules_throughput import RULES, steal_notes
 from wanprobe.throughput.verdict import Judge, Verdict, VerdictInput
 
@@ -20,23 +18,10 @@ from wanprobe.throughput.verdict import Judge, Verdict, VerdictInput
 def decide(v: VerdictInput) -> Verdict:
     """The limit with the strongest kernel evidence, in table order: host_cpu, receive window,
     send buffer, pacing, congestion (loss explains the rate: Mathis), network (none of the
-    above). A rule that raises fails the verdict with its own error, as the test's (the engine
-    files it as ``engine.rule_error``; a verdict has no list of findings to carry it)."""
-    found = run_engine(Context(throughput=v), RULES, first=True)
-    answer = next((f for f in found if f.id != RULE_ERROR), None)
-    if answer is None or len(found) > 1:
-        _raise_the_rule_error(v, [f for f in found if f.id == RULE_ERROR])
-    assert answer is not None
+    above, which always answers). A rule that raises fails the verdict with its own error, as
+    the test's (``raising``: a verdict has no list of findings to carry an error)."""
+    (answer,) = run_engine(Context(throughput=v), RULES, first=True, raising=True)
     return Verdict(answer.id.removeprefix("throughput."), dict(answer.evidence), answer.title)
-
-
-def _raise_the_rule_error(v: VerdictInput, errors: list[Finding]) -> None:
-    """Raise the first error of the table's rules on ``v`` itself (they are pure: the one the
-    engine filed)."""
-    for fn in RULES:
-        fn(v)
-    raise RuntimeError(f"the throughput verdict's rules could not be evaluated: "
-                       f"{[dict(f.evidence) for f in errors]}")
 
 
 JUDGE = Judge(decide=decide, notes=steal_notes)
