@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 # One key list, the collectors' (issue 12): diagnose reads what `wanprobe counters` reads.
-from collectors.host_facts import parse_int
+from collectors.host_facts import HostFacts, parse_int
 from collectors.procfs_sysctl import SYSCTLS
 from collectors.procfs_sysctl import read_sysctls as collect_sysctls
 
@@ -36,13 +36,24 @@ class HostConfig:
     machine_id: str | None = None
     netns_inode: int | None = None
     fq_available: bool | None = None
+    # what `diagnose` adds: the source address of the route to the peer, and this host's facts
+    # as a peer would send them (host_facts.HostFacts: the same record as measurements.peer_facts)
+    address: str | None = None
+    facts: HostFacts | None = None
+
+    @classmethod
+    def unreadable(cls) -> HostConfig:
+        """This host by name and kernel alone, when its configuration cannot be read."""
+        return cls(hostname=socket.gethostname(), kernel=os.uname().release, sysctls={},
+                   available_cc=(), allowed_cc=(), ifaces={})
 
     def to_json(self) -> dict[str, Any]:
         return {"hostname": self.hostname, "machine_id": self.machine_id, "kernel": self.kernel,
                 "netns_inode": self.netns_inode, "sysctls": dict(self.sysctls),
                 "available_cc": list(self.available_cc), "allowed_cc": list(self.allowed_cc),
                 "fq_available": self.fq_available,
-                "ifaces": {k: dict(v) for k, v in self.ifaces.items()}}
+                "ifaces": {k: dict(v) for k, v in self.ifaces.items()},
+                "address": self.address, "facts": self.facts.to_json() if self.facts else None}
 
 
 def _read(path: Path) -> str | None:

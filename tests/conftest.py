@@ -129,7 +129,10 @@ def pytest_configure(config) -> None:
         import compileall
 
         for package in ("wanprobe", "collectors", "tuners"):
-            compileall.compile_dir(REPO / package, quiet=1)
+            compileall.compile_dir(REPO / package, quiet=1, workers=0)
+        from precompile import precompile  # the test modules, assertions rewritten
+
+        precompile(config, REPO / "tests")
 
 
 def pytest_xdist_make_scheduler(config, log):

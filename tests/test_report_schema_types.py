@@ -12,6 +12,7 @@ by each of its writers.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -294,22 +295,19 @@ def verify_docs() -> list[dict]:
     throughput writer's JSON: capacity measured, given, and not measured."""
     from wanprobe.services.verify import verify_loop
 
-    tcp = throughput_docs()[0]
+    tcp = throughput_results()[0]
     return [verify_loop(lambda _s: tcp, cap, omit_s=1.0).to_json()
             for cap in (lambda _r: (1e8, "udp_burst"), lambda _r: (2e9, "udp_burst"),
                         lambda _r: (None, "not measured: no reply"))]
 
 
 WRITERS = {
-    "path": lambda _mp, _tmp: probe_docs(),
-    "mtu": mtu_docs,
+    "path": lambda _mp, _tmp: probe_docs(), "mtu": mtu_docs,
     "throughput": lambda _mp, _tmp: throughput_docs(),
     "throughput_reverse": lambda _mp, _tmp: throughput_docs(),
     "peer_facts": lambda _mp, _tmp: host_facts_docs(),
-    "capacity": lambda _mp, _tmp: capacity_docs(),
-    "streams_scan": streams_scan_docs,
-    "counters": lambda _mp, tmp: counters_docs(tmp),
-    "verify": lambda _mp, _tmp: verify_docs(),
+    "capacity": lambda _mp, _tmp: capacity_docs(), "streams_scan": streams_scan_docs,
+    "counters": lambda _mp, tmp: counters_docs(tmp), "verify": lambda _mp, _tmp: verify_docs(),
 }
 
 
@@ -364,17 +362,20 @@ WRONG = [
 ]
 
 
-def with_verify(doc: dict) -> dict:
-    """The lab report with the verify part ``tune apply --verify --report-out`` adds."""
+@functools.cache
+def valid_with_verify() -> str:
+    """The lab report with the verify part ``tune apply --verify --report-out`` adds, checked
+    valid once (each case below breaks one key of a copy)."""
+    doc = golden()
     doc["measurements"]["verify"] = verify_docs()[0]
-    return doc
+    validate(doc)
+    return json.dumps(doc)
 
 
 @pytest.mark.parametrize("where,value", WRONG, ids=lambda x: "/".join(map(str, x))
                          if isinstance(x, tuple) else None)
 def test_a_wrong_type_in_a_known_key_is_refused_in_one_line_naming_it(where, value):
-    doc = with_verify(golden())
-    validate(doc)  # whole before
+    doc = json.loads(valid_with_verify())
     node = doc["measurements"]
     for key in where[:-1]:
         node = node[key]
@@ -464,7 +465,7 @@ def test_shape_schema_keeps_containers_through_refs_and_drops_scalar_types():
     shape = shape_schema()
     for node in json_objects(shape):
         assert not {"required", "enum", "x-always-written", "minItems"} & set(node)
-    doc = with_verify(golden())
+    doc = json.loads(valid_with_verify())
     validate(doc, strict=False)
     loose = copy.deepcopy(doc)
     loose["measurements"]["path"]["rtt_ms"]["p50"] = "fast"     # a scalar: anything goes
@@ -483,12 +484,11 @@ def test_shape_schema_keeps_containers_through_refs_and_drops_scalar_types():
             validate(bad, strict=False)
 
 
-
 def test_a_figure_its_writer_could_not_compute_is_null_and_the_report_still_saves():
     """Absent is None (docs/conventions.md §3): the throughput writer writes null for a rate it
     could not compute (inf/NaN), the verify loop for a test that moved nothing. Such a report is
     valid — refusing it would lose the whole diagnose at save — while a wrong type still is not."""
-    doc = with_verify(golden())
+    doc = json.loads(valid_with_verify())
     m = doc["measurements"]
     m["throughput"]["bits_per_second"] = None
     m["throughput"]["sender_bits_per_second"] = None

@@ -4,6 +4,8 @@ the limit named from the test's own evidence."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from wanprobe.diagnose.context import Context, VerifyRun
@@ -11,23 +13,31 @@ from wanprobe.diagnose.engine import first
 from wanprobe.diagnose.verify import judge, rate_after_omit_bps
 from wanprobe.diagnose.verify_limit import evidence_of, limit_of
 from wanprobe.services.verify import verify_loop
+from wanprobe.throughput.result import IntervalResult, ThroughputResult
+from wanprobe.throughput.verdict import Verdict
 
 CAP = 100e6
 
 
 def intervals(rates_mbit, info=None, start=0.0, span=1.0):
-    return [{"start_s": start + i * span, "end_s": start + (i + 1) * span,
-             "bytes_received": int(r * 1e6 / 8 * span),
-             "streams": [{"id": 0, "tcp_info": dict(info or {})}]}
+    return [IntervalResult(start_s=start + i * span, end_s=start + (i + 1) * span,
+                           bytes_received=int(r * 1e6 / 8 * span), bytes_sent=0,
+                           bits_per_second=r * 1e6, retransmits=None,
+                           streams=({"id": 0, "tcp_info": dict(info or {})},))
             for i, r in enumerate(rates_mbit)]
 
 
 def result(rates_mbit, verdict="network", evidence=None, info=None, cc="bbr", cpu=None,
            duration_s=None):
-    return {"bits_per_second": sum(rates_mbit) / len(rates_mbit) * 1e6,
-            "requested_duration_s": duration_s or len(rates_mbit), "cc": cc,
-            "intervals": intervals(rates_mbit, info), "min_rtt_ms": 130.0,
-            "limited_by": {"verdict": verdict, "evidence": evidence or {}}, "cpu": cpu or {}}
+    """A test's typed result holding only what the verify judgement reads (the rest zero)."""
+    return ThroughputResult(
+        peer="198.18.0.2", port=862, engine="wanprobe", protocol="tcp", mode="upload", cc=cc,
+        requested_duration_s=duration_s or len(rates_mbit), duration_s=len(rates_mbit),
+        streams_requested=1, window_bytes=None, dscp=0, pacing_rate_bps=None,
+        bits_per_second=sum(rates_mbit) / len(rates_mbit) * 1e6, sender_bits_per_second=0.0,
+        bytes_received=0, bytes_sent=0, retransmits=None, min_rtt_ms=130.0, bdp_bytes=None,
+        single_stream_buffer_bytes=None, limited_by=Verdict(verdict, evidence or {}),
+        intervals=tuple(intervals(rates_mbit, info)), cpu=cpu or {})
 
 
 def test_rate_after_omit_leaves_out_the_ramp_up_and_a_partial_tail():
@@ -35,7 +45,7 @@ def test_rate_after_omit_leaves_out_the_ramp_up_and_a_partial_tail():
     assert rate_after_omit_bps(iv, 2.0) == pytest.approx(93.33e6, rel=1e-3)
     assert rate_after_omit_bps(iv, 0.0) == pytest.approx(66e6, rel=1e-3)
     assert rate_after_omit_bps(iv, 9.0) is None
-    tail = {"start_s": 5.0, "end_s": 5.01, "bytes_received": 1_125_000, "partial": True}
+    tail = replace(intervals([900], start=5.0, span=0.01)[0], partial=True)
     assert rate_after_omit_bps([*iv, tail], 2.0) == pytest.approx(93.33e6, rel=1e-3)
 
 

@@ -17,7 +17,8 @@ counters, CPU samples, retransmits, RTT.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from wanprobe.diagnose.verify_limit import (
     limit_of,
 )
 from wanprobe.json_fields import Decoded, objects, open_object
+from wanprobe.throughput.result import IntervalResult, ThroughputResult
 
 
 @dataclass(frozen=True)
@@ -102,28 +104,32 @@ class Verification(Decoded, json_name="verify", json_parts={
                 "attempts": [a.to_json() for a in self.attempts]}
 
 
-def rate_after_omit_bps(intervals: Sequence[Mapping[str, Any]], omit_s: float) -> float | None:
+def rate_after_omit_bps(intervals: Sequence[IntervalResult], omit_s: float) -> float | None:
     """Received bits per second over the intervals that start at or after ``omit_s``, a final
     partial interval left out."""
     kept = kept_intervals(intervals, omit_s)
-    secs = sum(i["end_s"] - i["start_s"] for i in kept)
+    secs = sum(i.end_s - i.start_s for i in kept)
     if not kept or secs <= 0:
         return None
-    return float(sum(i["bytes_received"] for i in kept) * 8 / secs)
+    return float(sum(i.bytes_received for i in kept) * 8 / secs)
 
 
-def attempt_of(result: Mapping[str, Any], omit_s: float) -> Attempt:
-    return Attempt(duration_s=float(result.get("requested_duration_s") or 0.0), omit_s=omit_s,
-                   bits_per_second=float(result.get("bits_per_second") or 0.0),
-                   bits_per_second_after_omit=rate_after_omit_bps(result.get("intervals") or [],
-                                                                   omit_s),
-                   throughput_verdict=(result.get("limited_by") or {}).get("verdict"))
+def _finite(x: float) -> float:
+    """A rate as its JSON would carry it: a figure that could not be computed counts as 0."""
+    return x if math.isfinite(x) else 0.0
 
 
-def judge(result: Mapping[str, Any], omit_s: float, *, capacity_bps: float | None = None,
+def attempt_of(result: ThroughputResult, omit_s: float) -> Attempt:
+    return Attempt(duration_s=result.requested_duration_s, omit_s=omit_s,
+                   bits_per_second=_finite(result.bits_per_second),
+                   bits_per_second_after_omit=rate_after_omit_bps(result.intervals, omit_s),
+                   throughput_verdict=result.limited_by.verdict)
+
+
+def judge(result: ThroughputResult, omit_s: float, *, capacity_bps: float | None = None,
           capacity_source: str | None = None,
           earlier: Sequence[Attempt] = ()) -> Verification:
-    """Pure: a throughput result JSON (and the capacity) → what the tuning achieved and the
+    """Pure: a throughput result (and the capacity) → what the tuning achieved and the
     next step. ``earlier``: the attempts before this one (kept in the answer)."""
     this = attempt_of(result, omit_s)
     found = run_engine(Context(verify=VerifyRun(
@@ -142,7 +148,7 @@ def judge(result: Mapping[str, Any], omit_s: float, *, capacity_bps: float | Non
     return Verification(
         bits_per_second=this.bits_per_second,
         bits_per_second_after_omit=this.bits_per_second_after_omit, omit_s=omit_s,
-        verdict=this.throughput_verdict, next_step=step, cc=result.get("cc"),
+        verdict=this.throughput_verdict, next_step=step, cc=result.cc,
         limit=limit, summary=summary, evidence=evidence,
         capacity_bits_per_second=capacity_bps, capacity_source=capacity_source,
         attempts=(*earlier, this))

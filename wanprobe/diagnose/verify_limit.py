@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from wanprobe.diagnose.context import VerifyEvidence, VerifyRun
 from wanprobe.diagnose.finding import Finding
@@ -41,7 +40,7 @@ from wanprobe.diagnose.rules_throughput import (  # the throughput verdict's, in
     STANDING_QUEUE_MIN,
     STEAL_PERCENT,
 )
-from wanprobe.throughput.result import ThroughputResult
+from wanprobe.throughput.result import IntervalResult, ThroughputResult
 from wanprobe.units import format_rate
 
 FULL_SHARE = 0.9            # issue 20: "the path is full" only at >= 90 % of the capacity
@@ -105,75 +104,16 @@ def _limit(cause: str, summary: str, evidence: Mapping[str, Any]) -> Finding:
                    summary, evidence, NEXT_STEP[cause], "")
 
 
-def kept_intervals(intervals: Sequence[Mapping[str, Any]],
-                   omit_s: float) -> list[Mapping[str, Any]]:
+def kept_intervals(intervals: Sequence[IntervalResult], omit_s: float) -> list[IntervalResult]:
     """The intervals that start at or after ``omit_s`` (iperf3 --omit), partial ones left out."""
-    return [iv for iv in intervals
-            if iv.get("start_s", 0.0) >= omit_s - 1e-9 and not iv.get("partial")]
+    return [iv for iv in intervals if iv.start_s >= omit_s - 1e-9 and not iv.partial]
 
 
 def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-class _Interval(Protocol):
-    """What the evidence reads of one interval (``IntervalResult``)."""
-
-    @property
-    def start_s(self) -> float: ...
-    @property
-    def end_s(self) -> float: ...
-    @property
-    def bytes_received(self) -> int: ...
-    @property
-    def partial(self) -> bool: ...
-    @property
-    def streams(self) -> Sequence[Mapping[str, Any]]: ...
-
-
-@dataclass(frozen=True)
-class _Test:
-    """What the evidence reads of one test: a :class:`ThroughputResult`'s parts."""
-
-    cc: str | None
-    stream_ids: frozenset[Any]
-    verdict: str | None
-    verdict_evidence: Mapping[str, Any]
-    summary: str | None
-    min_rtt_ms: float | None
-    cpu: Mapping[str, Any]
-    intervals: Sequence[_Interval]
-
-    @classmethod
-    def of(cls, r: ThroughputResult) -> _Test:
-        return cls(r.cc, frozenset(s.stream_id for s in r.streams), r.limited_by.verdict,
-                   r.limited_by.evidence, r.limited_by.summary, r.min_rtt_ms, r.cpu,
-                   r.intervals)
-
-
-@dataclass(frozen=True)
-class _JsonInterval:
-    start_s: float
-    end_s: float
-    bytes_received: int
-    partial: bool
-    streams: Sequence[Mapping[str, Any]]
-
-
-def _of_json(result: Mapping[str, Any]) -> _Test:
-    """A test from its JSON as ``diagnose/verify.judge`` still passes it (a whole result or
-    the parts of one a test builds): to go when that caller passes the ThroughputResult."""
-    lb = result.get("limited_by") or {}
-    return _Test(result.get("cc"), frozenset(s.get("stream_id") for s in
-                                             result.get("streams") or []),
-                 lb.get("verdict"), lb.get("evidence") or {}, lb.get("summary"),
-                 result.get("min_rtt_ms"), result.get("cpu") or {},
-                 [_JsonInterval(iv.get("start_s", 0.0), iv.get("end_s", 0.0),
-                                iv.get("bytes_received", 0), bool(iv.get("partial")),
-                                iv.get("streams", [])) for iv in result.get("intervals") or []])
-
-
-def _per_interval_sums(kept: Sequence[_Interval], key: str) -> list[float]:
+def _per_interval_sums(kept: Sequence[IntervalResult], key: str) -> list[float]:
     out: list[float] = []
     for iv in kept:
         vals = [(r.get("tcp_info") or {}).get(key) for r in iv.streams]
@@ -183,13 +123,11 @@ def _per_interval_sums(kept: Sequence[_Interval], key: str) -> list[float]:
     return out
 
 
-def evidence_of(result: ThroughputResult | Mapping[str, Any], omit_s: float) -> VerifyEvidence:
+def evidence_of(result: ThroughputResult, omit_s: float) -> VerifyEvidence:
     """The figures of one throughput result after its ramp-up: sender TCP_INFO over the kept
     intervals, the CPU samples, the verdict's own evidence (chrono shares, retransmit rate,
-    queueing delay). ``result`` is the producer's typed result; its JSON is still taken from
-    ``diagnose/verify.judge``."""
-    t = _Test.of(result) if isinstance(result, ThroughputResult) else _of_json(result)
-    kept = [iv for iv in t.intervals if iv.start_s >= omit_s - 1e-9 and not iv.partial]
+    queueing delay)."""
+    kept = kept_intervals(result.intervals, omit_s)
     infos = [r["tcp_info"] for iv in kept for r in iv.streams if r.get("tcp_info")]
     cwnds = []
     for iv in kept:
@@ -199,13 +137,13 @@ def evidence_of(result: ThroughputResult | Mapping[str, Any], omit_s: float) -> 
             cwnds.append(sum(b))
     flags = [i["delivery_rate_app_limited"] for i in infos
              if i.get("delivery_rate_app_limited") is not None]
-    ev = t.verdict_evidence
+    ev = result.limited_by.evidence
     srtt = _median([i["rtt_ms"] for i in infos if i.get("rtt_ms")])
     return {
-        "cc": t.cc, "streams": len(t.stream_ids) or 1,
-        "throughput_verdict": t.verdict, "side": ev.get("side"),
-        "throughput_summary": t.summary,
-        "min_rtt_ms": t.min_rtt_ms or ev.get("min_rtt_ms"),
+        "cc": result.cc, "streams": len({s.stream_id for s in result.streams}) or 1,
+        "throughput_verdict": result.limited_by.verdict, "side": ev.get("side"),
+        "throughput_summary": result.limited_by.summary,
+        "min_rtt_ms": result.min_rtt_ms or ev.get("min_rtt_ms"),
         "srtt_ms": srtt,
         "pacing_rate_bits_per_second": _median(_per_interval_sums(
             kept, "pacing_rate_bits_per_second")),
@@ -220,8 +158,8 @@ def evidence_of(result: ThroughputResult | Mapping[str, Any], omit_s: float) -> 
         "steal_percent": max((v for v in (ev.get("sender_steal_percent"),
                                           ev.get("receiver_steal_percent"))
                               if isinstance(v, int | float)), default=None),
-        "sender_thread_busy_ratio": t.cpu.get("sender_thread_busy_ratio"),
-        "receiver_thread_busy_ratio": t.cpu.get("receiver_thread_busy_ratio"),
+        "sender_thread_busy_ratio": result.cpu.get("sender_thread_busy_ratio"),
+        "receiver_thread_busy_ratio": result.cpu.get("receiver_thread_busy_ratio"),
         "samples": len(infos),
         "kept_rates_bits_per_second": [round(float(iv.bytes_received) * 8 / span)
                                        for iv in kept if (span := iv.end_s - iv.start_s) > 0],

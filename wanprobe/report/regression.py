@@ -5,15 +5,13 @@ written, with the reason under ``measurements.errors.schema``: a ticket is more 
 
 from __future__ import annotations
 
-import os
-import socket
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from collectors.host_config import read_host_config
+from collectors.host_config import HostConfig, read_host_config
 from wanprobe.diagnose.finding import Finding
 from wanprobe.errors import WanprobeError
 from wanprobe.report.document import SCHEMA_VERSION, Report, validate
@@ -29,8 +27,7 @@ def _host_json() -> dict[str, Any]:
     try:
         return read_host_config(live=False).to_json()
     except (OSError, WanprobeError):
-        return {"hostname": socket.gethostname(), "kernel": os.uname().release, "sysctls": {},
-                "available_cc": [], "allowed_cc": [], "ifaces": {}}
+        return HostConfig.unreadable().to_json()
 
 
 class TicketPeer(Protocol):

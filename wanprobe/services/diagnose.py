@@ -18,7 +18,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar
@@ -383,8 +383,8 @@ def diagnose(opts: DiagnoseOptions, *, proc_root: Path = Path("/proc"),
     say("reading host configuration")
     route = route_to(opts.peer)
     facts = _guard(errors, "host_facts", lambda: local_facts(opts, proc_root))
-    host = {**read_host_config(proc_root, sys_root).to_json(),
-            "address": route.get("source_address"), "facts": _json(facts)}
+    host = replace(read_host_config(proc_root, sys_root), address=route.get("source_address"),
+                   facts=facts).to_json()
     before = None
     if opts.counters:
         say("sampling counters")

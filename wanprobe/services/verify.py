@@ -6,17 +6,17 @@ judge that. The tune service (``services/tune.py``) runs it after an apply.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from wanprobe.diagnose.throughput_verdict import JUDGE
 from wanprobe.diagnose.verify import Verification, judge, rate_after_omit_bps
 from wanprobe.errors import WanprobeError
+from wanprobe.throughput.result import ThroughputResult
 
 RETEST_FACTOR = 2.0  # the re-measure: twice the duration, twice the ramp-up left out
 
-Measure = Callable[[float], Mapping[str, Any]]           # duration_s -> throughput result JSON
+Measure = Callable[[float], ThroughputResult]            # duration_s -> throughput result
 Capacity = Callable[[float], tuple[float | None, str]]   # TCP rate -> (capacity, source)
 
 
@@ -28,8 +28,8 @@ def verify_loop(measure: Measure, capacity: Capacity, *, duration_s: float = 6.0
     first = measure(duration_s)
     source = "operator"
     if capacity_bps is None:
-        rate = rate_after_omit_bps(first.get("intervals") or [], omit_s)
-        capacity_bps, source = capacity(rate or float(first.get("bits_per_second") or 0.0))
+        rate = rate_after_omit_bps(first.intervals, omit_s)
+        capacity_bps, source = capacity(rate or first.bits_per_second)
     v = judge(first, omit_s, capacity_bps=capacity_bps, capacity_source=source)
     if not retest or v.limit in ("full", "unknown"):
         return v
@@ -49,9 +49,9 @@ def verify_path(peer: str, *, port: int = 862, duration_s: float = 6.0, omit_s: 
     from wanprobe.throughput.capacity import measure_capacity
     from wanprobe.throughput.client import run_throughput
 
-    def measure(secs: float) -> Mapping[str, Any]:
+    def measure(secs: float) -> ThroughputResult:
         return run_throughput(peer, port=port, duration_s=secs, max_bytes=max_bytes,
-                              interval_s=0.5, hmac_key=hmac_key, judge=JUDGE).to_json()
+                              interval_s=0.5, hmac_key=hmac_key, judge=JUDGE)
 
     def capacity(tcp_bps: float) -> tuple[float | None, str]:
         try:  # start above what TCP reached, as diagnose does, so one burst saturates
