@@ -367,10 +367,12 @@ def test_from_json_without_shape_checks_is_seen():
 def test_json_fields_is_the_one_set_of_shape_checks():
     """"`json_fields.py` is the one set of shape checks every result's `from_json` uses": a
     probe or throughput module that decodes a result imports it. The control channel's
-    `TestRequest.from_json` (protocol.py) decodes a peer's request, not a result."""
+    `TestRequest.from_json` (protocol.py) and `EdgeRequest.from_json` (ring_op.py) decode a
+    peer's request, not a result: each field refused with the reason the peer is told."""
     sources = {rel(p): text(p) for d in ("probe", "throughput")
                for p in sorted((REPO / "wanprobe" / d).glob("*.py"))}
-    assert from_json_without_shape_checks(sources) == ["wanprobe/throughput/protocol.py"]
+    assert from_json_without_shape_checks(sources) == ["wanprobe/throughput/protocol.py",
+                                                       "wanprobe/throughput/ring_op.py"]
 
 
 # -- the one home of ... -----------------------------------------------------------------------

@@ -47,7 +47,8 @@ FLOATS = {"nan": "nan", "inf": "inf", "1e309": "1e309", "1e300": "1e300", "negat
 # Options whose value may legitimately be any name-like text (a lab, a peer): only the universal
 # text classes apply; "nan" or "1000h" would be a valid name there.
 FREE_NAMES = {("lab", "up", "name"), ("lab", "down", "name"), ("lab", "update", "name"),
-              ("lab", "exec", "name"), ("lab", "multipath", "name"), ("lab", "reroute", "name"),
+              ("lab", "exec", "name"), ("lab", "multipath", "name"), ("lab", "sites", "name"),
+              ("lab", "reroute", "name"),
               ("lab", "path", "name"), ("history", "peer"), ("tune", "rollback", "journal_id"),
               ("fleet", "windows", "from_site"), ("fleet", "windows", "to_site"),
               ("lab", "exec", "command"), ("nccl-env", "iface")}

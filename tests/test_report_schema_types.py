@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURE_TREES
+from test_ring_plan import ring_docs
 from test_throughput_capacity import fake_path
 from test_throughput_protocol import IPERF3_DOC
 
@@ -303,9 +304,8 @@ def verify_docs() -> list[dict]:
 
 WRITERS = {
     "path": lambda _mp, _tmp: probe_docs(), "mtu": mtu_docs,
-    "throughput": lambda _mp, _tmp: throughput_docs(),
-    "throughput_reverse": lambda _mp, _tmp: throughput_docs(),
-    "peer_facts": lambda _mp, _tmp: host_facts_docs(),
+    "throughput": lambda _mp, _tmp: throughput_docs(), "ring": lambda _mp, _tmp: ring_docs(),
+    "throughput_reverse": lambda _mp, _tmp: throughput_docs(), "peer_facts": lambda _mp, _tmp: host_facts_docs(),
     "capacity": lambda _mp, _tmp: capacity_docs(), "streams_scan": streams_scan_docs,
     "counters": lambda _mp, tmp: counters_docs(tmp), "verify": lambda _mp, _tmp: verify_docs(),
 }

@@ -41,7 +41,7 @@ EX_SOFTWARE = 70  # sysexits.h: an internal error, not the user's input
 
 COMMAND_MODULES = (
     "lab", "demo", "probe", "throughput", "counters", "diagnose", "tune", "nccl",
-    "report", "impact", "daemon", "fleet", "paths", "preflight",
+    "report", "impact", "daemon", "fleet", "paths", "preflight", "ring",
 )
 # each top-level command word -> the module that registers it (tests/test_cli_registry.py keeps
 # this equal to what the modules register)
@@ -50,6 +50,7 @@ COMMANDS = {
     "throughput": "throughput", "counters": "counters", "diagnose": "diagnose", "tune": "tune",
     "nccl-env": "nccl", "report": "report", "impact": "impact", "daemon": "daemon",
     "history": "daemon", "fleet": "fleet", "paths": "paths", "preflight": "preflight",
+    "ring": "ring",
 }
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

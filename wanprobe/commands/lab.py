@@ -1,4 +1,5 @@
-"""CLI commands: ``wanprobe lab up|down|ls|exec|update`` — the emulated WAN lab."""
+"""CLI commands: ``wanprobe lab up|down|ls|exec|update`` — the emulated WAN lab (``lab sites``:
+lab_sites.py; ``lab multipath|reroute|path``: lab_multipath.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from wanprobe.commands import lab_multipath
+from wanprobe.commands import lab_multipath, lab_sites
 from wanprobe.commands.lab_settings import (
     DelayAb,
     DelayBa,
@@ -56,8 +57,10 @@ def up(
     json_out: JsonOpt = False,
 ) -> None:
     """Bring a lab up (replacing a stale one of the same name)."""
-    from wanprobe.lab import Lab
+    from wanprobe.lab import Lab, registry
 
+    if (registry.read(name) or {}).get("kind") == "sites":  # Lab.status() would call it stale
+        raise LabError(f"lab {name!r} is a sites lab; run `wanprobe lab down {name}` first")
     kwargs = settings_kwargs(rtt=rtt, jitter=jitter, loss=loss, loss_ab=loss_ab,
                              loss_ba=loss_ba, rate=rate, black_hole_mtu=black_hole_mtu,
                              bleach_dscp=bleach_dscp or None, reorder=reorder,
@@ -79,9 +82,11 @@ def down(name: NameArg) -> None:
 
     require_root()
     from wanprobe.lab import registry
-    if (registry.read(name) or {}).get("kind") == "multipath":
+    kind = (registry.read(name) or {}).get("kind")
+    if kind in ("multipath", "sites"):
         from wanprobe.lab.multipath import MultipathLab
-        MultipathLab.attach(name).down()
+        from wanprobe.lab.sites import SitesLab
+        (MultipathLab if kind == "multipath" else SitesLab).attach(name).down()
         console.print(f"lab {name} removed")
         return
     lab = Lab(name, rtt_ms=0)
@@ -96,6 +101,10 @@ def ls(json_out: JsonOpt = False) -> None:
     from wanprobe.lab.settings import LinkSettings
 
     labs = list_labs()
+    for lab in labs:
+        if lab.get("kind") == "sites":  # sites.py: one delay line per pair of sites
+            from wanprobe.lab.sites import lab_status
+            lab["status"] = lab_status(lab)
     if json_out:
         typer.echo(json.dumps(labs, sort_keys=True))
         return
@@ -106,31 +115,36 @@ def ls(json_out: JsonOpt = False) -> None:
     for lab in labs:
         s = lab.get("settings")
         table.add_row(lab["name"], lab["status"], lab.get("profile") or "",
+                      " ".join(lab["routers"].values()) + " (routers)" if "routers" in lab else
                       f"{lab.get('ns_a', '?')} {lab.get('ns_b', '?')}",
                       describe(LinkSettings.from_json(s)) if s else
-                      f"{len(lab['paths'])} paths, active {lab['active']}" if "paths" in lab else "")
+                      f"{len(lab['paths'])} paths, active {lab['active']}" if "paths" in lab else
+                      f"{len(lab['sites'])} sites, {len(lab['hosts'])} hosts" if "sites" in lab else "")
     console.print(table)
 
 @app.command("exec", context_settings={"allow_extra_args": True,
                                             "ignore_unknown_options": True})
 def exec_(
     name: NameArg,
-    side: Annotated[str, typer.Argument(help="a or b")],
+    side: Annotated[str, typer.Argument(help="a or b (a sites lab: a host such as tpe1)")],
     command: Annotated[list[str], typer.Argument(help="Command to run inside (after --).")],
 ) -> None:
     """Run a command inside namespace a or b of a lab, e.g. `lab exec x a -- ping 198.18.0.2`."""
-    from wanprobe.lab import Lab
+    from wanprobe.lab import Lab, registry
 
-    if side not in ("a", "b"):
+    kind = (registry.read(name) or {}).get("kind")
+    if kind == "sites":
+        from wanprobe.lab.sites import SitesLab
+        argv = SitesLab.attach(name).host(side).argv(command)
+    elif side not in ("a", "b"):
         raise UsageError(f"side must be a or b, got {side!r}")
-    from wanprobe.lab import registry
-    if (registry.read(name) or {}).get("kind") == "multipath":
-        from wanprobe.lab.multipath import MultipathLab
-        lab = MultipathLab.attach(name)
     else:
-        lab = Lab.attach(name)
-    ep = lab.a if side == "a" else lab.b
-    argv = ep.argv(command)
+        if kind == "multipath":
+            from wanprobe.lab.multipath import MultipathLab
+            lab = MultipathLab.attach(name)
+        else:
+            lab = Lab.attach(name)
+        argv = (lab.a if side == "a" else lab.b).argv(command)
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
@@ -171,3 +185,4 @@ def update(
 
 
 app.add_typer(lab_multipath.app)  # lab multipath | reroute | path (issue 16)
+app.add_typer(lab_sites.app)  # lab sites: sites of hosts sharing one delay line per site pair

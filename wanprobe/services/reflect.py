@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,14 +59,17 @@ class ReflectService:
     async def start(self, listen: tuple[tuple[str, int], ...]) -> None:
         """Listen on each (address, port): UDP for STAMP, TCP for throughput. On an error the
         parts already started stay registered, so :meth:`close` stops them."""
+        from wanprobe.diagnose.throughput_verdict import JUDGE
         from wanprobe.probe.access import DscpPolicy
         from wanprobe.probe.reflector import Reflector
+        from wanprobe.throughput.client import run_throughput
         from wanprobe.throughput.server import ThroughputServer
 
         p = self.policy
         for host, port in listen:
             server = ThroughputServer(limits=self.limits, hmac_key=self.hmac_key, allow=p.allow,
-                                      dscp_permitted=DscpPolicy(p.cos_dscp))
+                                      dscp_permitted=DscpPolicy(p.cos_dscp),
+                                      edge_runner=functools.partial(run_throughput, judge=JUDGE))
             await server.start(host, port)
             self._servers.append(server)
             reflector = Reflector(udp_tap=server.udp_tap, rate_pps=p.rate_pps, burst=p.burst,

@@ -7,6 +7,7 @@ namespace.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
 import threading
@@ -92,14 +93,17 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
                    max_bytes: int = DEFAULT_MAX_BYTES, progress: Progress | None = None,
                    udp_packet_bytes: int = 1400,
                    hmac_key: bytes | None = None, cpus: int | None = None,
-                   omit_s: float = 0.0, judge: Judge | None = None) -> ThroughputResult:
+                   omit_s: float = 0.0, judge: Judge | None = None,
+                   cancel: threading.Event | None = None) -> ThroughputResult:
     """Run one throughput test against ``peer`` and return its result (see result.py).
     ``hmac_key``: the reflector's shared key (gate.py challenge-response; wanprobe engine only).
     ``cpus``: the most cores this end's data path may use (default: all it may run on).
     ``omit_s``: as iperf3 --omit, the test runs ``omit_s`` longer and leaves those first
     seconds (slow start) out of its rate and verdict (TCP, wanprobe engine).
     ``judge``: the caller's judgement of the figures (verdict.Judge, from wanprobe/diagnose):
-    a TCP test needs one; a UDP test's verdict is fixed."""
+    a TCP test needs one; a UDP test's verdict is fixed. ``cancel``: set from another thread,
+    the test stops within ~0.1 s (its streams and control connection closed; the result is
+    partial) — a ring test's edges stop together (wanprobe engine)."""
     need_judge(judge, udp)
     if cpus is not None and not 1 <= cpus <= MAX_CPUS:
         raise UsageError(f"--cpus must be 1-{MAX_CPUS}")
@@ -131,7 +135,9 @@ def run_throughput(peer: str, *, port: int = DEFAULT_PORT, duration_s: float = D
         window_bytes=window_bytes, dscp=dscp, pacing_rate_bps=pacing_rate_bps, udp=udp,
         udp_rate_bps=udp_rate_bps, udp_packet_bytes=udp_packet_bytes, interval_s=interval_s,
         max_bytes=max_bytes)
-    return _Client(peer, port, request, progress, hmac_key, cpus, omit_s, judge).run()
+    client = _Client(peer, port, request, progress, hmac_key, cpus, omit_s, judge)
+    client.cancel = cancel
+    return client.run()
 
 
 def window_notes(window_bytes: int | None, buffers: tuple[int, int] | None) -> tuple[str, ...]:
@@ -172,6 +178,19 @@ class _Client:
         self.wake = threading.Event()  # the streams finished or the control connection closed
         self.buffers: tuple[int, int] | None = None
         self.udp_segments = 1
+        self.cancel: threading.Event | None = None
+
+    def _watch_cancel(self, ctrl: socket.socket, finished: threading.Event) -> None:
+        """Until the test ends: on ``cancel``, stop the streams and close the control
+        connection (the server then stops its end; the reader thread wakes the test)."""
+        assert self.cancel is not None
+        while not finished.is_set():
+            if self.cancel.wait(0.1):
+                self.abort.set()
+                with contextlib.suppress(OSError):
+                    ctrl.shutdown(socket.SHUT_RDWR)
+                self.wake.set()
+                return
 
     # ---- control connection ----------------------------------------------------------------
     def _connect(self, sock: socket.socket) -> None:
@@ -228,6 +247,10 @@ class _Client:
         udp_sock: socket.socket | None = None
         payload: Payload | None = None
         workers: DataWorkers | None = None
+        finished = threading.Event()
+        if self.cancel is not None:
+            threading.Thread(target=self._watch_cancel, args=(ctrl, finished), daemon=True,
+                             name="throughput-cancel").start()
         try:
             if not req.udp:
                 # the data workers run before the server's handshake clocks start: their start-up
@@ -261,6 +284,7 @@ class _Client:
                 return self._run_udp(ctrl, udp_sock, cookie)
             return self._run_tcp(data, payload, workers)
         finally:
+            finished.set()
             self.abort.set()
             if workers is not None:
                 workers.close()

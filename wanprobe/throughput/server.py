@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import socket
 import threading
@@ -41,7 +42,7 @@ from wanprobe.accept_backoff import (
 )
 from wanprobe.errors import ProbeError, WanprobeError
 from wanprobe.probe.access import AllowList, DscpPolicy
-from wanprobe.throughput import host_facts_op
+from wanprobe.throughput import host_facts_op, ring_op
 from wanprobe.throughput import protocol as proto
 from wanprobe.throughput.datapath import Payload, Stream, start_streams, stream_final
 from wanprobe.throughput.datapath_pool import DataWorkers, worker_count
@@ -83,7 +84,8 @@ class ThroughputServer:
                  allow: tuple[str, ...] = (), max_duration_s: float | None = None,
                  max_bytes: int | None = None, max_streams: int | None = None,
                  max_concurrent_tests: int | None = None,
-                 dscp_permitted: DscpPolicy | None = None) -> None:
+                 dscp_permitted: DscpPolicy | None = None,
+                 edge_runner: ring_op.EdgeRunner | None = None) -> None:
         overrides = {k: v for k, v in (("max_duration_s", max_duration_s),
                                        ("max_bytes_per_test", max_bytes),
                                        ("max_streams", max_streams),
@@ -97,7 +99,14 @@ class ThroughputServer:
         self._refused: Counter[str] = Counter()
         self._connections = 0
         # every op is reached through the gate only (host_facts: issue 13, read-only)
-        self._ops = {"test": self._op_test, host_facts_op.OP: host_facts_op.serve}
+        self._ops = {"test": self._op_test, host_facts_op.OP: host_facts_op.serve,
+                     ring_op.EDGE_OP: functools.partial(ring_op.serve_edge, self),
+                     ring_op.RTT_OP: functools.partial(ring_op.serve_rtt, self)}
+        # a ring edge is a test this host runs as a client (ring_op.py): the composing layer
+        # hands over the client (throughput/client.run_throughput with its judgement); one edge
+        # at a time
+        self.edge_runner = edge_runner
+        self.ring_lock = threading.Lock()
         self._tests: dict[bytes, _Test] = {}
         self._lsock: socket.socket | None = None
         self._usock: socket.socket | None = None
