@@ -12,7 +12,7 @@ Units: sizes in bytes, rates in bits/s, α (per-message latency) in seconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from wanprobe.errors import UsageError
 
@@ -165,7 +165,9 @@ def gloo_ring_allreduce_s(size_bytes: float, site_of_rank: Sequence[int], one_wa
                           wan_flow_rate_bps: float | None = None,
                           element_bytes: int = 4,
                           max_segment_bytes: int = GLOO_MAX_SEGMENT_BYTES,
-                          local_one_way_s: float = 20e-6, repeats: int = 1) -> float:
+                          local_one_way_s: float = 20e-6, repeats: int = 1,
+                          links: Mapping[tuple[int, int], tuple[float, float]] | None = None
+                          ) -> float:
     """Simulate gloo's ring all-reduce (gloo/allreduce.cc ``ring``) step by step.
 
     What gloo does: rank r sends to r−1 and receives from r+1; the buffer is cut into
@@ -181,8 +183,10 @@ def gloo_ring_allreduce_s(size_bytes: float, site_of_rank: Sequence[int], one_wa
     hops inside a site use ``local_rate_bps`` and ``local_one_way_s``. Returns the time until
     the last rank finishes, all ranks starting together; with ``repeats`` > 1, the mean time per
     operation of that many back-to-back all-reduces, each rank starting the next one as soon as
-    it finished the last (a training loop's steady state). The link and flow state lives in
-    ``_GlooRing``, one phase at a time.
+    it finished the last (a training loop's steady state). ``links``: per directed site pair
+    (a, b), its own (one-way delay s, rate bit/s), where sites differ (three sites at 35, 100
+    and 130 ms, as a ring test measured them: ring/predict.py); other pairs take the scalars.
+    The link and flow state lives in ``_GlooRing``, one phase at a time.
     """
     s = _size(size_bytes)
     sites = list(site_of_rank)
@@ -203,7 +207,9 @@ def gloo_ring_allreduce_s(size_bytes: float, site_of_rank: Sequence[int], one_wa
         raise UsageError(f"repeats must be a whole number ≥ 1, got {repeats!r}")
     ring = _GlooRing(sites, total, seg, num_segments, one_way_s=one_way_s,
                      wan_rate_bps=wan_rate_bps, local_rate_bps=local_rate_bps,
-                     local_one_way_s=local_one_way_s, flow_cap=flow_cap)
+                     local_one_way_s=local_one_way_s, flow_cap=flow_cap,
+                     links={k: (float(d), _rate(r, "link rate"))
+                            for k, (d, r) in (links or {}).items()})
     start = [0.0] * n  # time each rank is free to run its loop
     for phase in range(2 * int(repeats)):  # reduce-scatter, then all-gather, per operation
         # segment indices sent / received at iteration i (gloo computeReduceScatterOffsets /
@@ -218,8 +224,10 @@ class _GlooRing:
 
     def __init__(self, sites: list[int], total: int, seg: int, num_segments: int, *,
                  one_way_s: float, wan_rate_bps: float, local_rate_bps: float,
-                 local_one_way_s: float, flow_cap: float) -> None:
+                 local_one_way_s: float, flow_cap: float,
+                 links: Mapping[tuple[int, int], tuple[float, float]]) -> None:
         self.sites, self.n, self.total, self.seg = sites, len(sites), total, seg
+        self.links = links
         self.one_way_s, self.wan_rate_bps, self.flow_cap = one_way_s, wan_rate_bps, flow_cap
         self.local_rate_bps, self.local_one_way_s = local_rate_bps, local_one_way_s
         self.iters = num_segments - num_segments // self.n
@@ -234,7 +242,9 @@ class _GlooRing:
         """(one-way delay, rate bit/s, shared link key) of the hop a → b."""
         if self.sites[a] == self.sites[b]:
             return self.local_one_way_s, self.local_rate_bps, None
-        return self.one_way_s, self.wan_rate_bps, (self.sites[a], self.sites[b])
+        key = (self.sites[a], self.sites[b])
+        one_way, rate = self.links.get(key, (self.one_way_s, self.wan_rate_bps))
+        return one_way, rate, key
 
     def length(self, offset_segments: int) -> int:
         """Bytes of the segment at this index (gloo: may be short, empty or negative)."""
@@ -281,21 +291,21 @@ class _GlooRing:
             self.link_free[key] = end
             if self.flow_cap < math.inf:
                 end = self._window_limited(self.ledgers.setdefault((r, dst), [(-math.inf, 0.0)]),
-                                           nbytes, begin, end)
+                                           nbytes, begin, end, self.hop(r, dst)[0])
         self.flow_free[(r, dst)] = end
         return begin, end
 
     def _window_limited(self, ledger: list[tuple[float, float]], nbytes: int, begin: float,
-                        end: float) -> float:
+                        end: float, one_way_s: float) -> float:
         """When the last byte leaves on a window-limited flow (window = cap · RTT): byte x leaves
         no earlier than one RTT after byte x − window left."""
         sent = ledger[-1][1]
-        window_bytes = self.flow_cap * 2.0 * self.one_way_s / 8.0
+        window_bytes = self.flow_cap * 2.0 * one_way_s / 8.0
         # the last byte leaves k round trips after byte sent + nbytes − k·window
         flights = max(1, math.ceil(nbytes / window_bytes))
         base = sent + nbytes - flights * window_bytes
-        first = max(begin, _time_sent(ledger, base) + 2.0 * self.one_way_s)
-        end = max(end, first + (flights - 1) * 2.0 * self.one_way_s)
+        first = max(begin, _time_sent(ledger, base) + 2.0 * one_way_s)
+        end = max(end, first + (flights - 1) * 2.0 * one_way_s)
         ledger.append((end, sent + nbytes))
         return end
 

@@ -22,7 +22,7 @@ import ipaddress
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from wanprobe.errors import ProbeError, UsageError, shown
@@ -131,9 +131,15 @@ def rtt_matrix(opts: RingOptions, addrs: dict[str, str]) -> dict[tuple[str, str]
     return out
 
 
-def edge_run(src: str, dst: str, reply: dict[str, Any], omit_s: float) -> EdgeRun:
+HOST_BOUND = ("host_cpu",)  # throughput verdicts that say a host, not the path, set the rate
+
+
+def edge_run(src: str, dst: str, reply: dict[str, Any], omit_s: float,
+             notes: list[str] | None = None) -> EdgeRun:
     """One edge's figures from the far end's result: the receiver's rate after the ramp-up and
-    each stream's (the slowest is NCCL's view); the far end's error as the edge's error."""
+    each stream's (the slowest is NCCL's view); the far end's error as the edge's error. An
+    edge a host's CPU limited is named in ``notes``: its figure bounds the host, not the path
+    (the tool is never the limit of its own measurement unsaid)."""
     doc = reply.get("result")
     if not isinstance(doc, dict) or "error" in doc:
         why = doc.get("error") if isinstance(doc, dict) else "no result"
@@ -142,6 +148,9 @@ def edge_run(src: str, dst: str, reply: dict[str, Any], omit_s: float) -> EdgeRu
         result = ThroughputResult.from_json(doc)
     except Exception as exc:  # noqa: BLE001 - a far end's document is data
         raise ProbeError(f"edge {src} -> {dst}: malformed result ({exc})") from None
+    if notes is not None and result.limited_by.verdict in HOST_BOUND:
+        notes.append(f"{src} -> {dst}: limited by a host's CPU ({result.limited_by.summary}); "
+                     "its rate is a lower bound of the path, set by the measuring hosts")
     return EdgeRun(src, dst, result.bits_per_second, stream_rates_bps(result, omit_s),
                    error=result.partial_reason if result.partial else None)
 
@@ -159,8 +168,8 @@ def stream_rates_bps(result: ThroughputResult, omit_s: float) -> tuple[float, ..
         if secs > 0 else ()
 
 
-def run_edges(opts: RingOptions, addrs: dict[str, str],
-              edges: Sequence[tuple[str, str]]) -> list[EdgeRun]:
+def run_edges(opts: RingOptions, addrs: dict[str, str], edges: Sequence[tuple[str, str]],
+              notes: list[str] | None = None) -> list[EdgeRun]:
     """The ``edges`` at once, each sent by its source host to its destination."""
     jobs = []
     for src, dst in edges:
@@ -169,7 +178,8 @@ def run_edges(opts: RingOptions, addrs: dict[str, str],
         jobs.append((addrs[src], EDGE_OP, {"edge": req.to_json()},
                      opts.duration_s + opts.omit_s + REPLY_MARGIN_S))
     replies = _Calls(opts).run(jobs)
-    return [edge_run(s, d, r, opts.omit_s) for (s, d), r in zip(edges, replies, strict=True)]
+    return [edge_run(s, d, r, opts.omit_s, notes)
+            for (s, d), r in zip(edges, replies, strict=True)]
 
 
 def run_ring(opts: RingOptions, say: Progress | None = None) -> RingResult:
@@ -183,18 +193,19 @@ def run_ring(opts: RingOptions, say: Progress | None = None) -> RingResult:
                          site_rtt_ms=opts.site_rtt_ms)
     site_of = {h: i for i, site in enumerate(sites) for h in site}
     tell(f"every edge of {' -> '.join(order)} at once")
-    together = run_edges(opts, addrs, ring_edges(order))
+    notes: list[str] = []
+    together = run_edges(opts, addrs, ring_edges(order), notes)
     alone = {}
     for src, dst in ring_edges(order):
         if site_of[src] != site_of[dst]:
             tell(f"{src} -> {dst} alone")
-            alone[(src, dst)] = run_edges(opts, addrs, [(src, dst)])[0]
+            alone[(src, dst)] = run_edges(opts, addrs, [(src, dst)], notes)[0]
     rates = {k: r.bits_per_second for k, r in alone.items() if r.bits_per_second is not None}
     best = best_order(order, sites, rate_bps=rates, rtt_ms={k: v for k, v in rtt.items()
                                                             if v is not None})
     best_runs = None
     if opts.measure_best and set(ring_edges(best)) != set(ring_edges(order)):
         tell(f"the proposed order {' -> '.join(best)} at once")
-        best_runs = run_edges(opts, addrs, ring_edges(best))
-    return assemble(order, together, alone, sites, rtt,
-                    (best, best_runs) if best_runs is not None else (best, None))
+        best_runs = run_edges(opts, addrs, ring_edges(best), notes)
+    result = assemble(order, together, alone, sites, rtt, (best, best_runs))
+    return replace(result, notes=(*result.notes, *dict.fromkeys(notes)))
