@@ -28,6 +28,7 @@ from wanprobe.daemon.config_reflector import (
     reflector_access,
     server_limits,
 )
+from wanprobe.daemon.config_ring import RingSettings, ring_settings
 from wanprobe.errors import ConfigError, ConfigInvalid
 from wanprobe.mesh.peer import Peer
 from wanprobe.probe.access import DEFAULT_COS_DSCP
@@ -35,8 +36,8 @@ from wanprobe.throughput.limits import ServerLimits
 from wanprobe.units import format_bytes
 from wanprobe.userfiles import key_problem, read_key_file, read_text
 
-__all__ = ["DaemonConfig", "ProbeSettings", "ThroughputSettings", "TimeWindow", "load_config",
-           "parse_config", "parse_listen", "parse_window"]
+__all__ = ["DaemonConfig", "ProbeSettings", "RingSettings", "ThroughputSettings", "TimeWindow",
+           "load_config", "parse_config", "parse_listen", "parse_window"]
 
 DEFAULT_CONFIG_PATH = Path("/etc/wanprobe/wanprobe.toml")
 MAX_FLOWS = 64
@@ -156,6 +157,7 @@ class DaemonConfig:
     peers: tuple[Peer, ...] = ()
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     throughput: ThroughputSettings = field(default_factory=ThroughputSettings)
+    ring: RingSettings = field(default_factory=RingSettings)   # scheduled ring tests (issue 39)
     counters: CounterSettings = field(default_factory=CounterSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     baseline: BaselineSettings = field(default_factory=BaselineSettings)
@@ -189,7 +191,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
     """Validate a TOML document (already parsed) into a :class:`DaemonConfig`."""
     v = FieldReader(base_dir or Path.cwd())
     v.known(data, "", {"daemon", "peers", "probe", "throughput", "counters", "retention",
-                       "baseline", "auto_apply"})
+                       "baseline", "auto_apply", "ring"})
     d = v.table(data, "daemon")
     v.known(d, "daemon", {"state_dir", "tune_state_dir", "metrics_listen", "reflector_listen", "reflector",
                           "hmac_key", "hmac_key_file", "hostname", "site", "mesh_file",
@@ -228,6 +230,8 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
         auto_apply=_auto_apply(v, v.table(data, "auto_apply")),
     )
     _far_end_limits(v, throughput, cfg_kwargs["throughput_server"])
+    cfg_kwargs["ring"] = ring_settings(v, v.table(data, "ring"), hmac_key=cfg_kwargs["hmac_key"],
+                                       server=cfg_kwargs["throughput_server"])
     if not data.get("peers") and cfg_kwargs["mesh_file"] is None and "peers" not in v.bad:
         v.problem("peers", "no [[peers]] and no daemon.mesh_file: nothing to probe")
     if v.problems:

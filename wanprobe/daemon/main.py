@@ -20,7 +20,7 @@ from typing import Any
 
 from wanprobe.atomic_file import atomic_write
 from wanprobe.blocking import run_blocking
-from wanprobe.daemon import flow_probe, listener
+from wanprobe.daemon import flow_probe, listener, ring_schedule
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
@@ -151,7 +151,7 @@ class Daemon:
         self._tasks = [asyncio.create_task(self.maintain()),  # retention also right at start
                        asyncio.create_task(every(lambda: self.cfg.retention.maintenance_interval_s,
                                                  self.maintain)),
-                       asyncio.create_task(self._counter_loop())]
+                       asyncio.create_task(self._counter_loop()), ring_schedule.start(self)]
         wd = watchdog_interval_s()
         if wd:
             self._tasks.append(asyncio.create_task(every(lambda: wd, self._watchdog)))
@@ -275,8 +275,8 @@ class Daemon:
         if peer.name in self._failing:
             self._failing.discard(peer.name)
             dlog.log(logging.INFO, "peer answers again", peer=peer.name, method=method)
-        if self.scheduler and self.scheduler.throughput_running == peer.name:
-            return  # our own bulk test inflates RTT/loss: not a baseline sample
+        if (sch := self.scheduler) and (sch.ring_running or sch.throughput_running == peer.name):
+            return  # our own bulk test (or ring test) inflates RTT/loss: not a baseline sample
         if method != peer.methods[0]:
             return  # one baseline per peer, from its primary method (loss means the same)
         for t in self.baseline.observe_probe(row):

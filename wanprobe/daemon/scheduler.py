@@ -11,7 +11,8 @@
   the same one), only inside the allowed windows, each peer at most once per interval, only in
   an hour of the week that has the fewest of the peer's tests (throughput_spread.py: every hour gets
   samples for the transfer-window profile), and only when the test's byte cap still fits in the
-  rolling 24 h budgets of the host and of the peer.
+  rolling 24 h budgets of the host and of the peer. A test holds ``heavy_lock`` while it runs,
+  as a scheduled ring test does (ring_schedule.py): neither starts while the other runs.
 - one counter task: a snapshot every counter interval, rates against the previous one.
 
 Blocking work (throughput, counter reads, SQLite) runs in daemon threads through
@@ -96,6 +97,7 @@ class Scheduler:
         self.sessions: dict[str, _Session] = {}
         self.last_throughput: dict[str, float] = {}
         self.throughput_running: str | None = None
+        self.ring_running = False   # a scheduled ring test runs (ring_schedule.py)
         self.delivery_errors = 0
         self.pacing: Any = None   # reflector_limit.ReflectorPacing: per-peer STAMP settings
         self._stopping = False
@@ -182,6 +184,11 @@ class Scheduler:
 
     def _prober_failed(self, peer: Peer, ts: float, error: str) -> None:
         self._deliver(self.sink.probe_failed, peer, "stamp", ts, error)
+
+    @property
+    def heavy_lock(self) -> asyncio.Lock:
+        """Held by whatever loads the WAN, a throughput test or a ring test: one at a time."""
+        return self._tput_lock
 
     @property
     def peers(self) -> tuple[Peer, ...]:
@@ -288,7 +295,8 @@ class Scheduler:
                 await self._tput_wake.wait()
                 continue
             await asyncio.sleep(1.0)
-            peer = self.throughput_due(self.clock())
+            # while a ring test holds the lock, nothing starts (nor queues up behind it)
+            peer = None if self._tput_lock.locked() else self.throughput_due(self.clock())
             if peer is not None:
                 await self.throughput_once(peer)
 

@@ -1,5 +1,5 @@
 """The history: SQLite in WAL mode in the state dir, one row per probe summary, throughput test,
-counter-rate sample, finding and report.
+ring test, counter-rate sample, finding and report.
 
 Durability: rows are buffered and committed together once per flush (the daemon flushes every
 second and on stop), with ``journal_mode=WAL`` and ``synchronous=FULL``. In WAL mode FULL syncs the
@@ -26,7 +26,9 @@ from wanprobe.errors import OutputError, WanprobeError
 # 2 (issue 36): probes gain each direction's lost and sample counts, so a folded or a windowed
 # loss is a ratio of sums with its interval, not a mean of ratios; a version-1 file gains the
 # columns (NULL in its old rows) when it is opened
-SCHEMA_VERSION = 2
+# 3 (issue 39): ring_runs, the daemon's scheduled ring tests; an older file gains the table
+# when it is opened (the schema's CREATE ... IF NOT EXISTS)
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -49,6 +51,10 @@ CREATE TABLE IF NOT EXISTS findings (
   id INTEGER PRIMARY KEY, ts REAL NOT NULL, peer TEXT, finding_id TEXT NOT NULL,
   severity TEXT NOT NULL, title TEXT NOT NULL, evidence TEXT, report_path TEXT);
 CREATE INDEX IF NOT EXISTS findings_ts ON findings(ts);
+CREATE TABLE IF NOT EXISTS ring_runs (
+  id INTEGER PRIMARY KEY, ts REAL NOT NULL, hosts TEXT NOT NULL, ok INTEGER NOT NULL,
+  ring_bits_per_second REAL, duration_s REAL, error TEXT, doc TEXT);
+CREATE INDEX IF NOT EXISTS ring_runs_ts ON ring_runs(ts);
 """
 
 # what throughput() and findings() select (a finding's id is stored as finding_id)
@@ -199,6 +205,15 @@ class Store:
                     (ts, peer, doc.get("bits_per_second"), link_bytes(doc),
                      doc.get("duration_s"), verdict, error, json.dumps(doc) if doc else None))
 
+    def add_ring(self, ts: float, hosts: tuple[str, ...], doc: dict[str, Any] | None,
+                 error: str | None = None, duration_s: float | None = None) -> None:
+        """One ring test: the RingResult JSON (ring/model.py) of a run, or None and its error."""
+        self._queue("INSERT INTO ring_runs (ts, hosts, ok, ring_bits_per_second, duration_s, "
+                    "error, doc) VALUES (?,?,?,?,?,?,?)",
+                    (ts, json.dumps(list(hosts)), int(doc is not None and error is None),
+                     (doc or {}).get("ring_bits_per_second"), duration_s, error,
+                     json.dumps(doc) if doc is not None else None))
+
     def add_counter_rates(self, ts: float, interval_s: float, rates: dict[str, Any]) -> None:
         self._queue("INSERT INTO counter_rates (ts, interval_s, rates) VALUES (?,?,?)",
                     (ts, interval_s, json.dumps(rates, separators=(",", ":"), default=str)))
@@ -255,7 +270,8 @@ class Store:
 
     def expire(self, *, now: float, raw_s: float, downsampled_s: float) -> int:
         """Delete downsampled probe rows older than ``downsampled_s`` and other rows older than
-        ``raw_s`` (findings are kept as long as downsampled history). Returns rows deleted."""
+        ``raw_s`` (findings, throughput and ring tests are kept as long as downsampled history).
+        Returns rows deleted."""
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
@@ -263,6 +279,7 @@ class Store:
             for sql, cutoff in (
                 ("DELETE FROM probes WHERE ts < ?", now - downsampled_s),
                 ("DELETE FROM throughput WHERE ts < ?", now - downsampled_s),
+                ("DELETE FROM ring_runs WHERE ts < ?", now - downsampled_s),
                 ("DELETE FROM counter_rates WHERE ts < ?", now - raw_s),
                 ("DELETE FROM findings WHERE ts < ?", now - downsampled_s),
             ):
@@ -288,6 +305,21 @@ class Store:
 
     def throughput(self, peer: str | None = None, *, since: float | None = None) -> list[dict]:
         return self._dicts("throughput", _THROUGHPUT_SELECT, peer=peer, since=since)
+
+    def rings(self, *, since: float | None = None, limit: int | None = None) -> list[dict]:
+        """Ring runs, oldest first (the newest ``limit`` when given): ts, hosts, ok,
+        ring_bits_per_second, duration_s, error and doc (the RingResult JSON; None if failed)."""
+        where, params = _where(peer=None, since=since)
+        sql = ("SELECT ts, hosts, ok, ring_bits_per_second, duration_s, error, doc FROM "
+               f"ring_runs {where} ORDER BY ts DESC, id DESC")
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            rows = self._db.execute(sql, params).fetchall()
+        return [{"ts": ts, "hosts": json.loads(hosts), "ok": bool(ok),
+                 "ring_bits_per_second": bps, "duration_s": took, "error": error,
+                 "doc": json.loads(doc) if doc else None}
+                for ts, hosts, ok, bps, took, error, doc in reversed(rows)]
 
     def peers(self) -> list[str]:
         """Every peer with probe or throughput history, sorted."""
@@ -319,7 +351,7 @@ class Store:
         return [dict(zip(keys, r, strict=True)) for r in rows]
 
     def count(self, table: str) -> int:
-        if table not in ("probes", "throughput", "counter_rates", "findings"):
+        if table not in ("probes", "throughput", "counter_rates", "findings", "ring_runs"):
             raise ValueError(table)
         with self._lock:
             return int(self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])

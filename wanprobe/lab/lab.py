@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -223,24 +223,9 @@ class Lab:
 
     def down(self) -> None:
         """Remove forwarder, namespaces (with their devices and processes) and registry entry."""
-        pids = set(forwarder_pids(self.name))
-        if self._proc is not None and self._proc.poll() is None:
-            pids.add(self._proc.pid)
-        netns.terminate(sorted(pids))
-        if self._proc is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(timeout=1)
-            self._proc = None
-        self._started = None
-        errors = []
-        for ns in (self.a.name, self.b.name):
-            try:
-                netns.delete(ns)
-            except LabError as exc:
-                errors.append(exc)
-        registry.remove(self.name)
-        if errors:
-            raise errors[0]
+        procs = [self._proc] if self._proc is not None else []
+        self._proc, self._started = None, None
+        tear_down([self.name], procs, (self.a.name, self.b.name), [self.name])
 
     # -- live changes ----------------------------------------------------------------------
     def update(self, **changes) -> LinkSettings:
@@ -310,6 +295,29 @@ class Lab:
 
     def _control(self, request: dict, timeout_s: float = 3.0) -> dict:
         return control(self.name, request, timeout_s)
+
+
+def tear_down(forwarders: Iterable[str], procs: Sequence[subprocess.Popen],
+              namespaces: Iterable[str], entries: Iterable[str]) -> None:
+    """Every lab's ``down``: stop the named forwarders and the processes this one started,
+    delete the namespaces (with their devices and processes) and the registry entries. Every
+    namespace is tried; the first that could not be deleted is raised after. Idempotent."""
+    pids = {pid for name in forwarders for pid in forwarder_pids(name)}
+    pids |= {p.pid for p in procs if p.poll() is None}
+    netns.terminate(sorted(pids))
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=1)
+    errors = []
+    for ns in namespaces:
+        try:
+            netns.delete(ns)
+        except LabError as exc:
+            errors.append(exc)
+    for name in entries:
+        registry.remove(name)
+    if errors:
+        raise errors[0]
 
 
 def start_forwarder(name: str, ns_a: str, ns_b: str, ifname: str, settings: LinkSettings, *,

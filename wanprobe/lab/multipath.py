@@ -15,7 +15,6 @@ rehearsed: traffic moves to the long path live). Nothing is configured in the ro
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import subprocess
 import time
@@ -30,6 +29,7 @@ from wanprobe.lab.lab import (
     forwarder_pids,
     require_root,
     start_forwarder,
+    tear_down,
     validate_name,
 )
 from wanprobe.lab.netns import Endpoint
@@ -128,24 +128,9 @@ class MultipathLab:
 
     def down(self) -> None:
         """Stop the forwarders, delete the namespaces and the registry entry. Idempotent."""
-        pids = {pid for i in range(MAX_PATHS) for pid in forwarder_pids(self.forwarder_name(i))}
-        pids |= {p.pid for p in self._procs if p.poll() is None}
-        netns.terminate(sorted(pids))
-        for p in self._procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=1)
-        self._procs = []
-        errors = []
-        for ns in self.ns.values():
-            try:
-                netns.delete(ns)
-            except LabError as exc:
-                errors.append(exc)
-        for i in range(MAX_PATHS):
-            registry.remove(self.forwarder_name(i))
-        registry.remove(self.name)
-        if errors:
-            raise errors[0]
+        names = [self.forwarder_name(i) for i in range(MAX_PATHS)]
+        procs, self._procs = self._procs, []
+        tear_down(names, procs, self.ns.values(), [*names, self.name])
 
     # -- live changes ----------------------------------------------------------------------
     def reroute(self, via: Sequence[int]) -> list[int]:

@@ -17,7 +17,6 @@ configured in the root namespace. Profiles: :func:`sites_profile`; TOML: :func:`
 
 from __future__ import annotations
 
-import contextlib
 import re
 import subprocess
 import time
@@ -283,24 +282,8 @@ class SitesLab:
     def down(self) -> None:
         """Stop the delay lines, delete the namespaces and the registry entries. Idempotent."""
         names = [self.forwarder_name(*p) for p in self.pairs()]
-        pids = {pid for n in names for pid in lablib.forwarder_pids(n)}
-        pids |= {p.pid for p in self._procs if p.poll() is None}
-        netns.terminate(sorted(pids))
-        for p in self._procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=1)
-        self._procs = []
-        errors = []
-        for ns in self.namespaces():
-            try:
-                netns.delete(ns)
-            except LabError as exc:
-                errors.append(exc)
-        for n in names:
-            registry.remove(n)
-        registry.remove(self.name)
-        if errors:
-            raise errors[0]
+        procs, self._procs = self._procs, []
+        lablib.tear_down(names, procs, self.namespaces(), [*names, self.name])
 
     def state(self) -> dict:
         return {"name": self.name, "kind": KIND, "persistent": self.persistent,

@@ -12,8 +12,9 @@ From any host that reaches them all, each running ``wanprobe reflect`` with the 
 4. the order ring/plan.best_order proposes (each site's hosts adjacent), measured the same way.
 ring/plan.assemble then names the ring's rate, the shared bottlenecks and the NCCL settings.
 
-Any edge failing (a refusal, a lost host) or Ctrl-C closes every control connection, and each
-host stops its test within ~0.1 s of seeing it close (``run_throughput(cancel=)``).
+Any edge failing (a refusal, a lost host), Ctrl-C or ``RingOptions.cancel`` set (the daemon
+stopping, daemon/ring_schedule.py) closes every control connection, and each host stops its test
+within ~0.1 s of seeing it close (``run_throughput(cancel=)``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import ipaddress
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wanprobe.errors import ProbeError, UsageError, shown
@@ -46,6 +47,8 @@ class RingOptions:
     streams: int = 4
     site_rtt_ms: float = 5.0
     measure_best: bool = True
+    # set from another thread (the daemon stopping): the ring stops as on Ctrl-C, ProbeError
+    cancel: threading.Event | None = field(default=None, compare=False, repr=False)
 
 
 def resolve(hosts: Sequence[str]) -> dict[str, str]:
@@ -83,6 +86,8 @@ class _Calls:
 
     def run(self, jobs: Sequence[tuple[str, str, dict[str, Any], float]]) -> list[dict[str, Any]]:
         """Each job (address, op, body, reply within s) at once; their replies in order."""
+        cancel = self.opts.cancel
+        _check_cancel(cancel)
         replies: list[dict[str, Any] | None] = [None] * len(jobs)
         errors: list[BaseException] = []
         failed = threading.Event()
@@ -102,16 +107,22 @@ class _Calls:
             t.start()
         try:
             while any(t.is_alive() for t in threads):
-                if failed.wait(0.1):
+                if failed.wait(0.1) or (cancel is not None and cancel.is_set()):
                     break
         finally:  # an error, Ctrl-C (KeyboardInterrupt in this thread) or the end: close all
             for c in calls:
                 c.close()
             for t in threads:
                 t.join(2.0)
+        _check_cancel(cancel)
         if errors:
             raise errors[0]
         return [r or {} for r in replies]
+
+
+def _check_cancel(cancel: threading.Event | None) -> None:
+    if cancel is not None and cancel.is_set():
+        raise ProbeError("ring test cancelled")
 
 
 def rtt_matrix(opts: RingOptions, addrs: dict[str, str]) -> dict[tuple[str, str], float | None]:
