@@ -33,7 +33,7 @@ class _NoTrace:
         return None
 
 
-def stale_test_modules(config, tests: Path) -> list[str]:
+def stale_test_modules(tests: Path) -> list[str]:
     """Test modules (and conftest) whose rewritten bytecode is missing or out of date."""
     from _pytest.assertion import rewrite
 
@@ -53,7 +53,7 @@ def precompile(config, tests: Path) -> int:
     with contextlib.suppress(ImportError, AttributeError, ValueError):
         if config.getini("enable_assertion_pass_hook") or config.getoption("assertmode") != "rewrite":
             return 0
-        stale = stale_test_modules(config, tests)
+        stale = stale_test_modules(tests)
         if stale:
             with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
                 list(pool.map(_compile, stale, chunksize=8))

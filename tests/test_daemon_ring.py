@@ -342,7 +342,7 @@ def test_cancelling_a_running_ring_sets_its_cancel_event_at_once():
 
 
 def test_services_ring_calls_close_when_cancel_is_set(monkeypatch):
-    """services/ring._Calls: ``RingOptions.cancel`` closes every call of a run, as Ctrl-C."""
+    """services/ring._at_once: ``RingOptions.cancel`` closes every call of a run, as Ctrl-C."""
     from wanprobe.services import ring as service
 
     closed = []
@@ -365,10 +365,10 @@ def test_services_ring_calls_close_when_cancel_is_set(monkeypatch):
     threading.Timer(0.2, cancel.set).start()
     t = time.monotonic()
     with pytest.raises(ProbeError, match="ring test cancelled"):
-        service._Calls(opts).run([("198.18.0.1", "op", {}, 30.0), ("198.18.0.2", "op", {}, 30.0)])
+        service._at_once(opts, [("198.18.0.1", "op", {}, 30.0), ("198.18.0.2", "op", {}, 30.0)])
     assert time.monotonic() - t < 1.0 and sorted(closed) == ["198.18.0.1", "198.18.0.2"]
     with pytest.raises(ProbeError, match="cancelled"):   # a run asked after the cancel: none
-        service._Calls(opts).run([("198.18.0.1", "op", {}, 30.0)])
+        service._at_once(opts, [("198.18.0.1", "op", {}, 30.0)])
     assert service.RingOptions(hosts=("a",), cancel=threading.Event()) == service.RingOptions(
         hosts=("a",))
 

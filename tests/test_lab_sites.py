@@ -224,7 +224,7 @@ def test_hosts_get_an_allowed_congestion_control(tmp_path, monkeypatch):
     allowed = tmp_path / "allowed"
     monkeypatch.setattr(sites, "CC_FILE", allowed)
     set_in: list[tuple[str, list[str]]] = []
-    monkeypatch.setattr(sites, "_sysctl", lambda ns, settings: set_in.append((ns, settings)))
+    monkeypatch.setattr(sites.netns, "sysctl", lambda ns, settings: set_in.append((ns, settings)))
     monkeypatch.setattr(sites.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(
         argv, 0, "bbr\n", ""))
     lab = SitesLab("t0", *sites_profile("tpe-tyo"))

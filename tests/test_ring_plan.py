@@ -199,8 +199,11 @@ def test_an_edge_run_s_nccl_figure_is_its_slowest_stream_times_the_streams():
     assert empty.nccl_bits_per_second is None and empty.spread is None
     assert EdgeRun("a", "b", 1.0, (0.0, 1.0)).spread is None
     streams = [SimpleNamespace(bits_per_second=b, error=None) for b in (3e8, 1e8)]
+    interval = SimpleNamespace(start_s=0.0, end_s=1.0, partial=False, streams=(
+        {"id": 0, "bytes_received": 3e8 / 8}, {"id": 1, "bytes_received": 1e8 / 8}))
     got = EdgeRun.from_throughput("a", "b", SimpleNamespace(  # type: ignore[arg-type]
-        streams=streams, bits_per_second=4e8, partial_reason=None))
+        streams=streams, bits_per_second=4e8, partial_reason=None, intervals=[interval],
+        omit_s=0.0))
     assert got == EdgeRun("a", "b", 4e8, (3e8, 1e8))
 
 

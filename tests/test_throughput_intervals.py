@@ -9,9 +9,8 @@ import threading
 import pytest
 
 from wanprobe.diagnose.throughput_verdict import JUDGE
-from wanprobe.diagnose.verify import rate_after_omit_bps
 from wanprobe.throughput import protocol as proto
-from wanprobe.throughput.result import _Side, assemble
+from wanprobe.throughput.result import _Side, after_omit_bps, assemble
 from wanprobe.throughput.sampler import IntervalSampler
 
 # The issue's 6 s test on a 100 Mbit/s path: six 1 s intervals and a 6.7 ms tail in which the
@@ -57,7 +56,7 @@ def test_the_final_short_interval_is_partial_without_a_rate_and_its_bytes_still_
     assert sum(iv["bytes_received"] for iv in ivs) == j["bytes_received"] == total
     # the rates leave it out: no 900 Mbit/s anywhere, the after-ramp rate is the full intervals'
     assert max(iv["bits_per_second"] for iv in ivs if not iv["partial"]) < 100e6
-    assert rate_after_omit_bps(res.intervals, 2.0) == pytest.approx(sum(RATES_MBIT[2:]) / 4 * 1e6, rel=1e-3)
+    assert after_omit_bps(res.intervals, 2.0) == pytest.approx(sum(RATES_MBIT[2:]) / 4 * 1e6, rel=1e-3)
 
 
 def test_a_final_interval_of_at_least_half_the_reporting_interval_is_a_full_one():

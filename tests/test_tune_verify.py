@@ -10,10 +10,10 @@ import pytest
 
 from wanprobe.diagnose.context import Context, VerifyRun
 from wanprobe.diagnose.engine import first
-from wanprobe.diagnose.verify import judge, rate_after_omit_bps
+from wanprobe.diagnose.verify import judge
 from wanprobe.diagnose.verify_limit import evidence_of, limit_of
 from wanprobe.services.verify import verify_loop
-from wanprobe.throughput.result import IntervalResult, ThroughputResult
+from wanprobe.throughput.result import IntervalResult, ThroughputResult, after_omit_bps
 from wanprobe.throughput.verdict import Verdict
 
 CAP = 100e6
@@ -42,11 +42,11 @@ def result(rates_mbit, verdict="network", evidence=None, info=None, cc="bbr", cp
 
 def test_rate_after_omit_leaves_out_the_ramp_up_and_a_partial_tail():
     iv = intervals([10, 40, 90, 94, 96])
-    assert rate_after_omit_bps(iv, 2.0) == pytest.approx(93.33e6, rel=1e-3)
-    assert rate_after_omit_bps(iv, 0.0) == pytest.approx(66e6, rel=1e-3)
-    assert rate_after_omit_bps(iv, 9.0) is None
+    assert after_omit_bps(iv, 2.0) == pytest.approx(93.33e6, rel=1e-3)
+    assert after_omit_bps(iv, 0.0) == pytest.approx(66e6, rel=1e-3)
+    assert after_omit_bps(iv, 9.0) is None
     tail = replace(intervals([900], start=5.0, span=0.01)[0], partial=True)
-    assert rate_after_omit_bps([*iv, tail], 2.0) == pytest.approx(93.33e6, rel=1e-3)
+    assert after_omit_bps([*iv, tail], 2.0) == pytest.approx(93.33e6, rel=1e-3)
 
 
 def test_full_only_at_90_percent_of_the_measured_capacity():

@@ -39,12 +39,8 @@ _NO_ARGS = getattr(_click_exc, "NoArgsIsHelpError", ())
 INT64_MAX = 2**63 - 1
 EX_SOFTWARE = 70  # sysexits.h: an internal error, not the user's input
 
-COMMAND_MODULES = (
-    "lab", "demo", "probe", "throughput", "counters", "diagnose", "tune", "nccl",
-    "report", "impact", "daemon", "fleet", "paths", "preflight", "ring",
-)
-# each top-level command word -> the module that registers it (tests/test_cli_registry.py keeps
-# this equal to what the modules register)
+# each top-level command word -> the module that registers it, in the order help lists them
+# (tests/test_cli_registry.py keeps this equal to what the modules register)
 COMMANDS = {
     "lab": "lab", "demo": "demo", "probe": "probe", "mtu": "probe", "reflect": "probe",
     "throughput": "throughput", "counters": "counters", "diagnose": "diagnose", "tune": "tune",
@@ -52,6 +48,7 @@ COMMANDS = {
     "history": "daemon", "fleet": "fleet", "paths": "paths", "preflight": "preflight",
     "ring": "ring",
 }
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -17,9 +17,6 @@ from wanprobe.ring.model import RingResult
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.units import format_rate, parse_duration_s, parse_port
 
-MAX_RING_HOSTS = 64
-MAX_EDGE_S = 600.0
-
 app = typer.Typer()
 
 
@@ -79,13 +76,20 @@ def ring(
 ) -> None:
     """Test a ring of hosts as a training job's all-reduce runs it: every edge at once, each
     WAN edge alone, the shared bottlenecks, and the order (and NCCL settings) that carry more."""
-    from wanprobe.services.ring import RingOptions, run_ring
+    from wanprobe.services.ring import (
+        MAX_EDGE_S,
+        MAX_RING_HOSTS,
+        MAX_STREAMS,
+        RingOptions,
+        run_ring,
+    )
     from wanprobe.userfiles import check_output_path, read_hmac_key_file
 
     if len(hosts) > MAX_RING_HOSTS:
         raise UsageError(f"a ring of at most {MAX_RING_HOSTS} hosts, got {len(hosts)}")
-    if not 1 <= streams <= 64:
-        raise UsageError(f"--streams must be 1-64 (NCCL's socket limit), got {streams}")
+    if not 1 <= streams <= MAX_STREAMS:
+        raise UsageError(f"--streams must be 1-{MAX_STREAMS} (NCCL's socket limit), "
+                         f"got {streams}")
     if output is not None:
         check_output_path(output, "--output")
     opts = RingOptions(

@@ -11,21 +11,19 @@ fleet's key (``daemon.hmac_key_file`` here) and an allow list naming the others
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from wanprobe.daemon.config_fields import FieldReader, TimeWindow
+from wanprobe.errors import UsageError
+from wanprobe.probe.peer import check_peer
+from wanprobe.services.ring import MAX_EDGE_S, MAX_RING_HOSTS, MAX_STREAMS
 from wanprobe.throughput.limits import ServerLimits
 from wanprobe.throughput.ring_op import MAX_OMIT_S
 
 RING_KEYS = {"enabled", "hosts", "port", "interval", "duration", "omit", "streams", "site_rtt",
              "measure_best", "windows"}
 MIN_INTERVAL_S = 3600.0
-MAX_RING_HOSTS = 64          # as `wanprobe ring` (commands/ring.py)
-MAX_EDGE_S = 600.0           # likewise, one run's length
-_NAME = re.compile(r"(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-                   r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?")
 
 
 @dataclass(frozen=True)
@@ -61,7 +59,7 @@ def ring_settings(v: FieldReader, t: dict[str, Any], *, hmac_key: bytes | None,
         interval_s=v.duration(t, "ring.interval", d.interval_s, positive=True),
         duration_s=v.duration(t, "ring.duration", d.duration_s, positive=True),
         omit_s=v.duration(t, "ring.omit", d.omit_s),
-        streams=v.integer(t, "ring.streams", d.streams, lo=1, hi=64),
+        streams=v.integer(t, "ring.streams", d.streams, lo=1, hi=MAX_STREAMS),
         site_rtt_ms=v.duration(t, "ring.site_rtt", d.site_rtt_ms / 1e3, positive=True) * 1e3,
         measure_best=v.boolean(t, "ring.measure_best", d.measure_best),
         windows=windows,
@@ -110,8 +108,10 @@ def _hosts(v: FieldReader, t: dict[str, Any]) -> tuple[str, ...]:
         try:
             canon = str(ipaddress.ip_address(host))
         except ValueError:
-            # a name's last label is never all digits (RFC 3696 §2): 198.18.0.01 is a typo
-            if not _NAME.fullmatch(host) or host.rstrip(".").rsplit(".", 1)[-1].isdigit():
+            try:  # a name (RFC 1123; the last label not all digits: 198.18.0.01 is a typo)
+                if check_peer(host) != host:  # nothing around it either
+                    raise UsageError(host)
+            except UsageError:
                 v.problem(key, f"{host!r} is not an IP address or a host name")
                 continue
             canon = host.lower().rstrip(".")

@@ -36,7 +36,7 @@ def against_capacity(result: ThroughputResult | None, capacity_bps: float | None
     ``why`` says why an untrusted capacity is not trusted."""
     if result is None or result.protocol != "tcp" or result.limited_by.verdict != "network":
         return result
-    rate = after_omit_bps(list(result.intervals), result.omit_s) or result.bits_per_second
+    rate = after_omit_bps(result.intervals, result.omit_s) or result.bits_per_second
     verdict = result.limited_by
     share = rate / capacity_bps if capacity_bps and capacity_bps > 0 else None
     checked = {"capacity_bits_per_second": round(capacity_bps) if capacity_bps else None,

@@ -29,11 +29,10 @@ from wanprobe.diagnose.verify_limit import (
     FULL_SHARE,
     NEXT_STEP,
     evidence_of,
-    kept_intervals,
     limit_of,
 )
 from wanprobe.json_fields import Decoded, objects, open_object
-from wanprobe.throughput.result import IntervalResult, ThroughputResult
+from wanprobe.throughput.result import ThroughputResult, after_omit_bps
 
 
 @dataclass(frozen=True)
@@ -104,16 +103,6 @@ class Verification(Decoded, json_name="verify", json_parts={
                 "attempts": [a.to_json() for a in self.attempts]}
 
 
-def rate_after_omit_bps(intervals: Sequence[IntervalResult], omit_s: float) -> float | None:
-    """Received bits per second over the intervals that start at or after ``omit_s``, a final
-    partial interval left out."""
-    kept = kept_intervals(intervals, omit_s)
-    secs = sum(i.end_s - i.start_s for i in kept)
-    if not kept or secs <= 0:
-        return None
-    return float(sum(i.bytes_received for i in kept) * 8 / secs)
-
-
 def _finite(x: float) -> float:
     """A rate as its JSON would carry it: a figure that could not be computed counts as 0."""
     return x if math.isfinite(x) else 0.0
@@ -122,7 +111,7 @@ def _finite(x: float) -> float:
 def attempt_of(result: ThroughputResult, omit_s: float) -> Attempt:
     return Attempt(duration_s=result.requested_duration_s, omit_s=omit_s,
                    bits_per_second=_finite(result.bits_per_second),
-                   bits_per_second_after_omit=rate_after_omit_bps(result.intervals, omit_s),
+                   bits_per_second_after_omit=after_omit_bps(result.intervals, omit_s),
                    throughput_verdict=result.limited_by.verdict)
 
 

@@ -40,7 +40,7 @@ from wanprobe.diagnose.rules_throughput import (  # the throughput verdict's, in
     STANDING_QUEUE_MIN,
     STEAL_PERCENT,
 )
-from wanprobe.throughput.result import IntervalResult, ThroughputResult
+from wanprobe.throughput.result import IntervalResult, ThroughputResult, kept_intervals
 from wanprobe.units import format_rate
 
 FULL_SHARE = 0.9            # issue 20: "the path is full" only at >= 90 % of the capacity
@@ -102,11 +102,6 @@ def _limit(cause: str, summary: str, evidence: Mapping[str, Any]) -> Finding:
     the figures it rests on its evidence."""
     return Finding(f"verify.{cause}", "info" if cause in ("full", "unknown") else "warning",
                    summary, evidence, NEXT_STEP[cause], "")
-
-
-def kept_intervals(intervals: Sequence[IntervalResult], omit_s: float) -> list[IntervalResult]:
-    """The intervals that start at or after ``omit_s`` (iperf3 --omit), partial ones left out."""
-    return [iv for iv in intervals if iv.start_s >= omit_s - 1e-9 and not iv.partial]
 
 
 def _median(xs: list[float]) -> float | None:

@@ -241,7 +241,7 @@ class Lab:
         self._control({"op": "update", "settings": new.to_json()})
         if (new.rate_bps, new.rtt_ms) != (self.settings.rate_bps, self.settings.rtt_ms):
             for ep in (self.a, self.b):
-                _tc(ep.name, shaping.tbf_commands(ep.ifname, new.rate_bps, new.rtt_ms))
+                netns.tc_batch(ep.name, shaping.tbf_commands(ep.ifname, new.rate_bps, new.rtt_ms))
         self.settings = new
         registry.write(self.name, self._state())
         return new
@@ -273,7 +273,7 @@ class Lab:
                 f"addr add {ep.addr} peer {ep.peer_addr}/32 dev {ep.ifname}",
                 f"link set {ep.ifname} mtu {s.mtu} txqueuelen 1000 up",
             ])
-            _tc(ep.name, shaping.tbf_commands(ep.ifname, s.rate_bps, s.rtt_ms))
+            netns.tc_batch(ep.name, shaping.tbf_commands(ep.ifname, s.rate_bps, s.rtt_ms))
 
     def _calibrate(self) -> None:
         """Measure the lab's own RTT overhead and subtract it (see calibrate.py)."""
@@ -362,13 +362,6 @@ def control(name: str, request: dict, timeout_s: float = 3.0) -> dict:
     if not reply.get("ok"):
         raise LabError(f"lab {name!r}: {reply.get('error', 'request refused')}")
     return reply
-
-
-def _tc(ns: str, commands: list[str]) -> None:
-    r = subprocess.run(["tc", "-n", ns, "-batch", "-"], input="\n".join(commands) + "\n",
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise LabError(f"tc in {ns} failed: {' '.join(r.stderr.split())}")
 
 
 def list_labs() -> list[dict]:

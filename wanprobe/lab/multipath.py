@@ -116,7 +116,7 @@ class MultipathLab:
             for ns in self.ns.values():
                 netns.create(ns)
             for ns in (self.ns["r1"], self.ns["r2"]):
-                _sysctl(ns, ROUTER_SYSCTLS)
+                netns.sysctl(ns, ROUTER_SYSCTLS)
             self._veths()
             for i, s in enumerate(self.paths):
                 self._procs.append(start_forwarder(
@@ -199,9 +199,4 @@ class MultipathLab:
                                  f"link set p{i} mtu 1500 txqueuelen 1000 up"])
 
 
-def _sysctl(ns: str, settings: Sequence[str]) -> None:
-    r = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *settings],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise LabError(f"sysctl in {ns} failed: {' '.join(r.stderr.split())}")
 

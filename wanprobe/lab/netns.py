@@ -46,6 +46,22 @@ def batch(name: str, commands: Sequence[str]) -> None:
         raise LabError(f"configuring namespace {name} failed: {' '.join(r.stderr.split())}")
 
 
+def tc_batch(name: str, commands: Sequence[str]) -> None:
+    """Run ``tc`` commands (one per line, as for ``tc -batch``) inside namespace ``name``."""
+    _checked(["tc", "-n", name, "-batch", "-"], f"tc in {name}", "\n".join(commands) + "\n")
+
+
+def sysctl(name: str, settings: Sequence[str]) -> None:
+    """Set ``key=value`` sysctls inside namespace ``name`` (its own, never the root's)."""
+    _checked(["ip", "netns", "exec", name, "sysctl", "-q", "-w", *settings], f"sysctl in {name}")
+
+
+def _checked(argv: list[str], what: str, stdin: str | None = None) -> None:
+    r = subprocess.run(argv, input=stdin, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise LabError(f"{what} failed: {' '.join(r.stderr.split())}")
+
+
 def pids(name: str) -> list[int]:
     """Processes whose network namespace is ``name`` (as ``ip netns pids``)."""
     r = _ip(["netns", "pids", name])
@@ -116,18 +132,16 @@ def entered(name: str) -> Iterator[None]:
         os.close(original)
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """One side of a lab: its namespace, link device and address."""
+class RunsInside:
+    """Commands run inside the namespace ``netns_name`` (a lab's endpoint, a sites lab's host)."""
 
-    name: str
-    ifname: str
-    addr: str
-    peer_addr: str
+    @property
+    def netns_name(self) -> str:
+        raise NotImplementedError
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """``argv`` wrapped to run inside this namespace."""
-        return ["ip", "netns", "exec", self.name, *[str(a) for a in argv]]
+        return ["ip", "netns", "exec", self.netns_name, *[str(a) for a in argv]]
 
     def run(self, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
         """subprocess.run inside this namespace."""
@@ -136,6 +150,20 @@ class Endpoint:
     def popen(self, argv: Sequence[str], **kwargs) -> subprocess.Popen:
         """subprocess.Popen inside this namespace."""
         return subprocess.Popen(self.argv(argv), **kwargs)
+
+
+@dataclass(frozen=True)
+class Endpoint(RunsInside):
+    """One side of a lab: its namespace, link device and address."""
+
+    name: str
+    ifname: str
+    addr: str
+    peer_addr: str
+
+    @property
+    def netns_name(self) -> str:
+        return self.name
 
     def entered(self):
         """Context manager: this thread inside the namespace (sockets made there stay there)."""

@@ -78,23 +78,18 @@ class SiteSpec:
 
 
 @dataclass(frozen=True)
-class SiteHost:
-    """One host of a site: name (``tpe1``), site, namespace and LAN address."""
+class SiteHost(netns.RunsInside):
+    """One host of a site: name (``tpe1``), site, namespace and LAN address; ``.argv``,
+    ``.run`` and ``.popen`` run inside its namespace."""
 
     name: str
     site: str
     ns: str
     addr: str
 
-    def argv(self, argv: Sequence[str]) -> list[str]:
-        """``argv`` wrapped to run inside this host's namespace (``.run``, ``.popen``)."""
-        return ["ip", "netns", "exec", self.ns, *[str(a) for a in argv]]
-
-    def run(self, argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(argv), **kwargs)
-
-    def popen(self, argv: Sequence[str], **kwargs) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(argv), **kwargs)
+    @property
+    def netns_name(self) -> str:
+        return self.ns
 
 
 # -- the address plan (all inside 198.18.0.0/15, RFC 2544's benchmarking block) --------------
@@ -268,7 +263,7 @@ class SitesLab:
             for ns in self.namespaces():
                 netns.create(ns)
             for i, site in enumerate(self.sites):
-                _sysctl(self.routers[site.name], ROUTER_SYSCTLS)
+                netns.sysctl(self.routers[site.name], ROUTER_SYSCTLS)
                 self._lan(i)
             self._host_congestion_control()
             for a, b in self.pairs():
@@ -317,8 +312,7 @@ class SitesLab:
             netns.batch(ns, [f"addr add {mine} peer {theirs}/32 dev {dev}",
                              f"link set {dev} mtu {s.mtu} txqueuelen 1000 up",
                              f"route replace {lan_prefix(peer)} via {theirs} dev {dev}"])
-            _run(["tc", "-n", ns, "-batch", "-"], f"tc in {ns}",
-                 "\n".join(shaping.tbf_commands(dev, s.rate_bps, s.rtt_ms)) + "\n")
+            netns.tc_batch(ns, shaping.tbf_commands(dev, s.rate_bps, s.rtt_ms))
 
     def _calibrate(self, a: str, b: str) -> None:
         """Measure this delay line's own RTT overhead and subtract it (calibrate.py, lab.py)."""
@@ -352,7 +346,7 @@ class SitesLab:
             return
         cc = next((c for c in ("cubic", "bbr") if c in allowed), allowed[0])
         for h in self.hosts:
-            _sysctl(h.ns, [f"net.ipv4.tcp_congestion_control={cc}"])
+            netns.sysctl(h.ns, [f"net.ipv4.tcp_congestion_control={cc}"])
 
 
 def lab_status(state: dict) -> str:
@@ -361,14 +355,6 @@ def lab_status(state: dict) -> str:
     return "up" if names and all(lablib.forwarder_pids(n) for n in names) else "stale"
 
 
-def _sysctl(ns: str, settings: Sequence[str]) -> None:
-    _run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", *settings], f"sysctl in {ns}")
-
-
-def _run(argv: list[str], what: str, stdin: str | None = None) -> None:
-    r = subprocess.run(argv, input=stdin, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise LabError(f"{what} failed: {' '.join(r.stderr.split())}")
 
 
 # -- topology files ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Self
 from wanprobe.errors import ConfigError, shown
 from wanprobe.json_fields import Decoded, build, json_list, json_object, objects, required, strings
 from wanprobe.models.collectives import busbw_factor
+from wanprobe.throughput.result import kept_intervals
 
 if TYPE_CHECKING:
     from wanprobe.throughput.result import ThroughputResult
@@ -176,8 +177,18 @@ class EdgeRun(_Directed, json_name="ring edge run", json_parts={
     @classmethod
     def from_throughput(cls, src: str, dst: str, result: ThroughputResult) -> EdgeRun:
         """From a throughput test ``src`` → ``dst`` (throughput/result.py): its receiver
-        goodput and each stream's; its error is the first stream's, or why it was partial."""
-        rates = tuple(r for s in result.streams if (r := _rate(s.bits_per_second)) is not None)
+        goodput and each stream's, both after the test's ramp-up (``omit_s``: the full
+        intervals after it, as its own rate); its error is the first stream's, or why it was
+        partial."""
+        kept = kept_intervals(result.intervals, result.omit_s)
+        secs = sum(iv.end_s - iv.start_s for iv in kept)
+        received: dict[Any, float] = {}
+        for iv in kept:
+            for rec in iv.streams:
+                received[rec.get("id")] = received.get(rec.get("id"), 0.0) + float(
+                    rec.get("bytes_received") or 0)
+        rates = tuple(b * 8 / secs for _, b in sorted(received.items(), key=lambda kv: str(kv[0]))
+                      ) if secs > 0 else ()
         error = next((s.error for s in result.streams if s.error), None) or result.partial_reason
         return cls(src, dst, _rate(result.bits_per_second), rates, error)
 

@@ -27,12 +27,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wanprobe.errors import ProbeError, UsageError, shown
+from wanprobe.models.collectives import MAX_SOCKETS
+from wanprobe.probe.peer import check_peer
 from wanprobe.ring.model import EdgeRun, RingResult
-from wanprobe.ring.plan import assemble, best_order, ring_edges, sites_by_rtt
+from wanprobe.ring.plan import assemble, best_order, ring_edges, site_index, sites_by_rtt
 from wanprobe.throughput.result import ThroughputResult
 from wanprobe.throughput.ring_op import EDGE_OP, RTT_OP, EdgeRequest, RingCall
 
 Progress = Callable[[str], None]
+# what `wanprobe ring` and the daemon's [ring] accept: hosts, one run's length, streams per edge
+MAX_RING_HOSTS = 64
+MAX_EDGE_S = 600.0
+MAX_STREAMS = MAX_SOCKETS  # NCCL's sockets per peer
 RTT_SAMPLES = 3
 REPLY_MARGIN_S = 30.0  # beyond the test's own length: the far end's handshake and the end report
 
@@ -63,6 +69,7 @@ def resolve(hosts: Sequence[str]) -> dict[str, str]:
         try:
             addr = str(ipaddress.ip_address(host))
         except ValueError:
+            check_peer(host)  # a name, not "65536" (glibc would read it as 0.1.0.0)
             try:
                 addr = str(socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0])
             except (socket.gaierror, UnicodeError) as exc:
@@ -75,49 +82,42 @@ def resolve(hosts: Sequence[str]) -> dict[str, str]:
     return out
 
 
-class _Calls:
-    """The ring ops in flight, each on its own thread; the first failure or an interrupt
-    closes them all."""
+def _at_once(opts: RingOptions, jobs: Sequence[tuple[str, str, dict[str, Any], float]]
+             ) -> list[dict[str, Any]]:
+    """Each job (address, op, body, reply within s) on its own thread, all at once; their
+    replies in order. The first failure, an interrupt or ``opts.cancel`` closes them all."""
+    cancel = opts.cancel
+    _check_cancel(cancel)
+    replies: list[dict[str, Any] | None] = [None] * len(jobs)
+    errors: list[BaseException] = []
+    failed = threading.Event()
+    calls = [RingCall(addr, opts.port, opts.hmac_key) for addr, *_ in jobs]
 
-    def __init__(self, opts: RingOptions) -> None:
-        self.opts = opts
-        self.calls: list[RingCall] = []
-        self.lock = threading.Lock()
-
-    def run(self, jobs: Sequence[tuple[str, str, dict[str, Any], float]]) -> list[dict[str, Any]]:
-        """Each job (address, op, body, reply within s) at once; their replies in order."""
-        cancel = self.opts.cancel
-        _check_cancel(cancel)
-        replies: list[dict[str, Any] | None] = [None] * len(jobs)
-        errors: list[BaseException] = []
-        failed = threading.Event()
-        calls = [RingCall(addr, self.opts.port, self.opts.hmac_key) for addr, *_ in jobs]
-
-        def one(i: int) -> None:
-            _, op, body, within = jobs[i]
-            try:
-                replies[i] = calls[i].request(op, body, within)
-            except Exception as exc:  # noqa: BLE001 - the first error stops every edge
-                if not failed.is_set():
-                    errors.append(exc)
-                failed.set()
-
-        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(jobs))]
-        for t in threads:
-            t.start()
+    def one(i: int) -> None:
+        _, op, body, within = jobs[i]
         try:
-            while any(t.is_alive() for t in threads):
-                if failed.wait(0.1) or (cancel is not None and cancel.is_set()):
-                    break
-        finally:  # an error, Ctrl-C (KeyboardInterrupt in this thread) or the end: close all
-            for c in calls:
-                c.close()
-            for t in threads:
-                t.join(2.0)
-        _check_cancel(cancel)
-        if errors:
-            raise errors[0]
-        return [r or {} for r in replies]
+            replies[i] = calls[i].request(op, body, within)
+        except Exception as exc:  # noqa: BLE001 - the first error stops every edge
+            if not failed.is_set():
+                errors.append(exc)
+            failed.set()
+
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            if failed.wait(0.1) or (cancel is not None and cancel.is_set()):
+                break
+    finally:  # an error, Ctrl-C (KeyboardInterrupt in this thread) or the end: close all
+        for c in calls:
+            c.close()
+        for t in threads:
+            t.join(2.0)
+    _check_cancel(cancel)
+    if errors:
+        raise errors[0]
+    return [r or {} for r in replies]
 
 
 def _check_cancel(cancel: threading.Event | None) -> None:
@@ -130,7 +130,7 @@ def rtt_matrix(opts: RingOptions, addrs: dict[str, str]) -> dict[tuple[str, str]
     hosts = list(addrs)
     jobs = [(addrs[h], RTT_OP, {"targets": [addrs[o] for o in hosts if o != h],
                                 "samples": RTT_SAMPLES}, 30.0) for h in hosts]
-    replies = _Calls(opts).run(jobs)
+    replies = _at_once(opts, jobs)
     out: dict[tuple[str, str], float | None] = {}
     for h, reply in zip(hosts, replies, strict=True):
         got = reply.get("rtt_ms")
@@ -145,10 +145,10 @@ def rtt_matrix(opts: RingOptions, addrs: dict[str, str]) -> dict[tuple[str, str]
 HOST_BOUND = ("host_cpu",)  # throughput verdicts that say a host, not the path, set the rate
 
 
-def edge_run(src: str, dst: str, reply: dict[str, Any], omit_s: float,
-             notes: list[str] | None = None) -> EdgeRun:
-    """One edge's figures from the far end's result: the receiver's rate after the ramp-up and
-    each stream's (the slowest is NCCL's view); the far end's error as the edge's error. An
+def edge_run(src: str, dst: str, reply: dict[str, Any], notes: list[str] | None = None
+             ) -> EdgeRun:
+    """One edge's figures from the far end's result (``EdgeRun.from_throughput``: the rates
+    after the ramp-up, each stream's for NCCL's view); the far end's error as a ProbeError. An
     edge a host's CPU limited is named in ``notes``: its figure bounds the host, not the path
     (the tool is never the limit of its own measurement unsaid)."""
     doc = reply.get("result")
@@ -162,21 +162,7 @@ def edge_run(src: str, dst: str, reply: dict[str, Any], omit_s: float,
     if notes is not None and result.limited_by.verdict in HOST_BOUND:
         notes.append(f"{src} -> {dst}: limited by a host's CPU ({result.limited_by.summary}); "
                      "its rate is a lower bound of the path, set by the measuring hosts")
-    return EdgeRun(src, dst, result.bits_per_second, stream_rates_bps(result, omit_s),
-                   error=result.partial_reason if result.partial else None)
-
-
-def stream_rates_bps(result: ThroughputResult, omit_s: float) -> tuple[float, ...]:
-    """Each stream's received rate over the intervals after ``omit_s`` (partial tail left out)."""
-    kept = [iv for iv in result.intervals if iv.start_s >= omit_s - 1e-9 and not iv.partial]
-    secs = sum(iv.end_s - iv.start_s for iv in kept)
-    per: dict[Any, float] = {}
-    for iv in kept:
-        for rec in iv.streams:
-            sid = rec.get("id")
-            per[sid] = per.get(sid, 0.0) + float(rec.get("bytes_received") or 0)
-    return tuple(b * 8 / secs for _, b in sorted(per.items(), key=lambda kv: str(kv[0]))) \
-        if secs > 0 else ()
+    return EdgeRun.from_throughput(src, dst, result)
 
 
 def run_edges(opts: RingOptions, addrs: dict[str, str], edges: Sequence[tuple[str, str]],
@@ -188,9 +174,8 @@ def run_edges(opts: RingOptions, addrs: dict[str, str], edges: Sequence[tuple[st
                           streams=opts.streams, omit_s=opts.omit_s)
         jobs.append((addrs[src], EDGE_OP, {"edge": req.to_json()},
                      opts.duration_s + opts.omit_s + REPLY_MARGIN_S))
-    replies = _Calls(opts).run(jobs)
-    return [edge_run(s, d, r, opts.omit_s, notes)
-            for (s, d), r in zip(edges, replies, strict=True)]
+    replies = _at_once(opts, jobs)
+    return [edge_run(s, d, r, notes) for (s, d), r in zip(edges, replies, strict=True)]
 
 
 def run_ring(opts: RingOptions, say: Progress | None = None) -> RingResult:
@@ -200,9 +185,8 @@ def run_ring(opts: RingOptions, say: Progress | None = None) -> RingResult:
     order = list(opts.hosts)
     tell(f"timing handshakes between {len(order)} hosts")
     rtt = rtt_matrix(opts, addrs)
-    sites = sites_by_rtt(order, {k: v for k, v in rtt.items() if v is not None},
-                         site_rtt_ms=opts.site_rtt_ms)
-    site_of = {h: i for i, site in enumerate(sites) for h in site}
+    sites = sites_by_rtt(order, rtt, site_rtt_ms=opts.site_rtt_ms)
+    site_of = site_index(order, sites)
     tell(f"every edge of {' -> '.join(order)} at once")
     notes: list[str] = []
     together = run_edges(opts, addrs, ring_edges(order), notes)
@@ -211,9 +195,8 @@ def run_ring(opts: RingOptions, say: Progress | None = None) -> RingResult:
         if site_of[src] != site_of[dst]:
             tell(f"{src} -> {dst} alone")
             alone[(src, dst)] = run_edges(opts, addrs, [(src, dst)], notes)[0]
-    rates = {k: r.bits_per_second for k, r in alone.items() if r.bits_per_second is not None}
-    best = best_order(order, sites, rate_bps=rates, rtt_ms={k: v for k, v in rtt.items()
-                                                            if v is not None})
+    best = best_order(order, sites, rate_bps={k: r.bits_per_second for k, r in alone.items()},
+                      rtt_ms=rtt)
     best_runs = None
     if opts.measure_best and set(ring_edges(best)) != set(ring_edges(order)):
         tell(f"the proposed order {' -> '.join(best)} at once")

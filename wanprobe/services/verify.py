@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from wanprobe.diagnose.throughput_verdict import JUDGE
-from wanprobe.diagnose.verify import Verification, judge, rate_after_omit_bps
+from wanprobe.diagnose.verify import Verification, judge
 from wanprobe.errors import WanprobeError
-from wanprobe.throughput.result import ThroughputResult
+from wanprobe.throughput.result import ThroughputResult, after_omit_bps
 
 RETEST_FACTOR = 2.0  # the re-measure: twice the duration, twice the ramp-up left out
 
@@ -28,7 +28,7 @@ def verify_loop(measure: Measure, capacity: Capacity, *, duration_s: float = 6.0
     first = measure(duration_s)
     source = "operator"
     if capacity_bps is None:
-        rate = rate_after_omit_bps(first.intervals, omit_s)
+        rate = after_omit_bps(first.intervals, omit_s)
         capacity_bps, source = capacity(rate or first.bits_per_second)
     v = judge(first, omit_s, capacity_bps=capacity_bps, capacity_source=source)
     if not retest or v.limit in ("full", "unknown"):

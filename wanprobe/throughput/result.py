@@ -7,6 +7,7 @@ the receiving end supplies goodput, the sending end supplies bytes written and T
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from wanprobe import __version__
@@ -145,7 +146,7 @@ class ThroughputResult(Decoded, json_name="throughput", json_parts=THROUGHPUT_PA
         sums = [sum(v for r in iv.streams
                     if isinstance(v := (r.get("tcp_info") or {}).get("bbr_bandwidth_bits_per_second"),
                                   int | float))
-                for iv in self.intervals if iv.start_s >= self.omit_s - 1e-9 and not iv.partial]
+                for iv in kept_intervals(self.intervals, self.omit_s)]
         return max(sums) if sums and max(sums) > 0 else None
 
     def to_json(self) -> dict:
@@ -392,10 +393,16 @@ def summarize_direction(direction: int, keys, sender: _Side, receiver: _Side, *,
     return streams, intervals, summary, vin, r_secs
 
 
-def after_omit_bps(intervals: list[IntervalResult], omit_s: float) -> float | None:
+def kept_intervals(intervals: Sequence[IntervalResult], omit_s: float) -> list[IntervalResult]:
+    """The intervals that start at or after ``omit_s`` (iperf3 --omit), partial ones left out:
+    what every rate after the ramp-up is read from."""
+    return [iv for iv in intervals if iv.start_s >= omit_s - 1e-9 and not iv.partial]
+
+
+def after_omit_bps(intervals: Sequence[IntervalResult], omit_s: float) -> float | None:
     """Received bits per second over the full intervals that start at or after ``omit_s``
     (iperf3 --omit); None when none does."""
-    kept = [iv for iv in intervals if iv.start_s >= omit_s - 1e-9 and not iv.partial]
+    kept = kept_intervals(intervals, omit_s)
     secs = sum(iv.end_s - iv.start_s for iv in kept)
     return sum(iv.bytes_received for iv in kept) * 8.0 / secs if kept and secs > 0 else None
 

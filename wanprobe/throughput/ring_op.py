@@ -273,22 +273,21 @@ class RingCall:
             rfile = sock.makefile("rb")
 
             def readline(what: str) -> dict:
+                # nothing before the challenge: the far end closed it unread (its --allow list)
+                hint = (f": is this host inside {self.host}'s --allow list?"
+                        if what == "challenge" else "")
                 try:
                     line = rfile.readline(proto.MAX_LINE_BYTES)
                 except OSError as exc:
-                    raise ProbeError(f"{self.host}: no {what} ({exc.strerror or exc})") from None
+                    raise ProbeError(f"{self.host}: no {what} ({exc.strerror or exc}){hint}"
+                                     ) from None
                 if not line:
                     raise ProbeError(f"{self.host} closed the connection before its {what}"
-                                     + (" (cancelled)" if self._closed.is_set() else ""))
+                                     + (" (cancelled)" if self._closed.is_set() else hint))
                 return proto.decode(line)
 
             try:
                 reply = client_request(sock, readline, self.host, self.key, op, body)
             except OSError as exc:
                 raise ProbeError(f"{self.host}: {exc.strerror or exc}") from None
-            except ProbeError as exc:  # closed unread: a reflector's --allow list says so
-                if "no challenge" in str(exc) or "before its challenge" in str(exc):
-                    raise ProbeError(f"{exc}: is this host inside {self.host}'s --allow "
-                                     "list?") from None
-                raise
         return check_reply(reply, RESULT_OP if op == EDGE_OP else op, self.host)
