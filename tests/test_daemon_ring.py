@@ -227,12 +227,13 @@ def test_plan_jitter_and_windows_on_an_injected_clock():
 
 
 def test_a_ring_waits_for_a_running_throughput_test():
-    calls = []
+    calls, cancelled_at_start = [], []   # stopping the daemon sets the event later
 
     async def main():
         sch, _ = scheduler()
-        ring = RingSchedule(ring_on, lambda: b"k" * 20, sch, lambda *a: None,
-                            run_fn=lambda opts: calls.append(opts) or result())
+        ring = RingSchedule(ring_on, lambda: b"k" * 20, sch, lambda *a: None, run_fn=lambda o: (
+            cancelled_at_start.append(o.cancel is None or o.cancel.is_set()), calls.append(o),
+            result())[-1])
         ring.next_at = 0.0
         task = asyncio.create_task(ring.loop(tick_s=0.02))
         async with sch.heavy_lock:       # what throughput_once holds for its test
@@ -244,7 +245,7 @@ def test_a_ring_waits_for_a_running_throughput_test():
 
     calls = asyncio.run(main())
     assert len(calls) == 1 and calls[0].hosts == tuple(HOSTS) and calls[0].hmac_key == b"k" * 20
-    assert calls[0].cancel is not None and not calls[0].cancel.is_set()
+    assert cancelled_at_start == [False]
 
 
 def test_ring_and_scheduled_throughput_tests_never_overlap():

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from wanprobe.errors import ConfigError, UsageError
-from wanprobe.ring import plan
+from wanprobe.ring import nccl, plan
+from wanprobe.ring import sites as ring_sites
 from wanprobe.ring.model import Edge, EdgeRun, RingResult
 
 G = 1e9
@@ -42,11 +43,11 @@ def run(a: str, b: str, bps: float, streams: int = 4, error: str | None = None) 
 
 def together_runs(order: list[str], wan_bps: float, lan_bps: float = 9 * G) -> list[EdgeRun]:
     return [run(a, b, wan_bps if site(a) != site(b) else lan_bps)
-            for a, b in plan.ring_edges(order)]
+            for a, b in ring_sites.ring_edges(order)]
 
 
 def alone_runs(order: list[str], bps: float = 1 * G) -> dict[tuple[str, str], EdgeRun]:
-    return {(a, b): run(a, b, bps) for a, b in plan.ring_edges(order) if site(a) != site(b)}
+    return {(a, b): run(a, b, bps) for a, b in ring_sites.ring_edges(order) if site(a) != site(b)}
 
 
 def naive_result(best: bool = True, fail: bool = False) -> RingResult:
@@ -69,37 +70,37 @@ def ring_docs() -> list[dict[str, Any]]:
 
 # -- the ring and its sites ---------------------------------------------------------------------
 def test_ring_edges_close_the_ring_and_two_hosts_give_both_directions():
-    assert plan.ring_edges(["x", "y", "z"]) == [("x", "y"), ("y", "z"), ("z", "x")]
-    assert plan.ring_edges(["a", "b"]) == [("a", "b"), ("b", "a")]
+    assert ring_sites.ring_edges(["x", "y", "z"]) == [("x", "y"), ("y", "z"), ("z", "x")]
+    assert ring_sites.ring_edges(["a", "b"]) == [("a", "b"), ("b", "a")]
     for bad in (["a"], [], ["a", "b", "a"]):
         with pytest.raises(UsageError):
-            plan.ring_edges(bad)
+            ring_sites.ring_edges(bad)
 
 
 def test_sites_by_rtt_clusters_35_and_130_ms_matrices_with_intra_site_0_1_ms():
     hosts = ["b1", "a1", "c1", "b2", "a2"]
     rtt = rtt_matrix(hosts, {frozenset("ab"): 35.0, frozenset("ac"): 130.0,
                              frozenset("bc"): 130.0})
-    assert plan.sites_by_rtt(hosts, rtt) == [["b1", "b2"], ["a1", "a2"], ["c1"]]
+    assert ring_sites.sites_by_rtt(hosts, rtt) == [["b1", "b2"], ["a1", "a2"], ["c1"]]
     # one direction known is enough; both known: the smaller; unknown pairs never join
     one_way = {("a1", "a2"): 0.1, ("a2", "a1"): 40.0, ("b2", "b1"): 0.2, ("a1", "b1"): 35.0}
-    assert plan.sites_by_rtt(["a1", "b1", "a2", "b2"], one_way) == [["a1", "a2"], ["b1", "b2"]]
+    assert ring_sites.sites_by_rtt(["a1", "b1", "a2", "b2"], one_way) == [["a1", "a2"], ["b1", "b2"]]
     # single linkage: x–y and y–z close make one site though x–z is far or unknown
     chain = {("x", "y"): 1.0, ("y", "z"): 1.0, ("x", "z"): 8.0}
-    assert plan.sites_by_rtt(["x", "y", "z"], chain) == [["x", "y", "z"]]
-    assert plan.sites_by_rtt(["x", "y"], {("x", "y"): 6.0}) == [["x"], ["y"]]
-    assert plan.sites_by_rtt(["x", "y"], {("x", "y"): 6.0}, site_rtt_ms=10.0) == [["x", "y"]]
+    assert ring_sites.sites_by_rtt(["x", "y", "z"], chain) == [["x", "y", "z"]]
+    assert ring_sites.sites_by_rtt(["x", "y"], {("x", "y"): 6.0}) == [["x"], ["y"]]
+    assert ring_sites.sites_by_rtt(["x", "y"], {("x", "y"): 6.0}, site_rtt_ms=10.0) == [["x", "y"]]
 
 
 def test_the_naive_ring_crosses_four_times_and_the_best_order_twice_sites_adjacent():
-    assert plan.crossings(NAIVE, SITES) == 4
+    assert ring_sites.crossings(NAIVE, SITES) == 4
     best = plan.best_order(NAIVE, SITES)
     assert best[0] == "a1" and sorted(best) == sorted(NAIVE)
-    assert plan.crossings(best, SITES) == 2
+    assert ring_sites.crossings(best, SITES) == 2
     for hosts in SITES:  # each site's hosts one block of the ring
         at = sorted(best.index(h) for h in hosts)
         assert at == list(range(at[0], at[0] + len(hosts)))
-    assert plan.crossings(["a1", "b1"], SITES) == 2  # both directions of a two-host ring
+    assert ring_sites.crossings(["a1", "b1"], SITES) == 2  # both directions of a two-host ring
 
 
 def three_sites(rates: dict[str, float]) -> list[str]:
@@ -108,7 +109,7 @@ def three_sites(rates: dict[str, float]) -> list[str]:
     rate = {(x, y): rates[site(x) + site(y)] for x, y in itertools.permutations(hosts, 2)
             if site(x) != site(y)}
     rate[("a1", "c1")] = 0.01 * G  # a poor host pair: the site pair keeps its best figure
-    sites = plan.sites_by_rtt(hosts, rtt_matrix(hosts, {frozenset(p): 30.0 for p in
+    sites = ring_sites.sites_by_rtt(hosts, rtt_matrix(hosts, {frozenset(p): 30.0 for p in
                                                         ("ab", "ac", "bc")}))
     return plan.best_order(hosts, sites, rate_bps=rate)
 
@@ -161,7 +162,7 @@ def test_a_single_degraded_edge_is_no_group_but_a_note_on_its_ends():
 def test_assemble_the_naive_ring_runs_at_its_slowest_edge_and_names_the_shared_groups():
     res = naive_result()
     assert res.order == tuple(NAIVE) and res.crossings == 4
-    assert [(e.src, e.dst) for e in res.edges] == plan.ring_edges(NAIVE)
+    assert [(e.src, e.dst) for e in res.edges] == ring_sites.ring_edges(NAIVE)
     assert all(e.wan for e in res.edges)
     assert res.ring_bits_per_second == 0.5 * G
     assert res.ring_algbw_bits_per_second == pytest.approx(0.5 * G * 4 / 6)
@@ -171,6 +172,24 @@ def test_assemble_the_naive_ring_runs_at_its_slowest_edge_and_names_the_shared_g
     assert res.sites == (("a1", "a2"), ("b1", "b2"))
     assert res.rtt("a1", "b1") == 35.0 and res.rtt("a1", "a2") == 0.1 and res.rtt("a1", "a1") is None
     assert res.edges[0].alone_bits_per_second == 1 * G
+
+
+def test_edges_sharing_a_link_unevenly_pace_the_ring_at_the_link_over_their_number():
+    """TCP split one direction's link 0.22/0.73 in the lab; a ring moves the same bytes on
+    every edge, so the ring gets the link's total over the two edges, not the slower one's."""
+    together = together_runs(NAIVE, 0.5 * G)
+    rates = {("a1", "b1"): 0.46, ("b1", "a2"): 0.22, ("a2", "b2"): 0.50, ("b2", "a1"): 0.73}
+    together = [run(r.src, r.dst, rates[r.key] * G) for r in together]
+    res = plan.assemble(NAIVE, together, alone_runs(NAIVE), SITES, RTT)
+    assert len(res.shared_bottlenecks) == 2
+    assert res.ring_bits_per_second == pytest.approx(0.475 * G)  # (0.22 + 0.73) / 2
+    assert res.ring_nccl_bits_per_second == pytest.approx(0.475 * G)
+    assert [e.bits_per_second for e in res.edges] == [rates[k] * G for k in ring_sites.ring_edges(NAIVE)]
+    # an edge slowed alone (no partner on its link) still paces the ring at its own rate
+    together[1] = run("b1", "a2", 0.22 * G)
+    together[3] = run("b2", "a1", 0.98 * G)
+    res = plan.assemble(NAIVE, together, alone_runs(NAIVE), SITES, RTT)
+    assert res.ring_bits_per_second == pytest.approx(0.22 * G)
 
 
 def test_a_failed_edge_leaves_the_ring_rate_unknown_with_the_error_in_notes():
@@ -214,7 +233,7 @@ def wan_edge(stream_bps: float, alone_bps: float | None, bps: float = 1.0) -> Ed
 
 def test_nccl_socket_counts_reach_the_target_and_never_exceed_64():
     for per, target in itertools.product((1e6, 3e7, 1e8, 7.7e8), (2e8, 1e9, 9.9e9, 1e11)):
-        env = plan.nccl_settings(SITES, ["a1", "a2", "b1", "b2"], [wan_edge(per, target)])["env"]
+        env = nccl.nccl_settings(SITES, ["a1", "a2", "b1", "b2"], [wan_edge(per, target)])["env"]
         need = math.ceil(target / per * (1 - 1e-9))
         if need <= 1:
             assert "NCCL_SOCKET_NTHREADS" not in env
@@ -226,14 +245,14 @@ def test_nccl_socket_counts_reach_the_target_and_never_exceed_64():
         else:
             assert threads * each == 64
     # a given target wins over the edges' rate; without an alone rate, the rate together
-    out = plan.nccl_settings(SITES, ["a1", "a2", "b1", "b2"], [wan_edge(1e8, 4e8)], target_bps=1e9)
+    out = nccl.nccl_settings(SITES, ["a1", "a2", "b1", "b2"], [wan_edge(1e8, 4e8)], target_bps=1e9)
     assert int(out["env"]["NCCL_SOCKET_NTHREADS"]) * int(out["env"]["NCCL_NSOCKS_PERTHREAD"]) >= 10
-    out = plan.nccl_settings(SITES, ["a1", "a2", "b1", "b2"], [wan_edge(1e8, None, bps=8e8)])
+    out = nccl.nccl_settings(SITES, ["a1", "a2", "b1", "b2"], [wan_edge(1e8, None, bps=8e8)])
     assert int(out["env"]["NCCL_SOCKET_NTHREADS"]) * int(out["env"]["NCCL_NSOCKS_PERTHREAD"]) >= 8
 
 
 def test_nccl_cross_site_settings_fabric_ids_and_node_ranks_follow_the_best_order():
-    out = plan.nccl_settings(SITES, ["a1", "a2", "b1", "b2"], [wan_edge(1e8, 4e8)])
+    out = nccl.nccl_settings(SITES, ["a1", "a2", "b1", "b2"], [wan_edge(1e8, 4e8)])
     env = out["env"]
     assert env["NCCL_ALLNET_ENABLE"] == "1" and env["NCCL_SCATTER_XDC"] == "1"
     assert env["NCCL_CROSS_NIC"] == "2"
@@ -241,9 +260,9 @@ def test_nccl_cross_site_settings_fabric_ids_and_node_ranks_follow_the_best_orde
     assert out["node_ranks"] == {"a1": 0, "a2": 1, "b1": 2, "b2": 3}
     assert set(env) | {"fabric_ids", "node_ranks"} == set(out["why"])
     assert all("\n" not in why for why in out["why"].values())
-    one_each = plan.nccl_settings([["a1"], ["b1"]], ["a1", "b1"], [wan_edge(1e8, 4e8)])["env"]
+    one_each = nccl.nccl_settings([["a1"], ["b1"]], ["a1", "b1"], [wan_edge(1e8, 4e8)])["env"]
     assert "NCCL_SCATTER_XDC" not in one_each and one_each["NCCL_ALLNET_ENABLE"] == "1"
-    one_site = plan.nccl_settings([["a1", "a2"]], ["a1", "a2"], [wan_edge(1e8, 4e8)])
+    one_site = nccl.nccl_settings([["a1", "a2"]], ["a1", "a2"], [wan_edge(1e8, 4e8)])
     assert "NCCL_ALLNET_ENABLE" not in one_site["env"] and one_site["fabric_ids"] == {}
 
 
@@ -309,4 +328,4 @@ def test_a_best_order_given_without_its_run_is_proposed_unmeasured_and_rtts_may_
                         (["a1", "a2", "b2", "b1"], None))
     assert res.best_order == ("a1", "a2", "b2", "b1") and res.best_edges == ()
     assert res.best_ring_bits_per_second is None and res.rtt("a1", "b1") is None
-    assert plan.sites_by_rtt(NAIVE, rtt) == SITES
+    assert ring_sites.sites_by_rtt(NAIVE, rtt) == SITES

@@ -11,6 +11,7 @@ import pytest
 from wanprobe.errors import UsageError
 from wanprobe.models.collectives import gloo_ring_allreduce_s
 from wanprobe.ring import plan
+from wanprobe.ring import sites as ring_sites
 from wanprobe.ring.model import EdgeRun
 from wanprobe.ring.predict import gloo_order, predict_gloo
 
@@ -22,19 +23,19 @@ MIB = 2**20
 def measured(order, rates):
     """A ring test of ``order`` whose edges ran at ``rates`` (src, dst) -> bit/s, one stream."""
     rtt = {(a, b): RTT.get((a, b)) or RTT[(b, a)] for a, b in itertools.permutations(RANKS, 2)}
-    runs = [EdgeRun(a, b, rates[(a, b)], (rates[(a, b)],)) for a, b in plan.ring_edges(order)]
+    runs = [EdgeRun(a, b, rates[(a, b)], (rates[(a, b)],)) for a, b in ring_sites.ring_edges(order)]
     return plan.assemble(order, runs, {}, [[h] for h in RANKS], rtt, None)
 
 
 def test_gloo_order_is_the_ranks_reversed_after_rank_0():
     assert gloo_order(RANKS) == ["tpe", "usw", "tyo"]
-    assert plan.ring_edges(gloo_order(RANKS)) == [("tpe", "usw"), ("usw", "tyo"), ("tyo", "tpe")]
+    assert ring_sites.ring_edges(gloo_order(RANKS)) == [("tpe", "usw"), ("usw", "tyo"), ("tyo", "tpe")]
 
 
 def test_uniform_hops_predict_what_the_uniform_model_does():
     order = gloo_order(RANKS)
     uniform = {("tpe", "tyo"): 100.0, ("tpe", "usw"): 100.0, ("tyo", "usw"): 100.0}
-    ring = plan.assemble(order, [EdgeRun(a, b, 100e6, (100e6,)) for a, b in plan.ring_edges(order)],
+    ring = plan.assemble(order, [EdgeRun(a, b, 100e6, (100e6,)) for a, b in ring_sites.ring_edges(order)],
                          {}, [[h] for h in RANKS],
                          {(a, b): uniform.get((a, b)) or uniform[(b, a)]
                           for a, b in itertools.permutations(RANKS, 2)}, None)
@@ -56,7 +57,7 @@ def test_the_slow_long_hop_sets_the_time_and_a_faster_one_elsewhere_changes_litt
 
 
 def test_a_ring_measured_the_other_way_round_is_refused_naming_the_order():
-    ring = measured(RANKS, {e: 100e6 for e in plan.ring_edges(RANKS)})
+    ring = measured(RANKS, {e: 100e6 for e in ring_sites.ring_edges(RANKS)})
     with pytest.raises(UsageError, match="run it in the order tpe usw tyo"):
         predict_gloo(ring, RANKS, 64 * MIB)
     with pytest.raises(UsageError, match="two or more distinct ranks"):

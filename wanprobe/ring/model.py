@@ -8,8 +8,9 @@ read on its own, outside a report validated against report/schema.json (``$defs.
 What the figures mean: a ring all-reduce moves one chunk over every ring edge at each step, all
 edges at once, so each step waits for the slowest edge; its bus bandwidth (nccl-tests
 doc/PERFORMANCE.md: busbw = algbw × 2(n−1)/n for all-reduce) is the slowest edge's rate while
-every edge is busy (``ring_bits_per_second``). NCCL splits a transfer equally over its sockets,
-so an edge moves at "the minimum speed of the sockets multiplied by the number of sockets"
+every edge is busy (``ring_bits_per_second``; edges through one shared bottleneck at its
+total over their number, since the ring paces them alike: ``plan.ring_rates``). NCCL splits a
+transfer equally over its sockets, so an edge moves at "the minimum speed of the sockets multiplied by the number of sockets"
 (NVIDIA/nccl-tests#83, NVIDIA/nccl#438), not at their sum: ``nccl_bits_per_second``.
 """
 

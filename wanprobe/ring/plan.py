@@ -1,6 +1,6 @@
 """The pure logic of ``wanprobe ring``: a ring's edges, the sites its hosts are in (by RTT), how
 often it crosses between them, the order that crosses least, which slowed edges share a link,
-the result, and the NCCL settings that express the best order.
+and the result (the NCCL settings that express the best order: ``ring/nccl.py``).
 
 Sources:
 
@@ -24,93 +24,28 @@ by site (a1, a2, b1, b2) it crosses twice, once each way, and each crossing has 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import combinations, permutations
-from typing import TypedDict
+from collections.abc import Callable, Mapping, Sequence
+from itertools import permutations
 
-from wanprobe.errors import UsageError, shown
-from wanprobe.models.collectives import MAX_SOCKETS, split_sockets
+from wanprobe.errors import UsageError
 from wanprobe.ring.model import Edge, EdgeRun, Pair, RingResult
+from wanprobe.ring.nccl import nccl_settings
+from wanprobe.ring.sites import (
+    Figures,
+    complete_sites,
+    crossings,
+    pair_rtt_ms,
+    ring_edges,
+    site_index,
+    site_name,
+)
 from wanprobe.units import format_rate
 
-SITE_RTT_MS = 5.0      # below it two hosts are one site: metro fibre is ≤ ~1 ms per 100 km
 MAX_SITES = 8          # best_order tries all (k−1)! cycles of k sites: 5040 at 8
 DEGRADED_SHARE = 0.7   # two edges through one link get ≤ 1/2 each; 0.7 leaves 20 points of noise
-XDC_NCCL = "2.27"      # the release NVIDIA's cross-datacenter settings came with (tuners/nccl_xdc)
-_CHECK = "check that your NCCL build reads it: NCCL_DEBUG=INFO lists the variables it uses"
-# A figure per host pair (RTT in ms, rate in bit/s); None: not measured (conventions §3)
-Figures = Mapping[Pair, float | None]
+SHARED_SUM = 1.15      # k edges through one link move together about one edge's rate alone
 # the best order and its run: every edge at once; None: proposed, not measured
 Best = tuple[Sequence[str], Sequence[EdgeRun] | None]
-
-
-def ring_edges(order: Sequence[str]) -> list[Pair]:
-    """Edge i of a ring in ``order`` is order[i] → order[(i+1) mod n] (NCCL and gloo rings
-    follow rank order); n ≥ 2, each host once. Two hosts give both directions, a→b and b→a."""
-    hosts = list(order)
-    if len(hosts) < 2:
-        raise UsageError(f"a ring needs at least 2 hosts, got {len(hosts)}")
-    twice = next((h for i, h in enumerate(hosts) if h in hosts[:i]), None)
-    if twice is not None:
-        raise UsageError(f"host {shown(twice)} is twice in the ring")
-    return [(h, hosts[(i + 1) % len(hosts)]) for i, h in enumerate(hosts)]
-
-
-def pair_rtt_ms(rtt_ms: Figures, a: str, b: str) -> float | None:
-    """The RTT between ``a`` and ``b``: either direction's measurement, the smaller when both
-    are known (a round trip covers both directions; the smaller holds less queueing)."""
-    known = [v for k in ((a, b), (b, a)) if (v := rtt_ms.get(k)) is not None
-             and math.isfinite(v) and v >= 0]
-    return min(known, default=None)
-
-
-def sites_by_rtt(hosts: Sequence[str], rtt_ms: Figures,
-                 site_rtt_ms: float = SITE_RTT_MS) -> list[list[str]]:
-    """Single-linkage clustering: hosts whose RTT (``pair_rtt_ms``) is below ``site_rtt_ms``
-    are one site, and so, transitively, are their sites. A pair not measured joins nothing.
-    Sites in the order of their first host in ``hosts``, hosts in the given order."""
-    names = list(dict.fromkeys(hosts))
-    parent = {h: h for h in names}
-
-    def root(h: str) -> str:
-        while parent[h] != h:
-            parent[h] = parent[parent[h]]
-            h = parent[h]
-        return h
-
-    for a, b in combinations(names, 2):
-        rtt = pair_rtt_ms(rtt_ms, a, b)
-        if rtt is not None and rtt < site_rtt_ms:
-            parent[root(b)] = root(a)
-    groups: dict[str, list[str]] = {}
-    for h in names:
-        groups.setdefault(root(h), []).append(h)
-    return list(groups.values())
-
-
-def complete_sites(hosts: Iterable[str], sites: Sequence[Sequence[str]]) -> list[list[str]]:
-    """``sites`` with each host they leave out as a site of its own, after them: a site's
-    index is its fabric id (``nccl_settings``)."""
-    out = [list(s) for s in sites]
-    listed = {h for s in out for h in s}
-    out += [[h] for h in dict.fromkeys(hosts) if h not in listed]
-    return out
-
-
-def site_index(hosts: Iterable[str], sites: Sequence[Sequence[str]]) -> dict[str, int]:
-    """Host → the index of its site in ``complete_sites`` (the first, if listed twice)."""
-    out: dict[str, int] = {}
-    for i, site in enumerate(complete_sites(hosts, sites)):
-        for h in site:
-            out.setdefault(h, i)
-    return out
-
-
-def crossings(order: Sequence[str], sites: Sequence[Sequence[str]]) -> int:
-    """How many ring edges join hosts of different sites; at least the number of sites the
-    ring spans when that is ≥ 2 (each site entered once and left once)."""
-    idx = site_index(order, sites)
-    return sum(1 for a, b in ring_edges(order) if idx[a] != idx[b])
 
 
 def _fastest(rate_bps: Figures, srcs: Sequence[str],
@@ -166,17 +101,34 @@ def best_order(hosts: Sequence[str], sites: Sequence[Sequence[str]],
     return [h for i in cycle for h in ordered[i]]
 
 
-def _degraded(together: Sequence[EdgeRun], alone: Mapping[Pair, float],
-              idx: Mapping[str, int], share: float) -> dict[tuple[int, int], list[Pair]]:
-    """The edges that ran below ``share`` × their rate alone with the ring busy (only those
-    measured alone, and not failed), by (source site, destination site)."""
-    out: dict[tuple[int, int], list[Pair]] = {}
+def _directions(together: Sequence[EdgeRun], alone: Mapping[Pair, float],
+                idx: Mapping[str, int]) -> dict[tuple[int, int], list[EdgeRun]]:
+    """The edges measured both with the ring and alone (not failed), by (source site,
+    destination site)."""
+    out: dict[tuple[int, int], list[EdgeRun]] = {}
     for run in together:
         base = alone.get(run.key)
-        if run.error is None and run.bits_per_second is not None and base and base > 0 \
-                and run.bits_per_second < share * base:
-            out.setdefault((idx[run.src], idx[run.dst]), []).append(run.key)
+        if run.error is None and run.bits_per_second is not None and base and base > 0:
+            out.setdefault((idx[run.src], idx[run.dst]), []).append(run)
     return out
+
+
+def _rate(run: EdgeRun) -> float:
+    return run.bits_per_second or 0.0
+
+
+def _groups(together: Sequence[EdgeRun], alone: Mapping[Pair, float],
+            idx: Mapping[str, int], share: float) -> tuple[list[list[Pair]], list[Pair]]:
+    """``shared_bottlenecks``'s groups, and the degraded edges in none of them."""
+    groups, single = [], []
+    for (a, b), runs in _directions(together, alone, idx).items():
+        total = sum(_rate(r) for r in runs)
+        if a != b and len(runs) >= 2 and total < SHARED_SUM * max(alone[r.key] for r in runs) \
+                and any(_rate(r) < share * alone[r.key] for r in runs):
+            groups.append([r.key for r in runs])
+            continue
+        single += [r.key for r in runs if _rate(r) < share * alone[r.key]]
+    return groups, single
 
 
 def shared_bottlenecks(together: Sequence[EdgeRun], alone: Mapping[Pair, float],
@@ -187,20 +139,17 @@ def shared_bottlenecks(together: Sequence[EdgeRun], alone: Mapping[Pair, float],
     Method: every edge runs with the whole ring, then each WAN edge alone. A link carries its
     two directions independently (full duplex), so an edge slows down with the ring busy only
     through something it shares in its own direction: the way from its site to the next
-    (two edges A→B through one link get half of it each), or an end host that sends and
-    receives at once. An edge is degraded when its rate together is below ``share`` × its
-    rate alone (measured alone only); degraded edges crossing the same (source site →
-    destination site) form a group, and a group of ≥ 2 is a shared bottleneck. A single
-    degraded edge has nothing on its way to share with: its own ends, busy both ways, are the
+    (k edges A→B through one link get its capacity between them), or an end host that sends
+    and receives at once. The ≥ 2 edges crossing from one site to another (measured alone) are
+    a shared bottleneck when one of them ran below ``share`` × its rate alone and together
+    they moved about what one moves alone (below ``SHARED_SUM`` × the fastest alone): through
+    one link their sum is the link, on separate ways k times it. The sum, not each edge, since
+    TCP may split a link unevenly (22 against 73 Mbit/s through 100 Mbit/s, the faster edge
+    above ``share``). An edge below ``share`` × its rate alone outside
+    a group has nothing on its way to share with: its own ends, busy both ways, are the
     suspect, which ``assemble`` notes. Groups in the order of their first edge in ``together``."""
     idx = site_index([h for r in together for h in r.key], sites)
-    return [edges for (a, b), edges in _degraded(together, alone, idx, share).items()
-            if a != b and len(edges) >= 2]
-
-
-def _site_name(sites: Sequence[Sequence[str]], i: int) -> str:
-    hosts = list(sites[i])
-    return f"site {i} ({', '.join(hosts[:3])}{', …' if len(hosts) > 3 else ''})"
+    return _groups(together, alone, idx, share)[0]
 
 
 def _degraded_notes(together: Sequence[EdgeRun], alone: Mapping[Pair, float],
@@ -208,22 +157,23 @@ def _degraded_notes(together: Sequence[EdgeRun], alone: Mapping[Pair, float],
     """One note per shared bottleneck and per degraded edge outside one (shared_bottlenecks)."""
     idx = site_index([h for r in together for h in r.key], sites)
     rate = {r.key: r.bits_per_second or 0.0 for r in together}
+    groups, single = _groups(together, alone, idx, share)
     notes = []
-    for (a, b), edges in _degraded(together, alone, idx, share).items():
-        if a != b and len(edges) >= 2:
-            notes.append(f"{len(edges)} edges from {_site_name(sites, a)} to "
-                         f"{_site_name(sites, b)} slowed at once, each below {share:.0%} of its "
-                         f"rate alone: they share a link on the way ({len(edges)} edges through "
-                         f"one link get 1/{len(edges)} each); order the ring by site so that "
-                         "each direction crosses once")
-            continue
-        for src, dst in edges:
-            notes.append(f"{src} → {dst} ran at {format_rate(rate[(src, dst)])} with the ring, "
-                         f"{rate[(src, dst)] / alone[(src, dst)]:.0%} of its "
-                         f"{format_rate(alone[(src, dst)])} alone, and no other edge on its way "
-                         "slowed: not a shared link (a full-duplex link carries each direction "
-                         "on its own); its ends were busy both ways at once (every ring host "
-                         "sends and receives): look at those hosts' CPU, NIC and buffers")
+    for edges in groups:
+        a, b = idx[edges[0][0]], idx[edges[0][1]]
+        got = sum(rate[k] for k in edges) / sum(alone[k] for k in edges)
+        notes.append(f"{len(edges)} edges from {site_name(sites, a)} to "
+                     f"{site_name(sites, b)} together moved {got:.0%} of what they moved "
+                     f"alone: they share a link on the way ({len(edges)} edges through one link "
+                     f"get 1/{len(edges)} of it between them); order the ring by site so that "
+                     "each direction crosses once")
+    for src, dst in single:
+        notes.append(f"{src} → {dst} ran at {format_rate(rate[(src, dst)])} with the ring, "
+                     f"{rate[(src, dst)] / alone[(src, dst)]:.0%} of its "
+                     f"{format_rate(alone[(src, dst)])} alone, and no other edge on its way "
+                     "slowed: not a shared link (a full-duplex link carries each direction "
+                     "on its own); its ends were busy both ways at once (every ring host "
+                     "sends and receives): look at those hosts' CPU, NIC and buffers")
     return notes
 
 
@@ -261,6 +211,24 @@ def _slowest(values: Sequence[float | None]) -> float | None:
     """A ring's rate: its slowest edge's; None when an edge's is unknown (failed)."""
     known = [v for v in values if v is not None]
     return min(known) if known and len(known) == len(values) else None
+
+
+def ring_rates(edges: Sequence[Edge], groups: Sequence[Sequence[Pair]],
+               figure: Callable[[Edge], float | None]) -> list[float | None]:
+    """Each edge's rate in a ring collective: its own ``figure`` together, except for edges
+    that share a bottleneck (``groups``), which get the group's total over its size.
+
+    Why: a ring all-reduce moves the same bytes over every edge at each step, so an edge that
+    won more than its share of a shared link from TCP waits for its slower neighbour; the link's
+    capacity, not TCP's (often uneven: 22 against 73 Mbit/s through one 100 Mbit/s link in a
+    5 s test) split, bounds the ring. Free-running flows' slowest edge understates the ring."""
+    rate: dict[Pair, float | None] = {(e.src, e.dst): figure(e) for e in edges}
+    for group in groups:
+        got = [rate.get(k) for k in group]
+        if all(v is not None for v in got):
+            share = sum(v for v in got if v is not None) / len(got)
+            rate.update({k: share for k in group})
+    return [rate[(e.src, e.dst)] for e in edges]
 
 
 def _site_cycle(order: Sequence[str], idx: Mapping[str, int]) -> list[int]:
@@ -337,14 +305,16 @@ def assemble(order: Sequence[str], together: Sequence[EdgeRun], alone: Mapping[P
     b_order, b_edges = _best_part(hosts, all_sites, edges, alone_bps, rtt_ms, best, notes)
     on_ring = [r for r in together if r.key in set(ring)]
     notes += _degraded_notes(on_ring, alone_bps, all_sites)
+    groups = shared_bottlenecks(on_ring, alone_bps, all_sites)
     notes += _summary_notes(hosts, edges, b_order, b_edges, all_sites)
     nccl = nccl_settings(all_sites, b_order, b_edges or edges)
     return RingResult(
         order=tuple(hosts), edges=tuple(edges),
-        ring_bits_per_second=_slowest([e.bits_per_second for e in edges]),
-        ring_nccl_bits_per_second=_slowest([e.nccl_bits_per_second for e in edges]),
+        ring_bits_per_second=_slowest(ring_rates(edges, groups, lambda e: e.bits_per_second)),
+        ring_nccl_bits_per_second=_slowest(ring_rates(edges, groups,
+                                                      lambda e: e.nccl_bits_per_second)),
         crossings=crossings(hosts, all_sites),
-        shared_bottlenecks=tuple(tuple(g) for g in shared_bottlenecks(on_ring, alone_bps, all_sites)),
+        shared_bottlenecks=tuple(tuple(g) for g in groups),
         sites=tuple(tuple(s) for s in all_sites), rtt_ms=_matrix(hosts, rtt_ms),
         best_order=tuple(b_order), best_crossings=crossings(b_order, all_sites),
         best_ring_bits_per_second=_slowest([e.bits_per_second for e in b_edges]) if b_edges else None,
@@ -353,122 +323,3 @@ def assemble(order: Sequence[str], together: Sequence[EdgeRun], alone: Mapping[P
         best_edges=tuple(b_edges), nccl=nccl["env"], nccl_why=nccl["why"],
         fabric_ids=nccl["fabric_ids"], node_ranks=nccl["node_ranks"],
         notes=tuple(notes + nccl["notes"]))
-
-
-# -- NCCL -------------------------------------------------------------------------------------
-class NcclSettings(TypedDict):
-    """``nccl_settings``: the variables (``env``) with a one-line reason each (``why``, also for
-    ``fabric_ids`` and ``node_ranks``), each host's fabric id (its site's index; {} within one
-    site) and launcher node rank, and what was not set and why (``notes``)."""
-
-    env: dict[str, str]
-    why: dict[str, str]
-    fabric_ids: dict[str, int]
-    node_ranks: dict[str, int]
-    notes: list[str]
-
-
-def _xdc_settings(out: NcclSettings, order: list[str], sites: list[list[str]],
-                  idx: Mapping[str, int], spanned: list[int]) -> None:
-    """The cross-datacenter settings of NVIDIA's guidance (module docstring) for a ring over
-    ≥ 2 sites: fabric ids, NCCL_ALLNET_ENABLE, NCCL_CROSS_NIC, and NCCL_SCATTER_XDC where a
-    site has more than one host (more than one node's NICs to spread the crossings over)."""
-    env, why = out["env"], out["why"]
-    out["fabric_ids"] = {h: idx[h] for h in order}
-    why["fabric_ids"] = (
-        "NCCL_IB_HCA=dev:port:fabricID on each host, fabricID = its site's index × rails + rail "
-        "(tuners/nccl_xdc.fabric_hcas; the index here, for one rail): NICs of one id share a "
-        f"site, so NCCL's rings cross between the {len(spanned)} sites as few times as possible "
-        f"(NCCL ≥ {XDC_NCCL}; {_CHECK})")
-    env["NCCL_ALLNET_ENABLE"] = "1"
-    why["NCCL_ALLNET_ENABLE"] = (
-        f"the ring spans {len(spanned)} sites ({'; '.join(_site_name(sites, i) for i in spanned)}): "
-        "lets NCCL use the fabric inside each site and another network between them "
-        f"(NCCL ≥ {XDC_NCCL}; {_CHECK})")
-    env["NCCL_CROSS_NIC"] = "2"
-    why["NCCL_CROSS_NIC"] = (
-        "2, NCCL's default, set because clusters often pin 0: 0 holds each ring to the same NIC "
-        "on every node (rail-aligned), which crossings spread over NICs and a WAN joining all "
-        "rails do not fit; 1 gives up rail alignment inside a site, where one switch per NIC "
-        "makes crossing rails cost; 2 keeps the same NIC where it can and crosses where faster "
-        "(NCCL environment variables documentation)")
-    crowded = [(i, n) for i in spanned if (n := sum(1 for h in order if idx[h] == i)) > 1]
-    if crowded:
-        env["NCCL_SCATTER_XDC"] = "1"
-        why["NCCL_SCATTER_XDC"] = (
-            f"{_site_name(sites, crowded[0][0])} has {crowded[0][1]} hosts: spread the "
-            "crossings between sites over their NICs instead of funnelling them through one NIC "
-            f"(NCCL ≥ {XDC_NCCL}; {_CHECK})")
-
-
-def _socket_target(edges: Sequence[Edge], target_bps: float | None) -> tuple[float, str] | None:
-    """(rate to reach, what it is): ``target_bps``, else the slowest edge's rate alone where
-    measured (with the ring busy a shared link lowers it; alone it is the edge's capacity),
-    else with the ring busy."""
-    if target_bps:
-        return target_bps, "the target"
-    known = [(e.alone_bits_per_second, "alone") if e.alone_bits_per_second
-             else (e.bits_per_second, "with the ring busy") for e in edges]
-    rates = [(r, how) for r, how in known if r]
-    if not rates:
-        return None
-    rate, how = min(rates)
-    return rate, f"the slowest edge's rate {how}"
-
-
-def _socket_settings(out: NcclSettings, edges: Sequence[Edge], target_bps: float | None) -> None:
-    """NCCL_SOCKET_NTHREADS × NCCL_NSOCKS_PERTHREAD: enough sockets that the slowest stream
-    measured × sockets reaches the target, since NCCL moves every socket at the slowest one's
-    pace (nccl-tests#83); within NCCL's 64 sockets and 16 threads (split_sockets: at most 4
-    sockets per thread, under NCCL's 8)."""
-    slowest = min((r for e in edges if (r := e.min_stream_bits_per_second)), default=None)
-    target = _socket_target(edges, target_bps)
-    if slowest is None or target is None:
-        out["notes"].append("no per-stream rate or edge rate measured: NCCL's socket count "
-                            "is not sized")
-        return
-    rate, what = target
-    need = max(1, math.ceil(rate / slowest * (1 - 1e-9)))
-    if need <= 1:
-        out["notes"].append(f"one socket at {format_rate(slowest)} reaches {what}, "
-                            f"{format_rate(rate)}: NCCL's socket count is left as it is")
-        return
-    threads, each = split_sockets(min(need, MAX_SOCKETS))
-    total = threads * each
-    why = (f"the slowest stream moved {format_rate(slowest)} and NCCL moves every socket at the "
-           f"slowest one's pace (nccl-tests#83): NCCL_SOCKET_NTHREADS={threads} × "
-           f"NCCL_NSOCKS_PERTHREAD={each} = {total} sockets (≤ {MAX_SOCKETS}) ")
-    if need <= MAX_SOCKETS:
-        why += f"give {format_rate(total * slowest)} ≥ {what}, {format_rate(rate)}"
-    else:
-        why += (f"(NCCL's cap) give {format_rate(total * slowest)} of {what}, "
-                f"{format_rate(rate)}; {need} would be needed: raise the streams' rate "
-                "(tcp_rmem/tcp_wmem max for the RTT) or mend the slow path")
-        out["notes"].append(f"{need} sockets would be needed to reach {what}; NCCL allows 64")
-    out["env"].update(NCCL_SOCKET_NTHREADS=str(threads), NCCL_NSOCKS_PERTHREAD=str(each))
-    out["why"].update(NCCL_SOCKET_NTHREADS=why, NCCL_NSOCKS_PERTHREAD=why)
-
-
-def nccl_settings(sites: Sequence[Sequence[str]], best_order: Sequence[str],
-                  edges: Sequence[Edge], target_bps: float | None = None) -> NcclSettings:
-    """The NCCL settings that express the ring ``best_order`` over ``sites``: the launcher's
-    node rank per host (gloo and NCCL build their rings in rank order, so ranks in the best
-    order give its crossings), the cross-site settings when it spans ≥ 2 sites
-    (``_xdc_settings``), and the socket counts sized on ``edges`` (the WAN ones when it spans
-    sites: the crossings are where one socket is window-bound) to reach ``target_bps``, else
-    the slowest edge's rate alone (``_socket_settings``)."""
-    order = list(best_order)
-    all_sites = complete_sites(order, sites)
-    idx = site_index(order, all_sites)
-    spanned = list(dict.fromkeys(idx[h] for h in order))
-    out = NcclSettings(env={}, why={}, fabric_ids={}, notes=[],
-                       node_ranks={h: rank for rank, h in enumerate(order)})
-    out["why"]["node_ranks"] = (
-        "the launcher's node rank per host (torchrun --node_rank, NODE_RANK): NCCL and gloo "
-        f"rings follow rank order, so this order crosses between sites {crossings(order, all_sites)} "
-        "times" if len(order) >= 2 else "one host: no ring")
-    if len(spanned) >= 2:
-        _xdc_settings(out, order, all_sites, idx, spanned)
-    wan = [e for e in edges if e.wan] if len(spanned) >= 2 else list(edges)
-    _socket_settings(out, wan or list(edges), target_bps)
-    return out

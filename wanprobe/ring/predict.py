@@ -25,6 +25,7 @@ from typing import Any
 from wanprobe.errors import UsageError
 from wanprobe.models.collectives import bus_bandwidth_bps, gloo_ring_allreduce_s
 from wanprobe.ring.model import RingResult
+from wanprobe.ring.plan import ring_rates
 
 
 def gloo_order(ranks: Sequence[str]) -> list[str]:
@@ -61,12 +62,16 @@ def predict_gloo(result: RingResult, ranks: Sequence[str], size_bytes: int) -> G
     """gloo's all-reduce time and bus bandwidth over the hops ``result`` measured together.
 
     Each host is its own site in the simulation: a hop's measured rate already holds whatever
-    it shared with the ring's other edges. UsageError when a hop was not measured (the test ran
+    it shared with the ring's other edges (hops through one shared bottleneck get its total
+    over their number, ``plan.ring_rates``). UsageError when a hop was not measured (the test ran
     in another order) or failed."""
     n = len(ranks)
     if n < 2 or len(set(ranks)) != n:
         raise UsageError("a gloo prediction needs two or more distinct ranks")
     edges = {(e.src, e.dst): e for e in result.edges}
+    # a shared link's total split evenly among its edges, as the collective paces them
+    shared = dict(zip(edges, ring_rates(result.edges, result.shared_bottlenecks,
+                                        lambda e: e.bits_per_second), strict=True))
     links: dict[tuple[int, int], tuple[float, float]] = {}
     notes = []
     for r in range(n):
@@ -81,7 +86,7 @@ def predict_gloo(result: RingResult, ranks: Sequence[str], size_bytes: int) -> G
         if edge.streams > 1:
             notes.append(f"{src} -> {dst} was measured with {edge.streams} streams; gloo's one "
                          "connection per hop may get less")
-        links[(r, (r - 1) % n)] = (rtt / 2e3, edge.bits_per_second)
+        links[(r, (r - 1) % n)] = (rtt / 2e3, shared[(src, dst)] or edge.bits_per_second)
     one_way, rate = next(iter(links.values()))
     time_s = gloo_ring_allreduce_s(size_bytes, list(range(n)), one_way, rate, links=links)
     ring = min(rate for _, rate in links.values())

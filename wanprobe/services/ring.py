@@ -30,7 +30,8 @@ from wanprobe.errors import ProbeError, UsageError, shown
 from wanprobe.models.collectives import MAX_SOCKETS
 from wanprobe.probe.peer import check_peer
 from wanprobe.ring.model import EdgeRun, RingResult
-from wanprobe.ring.plan import assemble, best_order, ring_edges, site_index, sites_by_rtt
+from wanprobe.ring.plan import assemble, best_order
+from wanprobe.ring.sites import ring_edges, site_index, sites_by_rtt
 from wanprobe.throughput.result import ThroughputResult
 from wanprobe.throughput.ring_op import EDGE_OP, RTT_OP, EdgeRequest, RingCall
 
