@@ -63,16 +63,25 @@ def run_gloo(lab, ranks, sizes, *, reps: int, warmup: int, port: int = 29517) ->
     return json.loads(outs[0][0].strip().splitlines()[-1])["results"]
 
 
+def lab_of(name: str, profile: str = "tpe-tyo-usw", rate_bps: float | None = None) -> SitesLab:
+    """One host per site of ``profile``, its links without loss (the gloo runs measure time,
+    not loss recovery), at ``rate_bps`` when given (else the profile's)."""
+    sites, links = sites_profile(profile, hosts=1)
+    rate = {} if rate_bps is None else {"rate_bps": rate_bps}
+    return SitesLab(name, sites, {k: v.changed(loss=0.0, **rate) for k, v in links.items()})
+
+
 def three_sites(name: str) -> SitesLab:
-    sites, links = sites_profile("tpe-tyo-usw", hosts=1)
-    return SitesLab(name, sites, {k: v.changed(loss=0.0) for k, v in links.items()})
+    return lab_of(name, "tpe-tyo-usw")
 
 
-def measure(lab: SitesLab, key: Path, sizes, *, reps: int = 2, warmup: int = 1) -> list[dict]:
-    """On a lab that is up: reflectors, the ring test, the predictions, gloo; one row per size
-    with the measured and predicted bus bandwidth."""
+def ring_of(lab: SitesLab, key: Path, ranks=RANKS, *, sysctls: tuple[str, ...] = (),
+            duration: str = "3s", omit: str = "1s") -> RingResult:
+    """On a lab that is up: ``CC`` (and ``sysctls``) in every host, reflectors, then the ring
+    test in gloo's direction for ``ranks`` (one stream per hop, like gloo's one connection)."""
     for h in lab.hosts:
-        h.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={CC}"], check=True)
+        h.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={CC}", *sysctls],
+              check=True)
     procs = []
     try:
         for h in lab.hosts:
@@ -83,17 +92,23 @@ def measure(lab: SitesLab, key: Path, sizes, *, reps: int = 2, warmup: int = 1) 
             if not ready or "STAMP on udp" not in p.stderr.readline():
                 raise RuntimeError(f"reflector on {h.name} did not start")
             procs.append(p)
-        order = [lab.host(h).addr for h in gloo_order(RANKS)]
-        r = lab.host("tpe1").run([sys.executable, "-m", "wanprobe", "ring", *order,
-                                  "--hmac-key-file", str(key), "--streams", "1", "--duration",
-                                  "3s", "--omit", "1s", "--no-best", "--json"],
-                                 capture_output=True, text=True, timeout=180)
+        order = [lab.host(h).addr for h in gloo_order(ranks)]
+        r = lab.host(ranks[0]).run([sys.executable, "-m", "wanprobe", "ring", *order,
+                                    "--hmac-key-file", str(key), "--streams", "1", "--duration",
+                                    duration, "--omit", omit, "--no-best", "--json"],
+                                   capture_output=True, text=True, timeout=180)
         if r.returncode != 0:
             raise RuntimeError(f"ring failed: {r.stderr.strip()}")
     finally:
         for p in procs:
             netns.stop(p, 10)
-    ring = RingResult.from_json(json.loads(r.stdout))
+    return RingResult.from_json(json.loads(r.stdout))
+
+
+def measure(lab: SitesLab, key: Path, sizes, *, reps: int = 2, warmup: int = 1) -> list[dict]:
+    """On a lab that is up: the ring test, the predictions, gloo; one row per size with the
+    measured and predicted bus bandwidth."""
+    ring = ring_of(lab, key)
     got = run_gloo(lab, RANKS, sizes, reps=reps, warmup=warmup)
     rows = []
     for size, g in zip(sizes, got, strict=True):

@@ -206,6 +206,7 @@ OWN_WRITERS = {
     "tuners/sysctl.py:open": "the knob itself: a /proc/sys file under proc_root",
     "tuners/roce.py:open": "the knob itself: a /sys file under sys_root",
     "wanprobe/history/store.py:sqlite3": "the history, SQLite in WAL mode (its own paragraph)",
+    "wanprobe/job/recorder.py:open": "the training job's step log, appended a line per step",
 }
 
 

@@ -136,7 +136,7 @@ def test_end_to_end_binary():
     ok = run_subprocess(*BASE, *PATH, "--compute-ms", "900", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["strategies"][0]["name"] == "as-is"
-    bad = run_subprocess(*BASE, *PATH, "--dtype", "fp4")
+    bad = run_subprocess(*BASE, *PATH, "--dtype", "fp3")
     assert bad.returncode == 2
     assert "dtype" in one_line_error(bad)
 

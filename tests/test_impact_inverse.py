@@ -11,6 +11,7 @@ import pytest
 from wanprobe.cli import main
 from wanprobe.errors import UsageError
 from wanprobe.models import impact as model
+from wanprobe.models import strategy
 from wanprobe.models.impact_inverse import max_comm_s, needs, rate_for
 
 
@@ -49,7 +50,8 @@ def test_each_needed_rate_gives_the_target_back(rtt_s, params, compute_s, reacha
         reachable += 1
         rate = need.required_bits_per_second
         path = model.Path(rtt_s=rtt_s, link_bps=rate, flow_rate_bps=rate)
-        forward = {r.name: r for r in model.strategies(job, path, options)}[need.name]
+        net = strategy.network(job, path, options)
+        forward = {r.name: r for r in strategy.strategies(job, net, options)}[need.name]
         assert forward.gpu_idle_share == pytest.approx(0.1, abs=1e-6), need
     assert reachable >= reachable_at_least
 

@@ -1,11 +1,13 @@
 """Training-impact model: step time, idle share, cost and strategies against hand arithmetic."""
 
 import re
+from dataclasses import replace
 
 import pytest
 
 from wanprobe.errors import ConfigError, UsageError
 from wanprobe.models import impact as m
+from wanprobe.models import strategy
 from wanprobe.models.impact_inputs import slowest
 from wanprobe.report.impact_reader import candidate_from_report, planned_settings
 
@@ -45,13 +47,18 @@ def _by_name(results):
     return {r.name: r for r in results}
 
 
+def _strategies(job, path, options=None):
+    options = options or m.Options()
+    return strategy.strategies(job, strategy.network(job, path, options), options)
+
+
 def test_strategies_hand_values():
     # 1e9 params bf16 = 2 GB; 2 sites × 8 GPUs; link 1 Gbit/s, RTT 100 ms, no loss, window
     # 2 MiB per flow → one flow 167.8 Mbit/s; flat ring: 2·15/16·2e9·8/167.8e6 + 30·0.05 s.
     job = m.Job(params=1e9, dtype="bf16", sites=2, gpus_per_site=8, compute_s=1.0,
                 gpu_hour_cost=2.0, local_rate_bps=400e9)
     path = m.Path(rtt_s=0.1, link_bps=1e9, loss=0.0, cc="cubic", window_bytes=2 * 2**20)
-    res = _by_name(m.strategies(job, path))
+    res = _by_name(_strategies(job, path))
     flow = 2 * 2**20 * 8 / 0.1
     as_is = 2 * 15 / 16 * 2e9 * 8 / flow + 30 * 0.05
     assert res["as-is"].comm_time_s == pytest.approx(as_is)
@@ -69,15 +76,65 @@ def test_strategies_hand_values():
     assert "fp16 gradients" not in res  # same size as bf16
     # sync every 500 steps: comm / 500
     assert res["sync every 500 steps"].comm_time_s == pytest.approx(as_is / 500)
-    # top-k 1 %: 1e9·0.01·(2+4) = 60 MB all-gathered over 8 flows: 60e6·8/1e9 + 0.05
-    assert res["top-k 0.01"].comm_time_s == pytest.approx(0.48 + 0.05)
-    # more bandwidth does not help a window-limited flow
-    assert res["more bandwidth"].comm_time_s == pytest.approx(as_is)
+    # top-k 1 %: 1e9·0.01·(2+4) = 60 MB all-gathered, hierarchical over 8 flows: 60e6·8/1e9 + 0.05
+    assert res["hierarchical + top-k 0.01"].comm_time_s == pytest.approx(0.48 + 0.05)
+    # flat, one flow of 167.8 Mbit/s: 60e6·8/167.8e6 + 0.05
+    assert res["top-k 0.01"].comm_time_s == pytest.approx(60e6 * 8 / flow + 0.05)
+    # combined: tuned hosts + hierarchical every 500 steps: (hierarchical at 1 Gbit/s) / 500
+    both = res["tuned hosts + hierarchical + sync every 500 steps"]
+    assert both.comm_time_s == pytest.approx(h.comm_time_s / 500)
+    assert both.step_time_s == pytest.approx(1.0 + h.comm_time_s / 500)
+    # streamed: the sync (16.1 s) fits in 500 steps of 1 s compute: fully hidden
+    streamed = res["tuned hosts + hierarchical + sync every 500 steps + streamed"]
+    assert streamed.step_time_s == 1.0 and streamed.gpu_idle_share == 0.0
+    assert streamed.hidden_comm_s == pytest.approx(h.comm_time_s / 500)
+    assert streamed.components == {"tuning": "tuned", "topology": "hierarchical",
+                                   "dtype": "bf16", "compression": None, "sync_every": 500,
+                                   "streaming": True}
+    # more bandwidth does not help a window-limited flow on as-is hosts
+    faster = _by_name(_strategies(job, replace(path, link_bps=4e9)))
+    assert faster["as-is"].comm_time_s == pytest.approx(as_is)
+
+
+def test_a_streamed_sync_longer_than_its_period_stretches_the_period():
+    """Streamed every H steps: step = max(compute, sync / H); the rest of the sync hidden."""
+    job = m.Job(params=1e9, dtype="bf16", sites=2, gpus_per_site=1, compute_s=0.1)
+    path = m.Path(rtt_s=0.01, link_bps=1e9, flow_rate_bps=1e9)
+    res = _by_name(_strategies(job, path, m.Options(sync_every=10, topk_ratio=None)))
+    sync = res["sync every 10 steps"].sync_time_s   # 2·1/2·2e9·8/1e9 + 2·0.005 = 16.01 s
+    assert sync == pytest.approx(16.0 + 0.01)
+    streamed = res["sync every 10 steps + streamed"]
+    assert streamed.step_time_s == pytest.approx(sync / 10)
+    assert streamed.hidden_comm_s == pytest.approx(0.1)
+    assert res["sync every 10 steps"].step_time_s == pytest.approx(0.1 + sync / 10)
+    assert "hierarchical" not in " ".join(res)   # one GPU per site: it is the flat ring
+
+
+def test_the_70b_example_local_sgd_on_tuned_hosts_and_flat_bf16_as_is():
+    """Issue 40: 70e9 params, 2 sites × 8 GPUs, 130 ms, 10 Gbit/s, 0.1 % loss, 900 ms compute,
+    cubic with a 6 MiB tcp_rmem now."""
+    from wanprobe.models.bdp import window_from_buffer_bytes
+
+    job = m.Job(params=70e9, dtype="bf16", sites=2, gpus_per_site=8, compute_s=0.9)
+    path = m.Path(rtt_s=0.13, link_bps=10e9, loss=0.001, cc="cubic",
+                  window_bytes=window_from_buffer_bytes(6 * 2**20))
+    res = _strategies(job, path, m.Options(sync_every=100, more_sync_every=(500,)))
+    as_is = res[0]
+    assert as_is.name == "as-is" and as_is.components["sync_every"] == 1
+    assert as_is.components["topology"] == "flat" and as_is.components["dtype"] == "bf16"
+    assert as_is.gpu_idle_share > 0.9
+    for h in (100, 500):
+        local = [r for r in res if r.components["tuning"] == "tuned"
+                 and r.components["sync_every"] == h]
+        assert min(r.gpu_idle_share for r in local) < 0.3, h
+    # without streaming or compression: hierarchical bf16 every 500 steps, about 20 %
+    plain = _by_name(res)["tuned hosts + hierarchical + sync every 500 steps"]
+    assert 0.15 < plain.gpu_idle_share < 0.25
 
 
 def test_without_compute_only_comm_is_predicted():
     job = m.Job(params=1e9, compute_s=None)
-    res = m.strategies(job, m.Path(rtt_s=0.05, link_bps=1e9))
+    res = _strategies(job, m.Path(rtt_s=0.05, link_bps=1e9))
     assert all(r.step_time_s is None and r.gpu_idle_share is None for r in res)
     assert all(r.comm_time_s > 0 for r in res)
 

@@ -134,7 +134,7 @@ LAYERS = (
                     "wanprobe.addresses")),
     ("measure", ("collectors", "wanprobe.probe", "wanprobe.throughput", "wanprobe.models",
                  "wanprobe.ring")),
-    ("judge", ("wanprobe.diagnose",)),
+    ("judge", ("wanprobe.diagnose", "wanprobe.job")),
     ("report", ("wanprobe.report",)),
     ("act", ("tuners",)),
     ("shared", ("wanprobe.mesh", "wanprobe.history", "wanprobe.httpd")),

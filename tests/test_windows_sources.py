@@ -226,3 +226,62 @@ def test_store_failures_are_one_line(capsys, state_dir):
     code, _, err = wanprobe(capsys, "history", "osa-1", "--windows", "--bytes", "20TB",
                             "--state-dir", str(state_dir))
     assert code == 1 and len(err) == 1 and "no throughput samples" in err[0], err
+
+
+# -- issue 40: a training plan for each hour of the week on the same capacity ------------------
+# 7e9 parameters: at the slow hours' 150 Mbit/s even fp4 every 100 steps (3.5 GB) takes longer
+# than 100 steps of compute; at the fast hours' 900 Mbit/s it hides under them (top-k 1 keeps
+# every value: no compression, so the plan has to follow the capacity)
+JOB = ("impact", "--params", "7e9", "--gpus-per-site", "8", "--sites", "2", "--compute-ms", "500",
+       "--sync-every", "10", "--sync-every", "100", "--topk", "1", "--json")
+
+
+def check_hour_plans(doc: dict) -> None:
+    """Fast hours (900 Mbit/s) plan steps no longer than slow ones (150 Mbit/s); the worst hour
+    is a slow one; a plan within the target needs no more than the hour's p10."""
+    hours = {h["hour_of_week"]: h for h in doc["hours"]}
+    assert len(hours) == 168 and doc["caveat"].startswith("the effect of H")
+    fast = [h["best"]["step_time_s"] for k, h in hours.items() if k in FAST.fast_hours]
+    slow = [h["best"]["step_time_s"] for k, h in hours.items() if k not in FAST.fast_hours]
+    assert max(fast) < min(slow), (max(fast), min(slow))
+    assert doc["summary"]["worst_hour"]["label"] in {hours[k]["label"] for k in hours
+                                                     if k not in FAST.fast_hours}
+    for h in hours.values():
+        assert h["p10_bits_per_second"] <= h["p50_bits_per_second"]
+        assert h["best"]["step_time_s"] >= h["best_at_p50"]["step_time_s"] * 0.999
+        assert h["as_is"]["step_time_s"] >= h["best"]["step_time_s"]
+        need = h["bandwidth_needed_bps"]
+        if h["best"]["gpu_idle_share"] <= 0.1 - 1e-6:
+            assert need is not None and need <= h["p10_bits_per_second"] * 1.001, h
+        elif need is not None:
+            assert need > h["p10_bits_per_second"] * 0.999, h
+    assert {h["best"]["components"]["sync_every"] for h in hours.values()} <= {1, 10, 100}
+
+
+def test_impact_plans_each_hour_on_the_fleet_capacity(capsys, prometheus):
+    code, out, err = wanprobe(capsys, *JOB, "--prometheus", prometheus, "--from-site", "tpe",
+                              "--to-site", "usw", "--rtt", "95ms")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["source"]["kind"] == "prometheus" and doc["target_utilization"] == 0.9
+    check_hour_plans(doc)
+    code, out, err = wanprobe(capsys, *JOB[:-1], "--prometheus", prometheus, "--from-site",
+                              "tpe", "--to-site", "usw", "--rtt", "95ms")
+    assert code == 0 and "Plan by hour of the week" in out and "worst hour" in out, err
+    code, _, err = wanprobe(capsys, *JOB, "--prometheus", prometheus, "--from-site", "tpe",
+                            "--to-site", "nowhere", "--rtt", "95ms")
+    assert code == 1 and len(err) == 1 and "no wanprobe series" in err[0], err
+
+
+def test_impact_plans_each_hour_on_the_daemon_history(capsys, state_dir):
+    code, out, err = wanprobe(capsys, *JOB, "--state-dir", str(state_dir), "--peer", "usw-1")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["source"]["kind"] == "store"
+    check_hour_plans(doc)   # no --rtt: each hour's probes give it
+    for args, needle in ((("--state-dir", str(state_dir), "--peer", "nobody"), "'osa-1', 'usw-1'"),
+                         (("--state-dir", str(state_dir), "--peer", "usw-1", "--prometheus",
+                           "http://x"), "not both"),
+                         (("--peer", "usw-1"), "--state-dir DIR and --peer")):
+        code, _, err = wanprobe(capsys, *JOB, *args)
+        assert code != 0 and len(err) == 1 and needle in err[0], (args, err)

@@ -46,7 +46,7 @@ COMMANDS = {
     "throughput": "throughput", "counters": "counters", "diagnose": "diagnose", "tune": "tune",
     "nccl-env": "nccl", "report": "report", "impact": "impact", "daemon": "daemon",
     "history": "daemon", "fleet": "fleet", "paths": "paths", "preflight": "preflight",
-    "ring": "ring",
+    "ring": "ring", "job": "job",
 }
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from wanprobe.atomic_file import atomic_write
 from wanprobe.blocking import run_blocking
-from wanprobe.daemon import flow_probe, listener, ring_schedule
+from wanprobe.daemon import flow_probe, listener, ring_schedule, routes
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
@@ -38,7 +38,6 @@ from wanprobe.diagnose.path_watch import PathEvent, PathWatch, one_way_spreads
 from wanprobe.errors import ConfigError, WanprobeError
 from wanprobe.history.store import Flusher, ProbeRow, Store, StoreError
 from wanprobe.mesh.peer import Peer
-from wanprobe.pictures.routes import DaemonPages
 from wanprobe.probe.loss_window import PeerLossWindows
 from wanprobe.report.document import dumps as report_text
 from wanprobe.report.regression import regression_report
@@ -128,7 +127,7 @@ class Daemon:
         self.store = Store(self.cfg.db_path)
         self._warm_baseline()
         server = listener.build(self.metrics, self.health, self.cfg)  # TLS, auth: httpd/web_config.py
-        DaemonPages(self).install(server.http)   # the read-only page (pictures/routes.py)
+        routes.install(self, server.http)   # the page (pictures/routes.py), /api/sessions
         try:
             self.metrics_address = await server.start(*self.cfg.metrics_listen)
         except OSError as exc:

@@ -11,19 +11,17 @@ Definitions (pure, documented once here and in the CLI help):
   step the GPUs wait for the network.
 * ``idle_cost_per_day = gpu_idle_share · GPUs · 24 h · cost per GPU-hour``.
 
-Strategies (tcp-tuning.md §3.3–3.4): as-is; tuned hosts (BDP-sized buffers, BBR); hierarchical
-collective; fp16 / int8 gradients (INTELLECT-1's int8 all-reduce); top-k sparsification
-(DGC, exchanged as an all-gather of values + 32-bit indices); sync every H steps (local SGD /
-DiLoCo, H = 500 communicates 500× less); more bandwidth (a faster link, same hosts).
+The strategies, combinations of host tuning, topology, gradient bytes, compression, sync period
+and streaming, are ``strategy.py``'s; this module holds the job, the path and the collectives
+they run on.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 from wanprobe.errors import UsageError
-from wanprobe.models.bdp import buffer_needed_bytes, window_from_buffer_bytes
 from wanprobe.models.collectives import (
     flat_ring_across_sites_s,
     hierarchical_allreduce_s,
@@ -31,13 +29,13 @@ from wanprobe.models.collectives import (
 )
 from wanprobe.models.tcp_rate import DEFAULT_MSS_BYTES, achievable_rate_bps
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1}
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "bf16": 2, "fp16": 2, "int8": 1, "fp4": 0.5}
 COLLECTIVES = ("ring", "hierarchical", "tree")
 INDEX_BYTES = 4  # top-k sends a 32-bit index with every value (DGC)
 
 
-def dtype_bytes(dtype: str) -> int:
-    """Bytes per gradient element of ``dtype`` (fp32, bf16, fp16, int8)."""
+def dtype_bytes(dtype: str) -> float:
+    """Bytes per gradient element of ``dtype`` (fp32, bf16, fp16, int8, fp4)."""
     key = str(dtype).strip().lower()
     if key not in DTYPE_BYTES:
         raise UsageError(f"unknown dtype {dtype!r} (use {', '.join(DTYPE_BYTES)})")
@@ -131,6 +129,9 @@ class StrategyResult:
     gpu_idle_share: float | None
     idle_cost_per_day: float | None
     note: str = ""
+    sync_time_s: float | None = None      # one sync (comm_time_s is per step: sync / H)
+    hidden_comm_s: float | None = None    # communication hidden under compute, per step
+    components: dict | None = None        # strategy.Components.to_json()
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -143,9 +144,15 @@ class Options:
     collective: str = "ring"
     tuned_window_bytes: float | None = None   # None: sized to the BDP of the link
     tuned_cc: str = "bbr"
-    topk_ratio: float = 0.01
-    sync_every: int = 500
+    tuned_measured_bps: float | None = None   # a verified tuning's measured rate
+    topk_ratio: float | None = 0.01           # None: no top-k compression tried
+    sync_every: int = 500                     # H of local SGD / DiLoCo
+    more_sync_every: tuple[int, ...] = ()     # further H to try
     more_bandwidth_bps: float | None = None   # None: 4× the link
+
+    @property
+    def sync_periods(self) -> tuple[int, ...]:
+        return (self.sync_every, *self.more_sync_every)
 
 
 def collective_time_s(collective: str, size_bytes: float, job: Job, path: Path) -> tuple[float, float]:
@@ -169,7 +176,7 @@ def collective_time_s(collective: str, size_bytes: float, job: Job, path: Path) 
     raise UsageError(f"unknown collective {collective!r} (use {', '.join(COLLECTIVES)})")
 
 
-def topk_allgather_s(values: float, value_bytes: int, ratio: float, job: Job, path: Path) -> tuple[float, float]:
+def topk_allgather_s(values: float, value_bytes: float, ratio: float, job: Job, path: Path) -> tuple[float, float]:
     """Top-k exchanged as an all-gather of k values + indices across sites (DGC):
     each site receives (D−1) messages of ``k·(value + 4) bytes`` over its G flows:
     ``(D−1) · m·8/B_wan + (D−1)·α``."""
@@ -179,65 +186,3 @@ def topk_allgather_s(values: float, value_bytes: int, ratio: float, job: Job, pa
     rate = path.flow_rate(job.gpus_per_site)
     d = job.sites
     return (d - 1) * m * 8.0 / rate + (d - 1) * path.rtt_s / 2.0, rate
-
-
-def _result(name: str, collective: str, size: float, rate: float, comm_s: float, job: Job,
-            note: str = "") -> StrategyResult:
-    if job.compute_s is None:
-        return StrategyResult(name, collective, size, rate, comm_s, None, None, None, None, note)
-    step = step_time_s(job.compute_s, comm_s, job.overlap)
-    idle = gpu_idle_share(job.compute_s, step)
-    return StrategyResult(name, collective, size, rate, comm_s, step, comm_s / step, idle,
-                          idle_cost_per_day(idle, job.gpus, job.gpu_hour_cost), note)
-
-
-def strategies(job: Job, path: Path, options: Options | None = None) -> list[StrategyResult]:
-    """Every strategy side by side, each one change away from as-is."""
-    options = options or Options()
-    if options.collective not in COLLECTIVES:
-        raise UsageError(f"unknown collective {options.collective!r} (use {', '.join(COLLECTIVES)})")
-    if int(options.sync_every) != options.sync_every or options.sync_every < 1:
-        raise UsageError(f"sync interval must be a whole number ≥ 1, got {options.sync_every!r}")
-    size = gradient_bytes(job.params, job.dtype)
-    coll = options.collective
-    out: list[StrategyResult] = []
-
-    t, rate = collective_time_s(coll, size, job, path)
-    out.append(_result("as-is", coll, size, rate, t, job,
-                       f"{job.dtype} gradients, current host settings"))
-
-    window = options.tuned_window_bytes or window_from_buffer_bytes(
-        buffer_needed_bytes(path.link_bps, path.rtt_s))
-    tuned = replace(path, cc=options.tuned_cc, window_bytes=window, flow_rate_bps=None)
-    t, rate = collective_time_s(coll, size, job, tuned)
-    out.append(_result("tuned hosts", coll, size, rate, t, job,
-                       f"{options.tuned_cc}, window {window / 2**20:.1f} MiB per flow"))
-
-    if coll != "hierarchical":
-        t, rate = collective_time_s("hierarchical", size, job, path)
-        out.append(_result("hierarchical", "hierarchical", size, rate, t, job,
-                           f"{job.gpus_per_site} parallel WAN flows per site"))
-
-    for dt in ("fp16", "int8"):
-        if dtype_bytes(dt) < dtype_bytes(job.dtype):
-            s = gradient_bytes(job.params, dt)
-            t, rate = collective_time_s(coll, s, job, path)
-            out.append(_result(f"{dt} gradients", coll, s, rate, t, job,
-                               f"{dtype_bytes(job.dtype) / dtype_bytes(dt):.0f}× fewer bytes"))
-
-    t, rate = topk_allgather_s(job.params, dtype_bytes(job.dtype), options.topk_ratio, job, path)
-    m = job.params * options.topk_ratio * (dtype_bytes(job.dtype) + INDEX_BYTES)
-    out.append(_result(f"top-k {options.topk_ratio:g}", "allgather", m, rate, t, job,
-                       "values + 32-bit indices, all-gather across sites"))
-
-    t, rate = collective_time_s(coll, size, job, path)
-    h = int(options.sync_every)
-    out.append(_result(f"sync every {h} steps", coll, size / h, rate, t / h, job,
-                       "local SGD / DiLoCo, comm amortised per step"))
-
-    faster = options.more_bandwidth_bps or 4.0 * path.link_bps
-    bigger = replace(path, link_bps=faster)
-    t, rate = collective_time_s(coll, size, job, bigger)
-    out.append(_result("more bandwidth", coll, size, rate, t, job,
-                       f"link {faster / 1e9:g} Gbit/s, same hosts"))
-    return out

@@ -24,13 +24,14 @@ class Candidate:
     measured_bps: float | None
     tuned_window_bytes: float | None
     tuned_cc: str | None
+    tuned_measured_bps: float | None = None   # the report's verified tuning (measurements.verify)
 
     def to_json(self) -> dict:
         return {"name": self.name, "source": self.source, "rtt_p99_s": self.path.rtt_s,
                 "rtt_p50_s": self.rtt_p50_s, "loss": self.path.loss, "cc": self.path.cc,
                 "window_bytes": self.path.window_bytes, "measured_bps": self.measured_bps,
                 "link_bps": self.path.link_bps, "tuned_window_bytes": self.tuned_window_bytes,
-                "tuned_cc": self.tuned_cc}
+                "tuned_cc": self.tuned_cc, "tuned_measured_bps": self.tuned_measured_bps}
 
 
 def slowest(candidates: Sequence[Candidate]) -> Path:

@@ -13,8 +13,9 @@ Each strategy's communication time falls as the WAN rate B rises, towards a floo
 latency (α = RTT/2 per step of the collective) and the local fabric; the needed rate is the B at
 which it meets that budget (bisection on the model itself, so every collective of
 collectives.py is inverted the same way), or none when even an infinite rate leaves the floor
-above it. A local-SGD / DiLoCo sync every H steps may take H times the per-step budget: that is
-the bulk transfer a ``fleet windows --bytes`` answer can be judged against.
+above it. A local-SGD / DiLoCo sync every H steps may take H steps' budget (``sync_budget_s``;
+streamed, H steps of compute): that is the bulk transfer a ``fleet windows --bytes`` answer can
+be judged against.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from wanprobe.errors import UsageError
 from wanprobe.models import impact as model
+from wanprobe.models.strategy import Components, PathNetwork, combinations, sync_s
 
 MAX_RATE_BPS = 1e15      # 1 Pbit/s: "infinite" for the floor
 
@@ -61,6 +64,36 @@ def rate_for(comm_of_rate: Callable[[float], float], budget_s: float) -> float |
     return hi
 
 
+def sync_budget_s(job: model.Job, utilization: float, c: Components) -> float:
+    """The longest one sync of ``c`` may take for ``utilization`` (strategy.step_of inverted):
+    every step ``max_comm_s``; every H steps blocking ``H·compute·(1 − U)/U``; streamed
+    ``H·compute/U`` (the step is ``max(compute, sync/H)``)."""
+    if job.compute_s is None:
+        raise UsageError("--target-utilization needs --compute-ms (utilisation is compute / step)")
+    per_step = max_comm_s(job.compute_s, job.overlap, utilization)
+    h = c.sync_every
+    if h == 1:
+        return per_step
+    return h * job.compute_s * (1.0 if c.streaming else 1 - utilization) / utilization
+
+
+def rate_needed(job: model.Job, rtt_s: float, c: Components, utilization: float) -> float | None:
+    """The least WAN rate at which ``c`` keeps ``compute / step`` at ``utilization``; None when
+    no rate does (latency or the local fabric alone exceed the budget). Every flow is taken to
+    run at the rate: tuning changes how a rate is reached, not the rate needed."""
+    return rate_for(_sync_at(job, rtt_s, c), sync_budget_s(job, utilization, c))
+
+
+def _sync_at(job: model.Job, rtt_s: float, c: Components) -> Callable[[float], float]:
+    base = model.Path(rtt_s=rtt_s, link_bps=1.0)
+
+    def sync_at(rate: float) -> float:
+        at = replace(base, link_bps=rate, flow_rate_bps=rate)
+        return sync_s(job, PathNetwork(job, at, at), c)[2]
+
+    return sync_at
+
+
 @dataclass(frozen=True)
 class Need:
     """What one strategy needs from the WAN; JSON keys are the field names."""
@@ -72,49 +105,27 @@ class Need:
     comm_budget_per_sync_s: float     # the longest one sync may take
     comm_floor_s: float               # one sync at an infinite WAN rate (latency, local fabric)
     required_bits_per_second: float | None   # None: the floor alone is over budget
+    components: dict[str, Any]
     note: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _need(name: str, collective: str, size: float, every: int, budget_s: float,
-          comm: Callable[[float], float], note: str = "") -> Need:
-    return Need(name, collective, size, every, budget_s, comm(MAX_RATE_BPS),
-                rate_for(comm, budget_s), note)
 
 
 def needs(job: model.Job, rtt_s: float, utilization: float,
           options: model.Options | None = None) -> list[Need]:
-    """Per strategy, the WAN rate the job needs for ``utilization`` (see module docstring)."""
+    """Per combination (strategy.combinations without the tuning: a rate is a rate), the WAN
+    rate the job needs for ``utilization``; least first, the baseline first."""
     options = options or model.Options()
-    if job.compute_s is None:
-        raise UsageError("--target-utilization needs --compute-ms (utilisation is compute / step)")
-    budget = max_comm_s(job.compute_s, job.overlap, utilization)
-    base = model.Path(rtt_s=rtt_s, link_bps=1.0)
-
-    def at(rate: float) -> model.Path:   # every collective then runs at exactly this WAN rate
-        return replace(base, link_bps=rate, flow_rate_bps=rate)
-
-    def coll(collective: str, size: float) -> Callable[[float], float]:
-        return lambda rate: model.collective_time_s(collective, size, job, at(rate))[0]
-
-    size, c = model.gradient_bytes(job.params, job.dtype), options.collective
-    out = [_need("as-is", c, size, 1, budget, coll(c, size),
-                 "the same rate for tuned hosts or a bigger link: they change how it is reached")]
-    if c != "hierarchical":
-        out.append(_need("hierarchical", "hierarchical", size, 1, budget,
-                         coll("hierarchical", size), "rate summed over the G parallel flows"))
-    for dt in ("fp16", "int8"):
-        if model.dtype_bytes(dt) < model.dtype_bytes(job.dtype):
-            s = model.gradient_bytes(job.params, dt)
-            out.append(_need(f"{dt} gradients", c, s, 1, budget, coll(c, s)))
-    k = options.topk_ratio
-    out.append(_need(f"top-k {k:g}", "allgather",
-                     job.params * k * (model.dtype_bytes(job.dtype) + model.INDEX_BYTES), 1, budget,
-                     lambda rate: model.topk_allgather_s(job.params, model.dtype_bytes(job.dtype),
-                                                         k, job, at(rate))[0]))
-    h = int(options.sync_every)
-    out.append(_need(f"sync every {h} steps", c, size, h, budget * h, coll(c, size),
-                     "local SGD / DiLoCo: one sync may take H steps' budget"))
-    return out
+    combos = combinations(job, options, tunings=("as-is",))
+    out = []
+    for c in combos:
+        sync_at = _sync_at(job, rtt_s, c)
+        budget = sync_budget_s(job, utilization, c)
+        collective, size, _, _ = sync_s(job, PathNetwork(job, *(2 * (model.Path(rtt_s, 1e9),))), c)
+        out.append(Need(c.name(combos[0]), collective, size, c.sync_every, budget,
+                        sync_at(MAX_RATE_BPS), rate_for(sync_at, budget), c.to_json(),
+                        "rate summed over the G parallel flows" if c.topology == "hierarchical"
+                        else ""))
+    return [out[0], *sorted(out[1:], key=lambda n: (n.required_bits_per_second is None,
+                                                     n.required_bits_per_second or 0.0))]

@@ -3,9 +3,10 @@
 The figures come typed from the report codec (``codec.parts_of``: ``measurements`` and
 ``host``), as every other reader of a report takes them; ``wanprobe impact`` also takes
 hand-written partial reports (``peer``, ``measurements.path``, ``measurements.throughput``,
-``host.sysctls``, optional ``plan``), so the document is not required to be whole. Used: the path's p99 (and p50) RTT and loss ratio, the
-forward throughput, this host's ``tcp_rmem`` and congestion control, and the sysctl values the
-report's ``plan`` would set. A missing or impossible figure is one ConfigError naming its key.
+``host.sysctls``, optional ``plan``), so the document is not required to be whole. Used: the
+path's p99 (and p50) RTT and loss ratio, the forward throughput, this host's ``tcp_rmem`` and
+congestion control, the sysctl values the report's ``plan`` would set, and the rate a verified
+tuning measured (``measurements.verify``: "tuned hosts" at that rate, not the model's). A missing or impossible figure is one ConfigError naming its key.
 """
 
 from __future__ import annotations
@@ -76,13 +77,17 @@ def candidate(measured: Measured, host: Host | None, name: str, plan: Any, sourc
         raise ConfigError(f"report {source}: plan's net.ipv4.tcp_rmem is not 'min default max': "
                           f"{knobs['net.ipv4.tcp_rmem']!r}")
     p50 = path.rtt_p50_ms if path else None
+    verify = measured.verify
+    verified = None if verify is None else (verify.bits_per_second_after_omit
+                                            or verify.bits_per_second)
     return Candidate(
         name, source,
         Path(rtt_s=rtt_p99_ms / 1e3, link_bps=float(link_bps), loss=loss, cc=cc,
              window_bytes=window_from_buffer_bytes(rmem[2]), flow_rate_bps=rate),
         None if p50 is None else p50 / 1e3, rate,
         window_from_buffer_bytes(tuned[2]) if tuned else None,
-        knobs.get("net.ipv4.tcp_congestion_control"))
+        knobs.get("net.ipv4.tcp_congestion_control"),
+        verified if verified and verified > 0 else None)
 
 
 def _peer_name(peer: Any, source: str) -> str:
