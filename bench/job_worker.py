@@ -4,7 +4,8 @@
 Every step: forward, backward and SGD on an MLP of about ``--params`` parameters with a batch
 of ``--batch`` (the compute), then the gradients all-reduced (fp32) inside ``rec.comm()``.
 Runs until ``--seconds`` have passed (rank 0 decides; the others follow through a broadcast
-flag each step) and writes one JSON line per step to ``--steps``. The recorder's own cost is
+flag each step) and writes one JSON line per step to ``--steps`` (and, with ``--socket``, sends
+it to the daemon's ``[job]`` socket too). The recorders' own cost is
 measured in the same steps: the wall time of each ``with rec.step`` and ``with rec.comm`` less
 the time of their bodies, over the step times; rank 0 prints it as one JSON line.
 """
@@ -12,6 +13,7 @@ the time of their bodies, over the step times; rank 0 prints it as one JSON line
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -25,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", required=True)
     ap.add_argument("--seconds", type=float, required=True)
     ap.add_argument("--steps", required=True)
+    ap.add_argument("--socket", help="also send the steps to a daemon's [job] socket")
     args = ap.parse_args(argv)
     os.environ.pop("LOCAL_WORLD_SIZE", None)
     import torch
@@ -45,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     x, y = torch.randn(args.batch, d), torch.randn(args.batch, d)
     flag = torch.zeros(1)
     rec = StepRecorder(args.steps, rank=args.rank, job="lab")
+    live = StepRecorder(socket_path=args.socket, rank=args.rank, job="lab") if args.socket \
+        else None
     overhead = total = 0.0
     end_at = time.time() + args.seconds
     n = 0
@@ -54,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         if flag[0] > 0:
             break
         t0 = time.perf_counter()
-        with rec.step(n):
+        with rec.step(n), (live.step(n) if live else contextlib.nullcontext()):
             b0 = time.perf_counter()
             opt.zero_grad(set_to_none=False)
             torch.nn.functional.mse_loss(net(x), y).backward()
             flat = torch.cat([p.grad.reshape(-1) for p in params])
             c0 = time.perf_counter()
-            with rec.comm():
+            with rec.comm(), (live.comm() if live else contextlib.nullcontext()):
                 c1 = time.perf_counter()
                 dist.all_reduce(flat)
                 c2 = time.perf_counter()
@@ -77,11 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         total += t1 - t0
         n += 1
     rec.close()
-    mine = torch.tensor([overhead / max(total, 1e-9), float(n)], dtype=torch.float64)
+    dropped = live.dropped if live else 0
+    if live:
+        live.close()
+    mine = torch.tensor([overhead / max(total, 1e-9), float(n), float(dropped)],
+                        dtype=torch.float64)
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)
     dist.barrier()
     if args.rank == 0:
-        print(json.dumps({"steps": int(mine[1]), "recorder_share": float(mine[0])}), flush=True)
+        print(json.dumps({"steps": int(mine[1]), "recorder_share": float(mine[0]),
+                          "dropped": int(mine[2])}), flush=True)
     sys.stderr.flush()
     os._exit(0)   # gloo's teardown may abort when the peers close at different moments
 

@@ -39,15 +39,16 @@ RANKS = ("tpe1", "tyo1", "usw1")
 CC = "reno"  # bbr paces gloo's bursts at a lagging estimate, which the model leaves out
 
 
-def run_gloo(lab, ranks, sizes, *, reps: int, warmup: int, port: int = 29517) -> list[dict]:
-    """One gloo rank per host (rank order ``ranks``); rank 0's result per size."""
+def run_ranks(lab, ranks, worker: Path, args: list[str], *, port: int,
+              what: str = "gloo rank") -> dict:
+    """One torch.distributed rank of ``worker`` per host (rank order ``ranks``, rendezvous at
+    the first), each given ``args`` after its rank, world, master and port; rank 0's last
+    stdout line as JSON. Every rank is waited for (killed on any failure)."""
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "PMI_SIZE")}
     env.update(GLOO_SOCKET_IFNAME="lan0", PYTHONPATH=str(REPO))
     master = lab.host(ranks[0]).addr
-    procs = [lab.host(h).popen([sys.executable, str(WORKER), "--rank", str(r), "--world",
-                                str(len(ranks)), "--master", master, "--port", str(port),
-                                "--sizes", ",".join(map(str, sizes)), "--reps", str(reps),
-                                "--warmup", str(warmup)],
+    procs = [lab.host(h).popen([sys.executable, str(worker), "--rank", str(r), "--world",
+                                str(len(ranks)), "--master", master, "--port", str(port), *args],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for r, h in enumerate(ranks)]
     try:
@@ -59,8 +60,14 @@ def run_gloo(lab, ranks, sizes, *, reps: int, warmup: int, port: int = 29517) ->
                 p.wait()
     for rank, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)):
         if p.returncode != 0:
-            raise RuntimeError(f"gloo rank {rank} exited {p.returncode}: {err.strip()[-300:]}")
-    return json.loads(outs[0][0].strip().splitlines()[-1])["results"]
+            raise RuntimeError(f"{what} {rank} exited {p.returncode}: {err.strip()[-300:]}")
+    return json.loads(outs[0][0].strip().splitlines()[-1])
+
+
+def run_gloo(lab, ranks, sizes, *, reps: int, warmup: int, port: int = 29517) -> list[dict]:
+    """One gloo rank per host (rank order ``ranks``); rank 0's result per size."""
+    return run_ranks(lab, ranks, WORKER, ["--sizes", ",".join(map(str, sizes)), "--reps",
+                                          str(reps), "--warmup", str(warmup)], port=port)["results"]
 
 
 def lab_of(name: str, profile: str = "tpe-tyo-usw", rate_bps: float | None = None) -> SitesLab:

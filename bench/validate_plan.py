@@ -26,8 +26,6 @@ Usage: python bench/validate_plan.py [--runs 3] [--params 2000000] [--sites 2 3]
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -37,7 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from common import lacks_root, parser, span  # noqa: E402
-from ring_vs_gloo import lab_of, ring_of  # noqa: E402
+from ring_vs_gloo import lab_of, ring_of, run_ranks  # noqa: E402
 
 from wanprobe.models import impact, strategy  # noqa: E402
 from wanprobe.ring.network import GlooRingNetwork  # noqa: E402
@@ -57,26 +55,9 @@ RATE_BPS = 100e6
 def train(lab, ranks, *, params: int, configs=CONFIGS, periods: int = 3,
           port: int = 29531) -> dict:
     """One gloo rank per host (rank order ``ranks``): rank 0's JSON line."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "PMI_SIZE")}
-    env.update(GLOO_SOCKET_IFNAME="lan0", PYTHONPATH=str(REPO))
-    master = lab.host(ranks[0]).addr
-    procs = [lab.host(h).popen([sys.executable, str(WORKER), "--rank", str(r), "--world",
-                                str(len(ranks)), "--master", master, "--port", str(port),
-                                "--params", str(params), "--configs", ",".join(configs),
-                                "--periods", str(periods)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for r, h in enumerate(ranks)]
-    try:
-        outs = [p.communicate(timeout=900) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for rank, (p, (_, err)) in enumerate(zip(procs, outs, strict=True)):
-        if p.returncode != 0:
-            raise RuntimeError(f"training rank {rank} exited {p.returncode}: {err.strip()[-300:]}")
-    return json.loads(outs[0][0].strip().splitlines()[-1])
+    return run_ranks(lab, ranks, WORKER, ["--params", str(params), "--configs", ",".join(configs),
+                                          "--periods", str(periods)],
+                     port=port, what="training rank")
 
 
 def predict(ring, addrs, n_params: int, compute_s: float, sync_every: int,

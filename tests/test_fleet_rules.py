@@ -33,7 +33,7 @@ def test_promtool_check_rules_accepts_fleet_rules(capsys, tmp_path, args):
     rules.write_text(fleet_rules(capsys, *args))
     r = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "SUCCESS: 16 rules found" in r.stdout
+    assert "SUCCESS: 17 rules found" in r.stdout
 
 
 def _promtool_test(capsys, tmp_path, *args: str) -> subprocess.CompletedProcess:

@@ -39,14 +39,12 @@ class HourSource:
 def ring_input(path: FsPath) -> tuple[Path, int, dict]:
     """(the WAN path, the number of sites, a description) of a ring test's JSON (``wanprobe
     ring --json``, or a report holding one in ``measurements.ring``)."""
+    from wanprobe.report.codec import ring_part
     from wanprobe.report.document import load_json
     from wanprobe.ring.model import RingResult
     from wanprobe.ring.network import path_of, sites_of
 
-    doc = load_json(path, strict=False)
-    if isinstance(doc, Mapping) and isinstance(doc.get("measurements"), Mapping) \
-            and "ring" in doc["measurements"]:
-        doc = doc["measurements"]["ring"]
+    doc = ring_part(load_json(path, strict=False))
     if not isinstance(doc, Mapping) or "edges" not in doc:
         raise ConfigError(f"--ring {shown(str(path))}: not a ring test's result (wanprobe ring "
                           "--json) nor a report holding one")

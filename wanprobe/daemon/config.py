@@ -21,6 +21,7 @@ from wanprobe.daemon.config_fields import (
     parse_listen,
     parse_window,
 )
+from wanprobe.daemon.config_job import JobSettings, job_settings
 from wanprobe.daemon.config_reflector import (
     DAEMON_KEYS,
     DAEMON_SERVER,
@@ -158,6 +159,7 @@ class DaemonConfig:
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     throughput: ThroughputSettings = field(default_factory=ThroughputSettings)
     ring: RingSettings = field(default_factory=RingSettings)   # scheduled ring tests (issue 39)
+    job: JobSettings = field(default_factory=JobSettings)      # a job's step stream (issue 41)
     counters: CounterSettings = field(default_factory=CounterSettings)
     retention: RetentionSettings = field(default_factory=RetentionSettings)
     baseline: BaselineSettings = field(default_factory=BaselineSettings)
@@ -191,7 +193,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
     """Validate a TOML document (already parsed) into a :class:`DaemonConfig`."""
     v = FieldReader(base_dir or Path.cwd())
     v.known(data, "", {"daemon", "peers", "probe", "throughput", "counters", "retention",
-                       "baseline", "auto_apply", "ring"})
+                       "baseline", "auto_apply", "ring", "job"})
     d = v.table(data, "daemon")
     v.known(d, "daemon", {"state_dir", "tune_state_dir", "metrics_listen", "reflector_listen", "reflector",
                           "hmac_key", "hmac_key_file", "hostname", "site", "mesh_file",
@@ -230,6 +232,7 @@ def parse_config(data: dict[str, Any], *, source: str = "<memory>",
         auto_apply=_auto_apply(v, v.table(data, "auto_apply")),
     )
     _far_end_limits(v, throughput, cfg_kwargs["throughput_server"])
+    cfg_kwargs["job"] = job_settings(v, v.table(data, "job"))
     cfg_kwargs["ring"] = ring_settings(v, v.table(data, "ring"), hmac_key=cfg_kwargs["hmac_key"],
                                        server=cfg_kwargs["throughput_server"])
     if not data.get("peers") and cfg_kwargs["mesh_file"] is None and "peers" not in v.bad:

@@ -20,7 +20,7 @@ from typing import Any
 
 from wanprobe.atomic_file import atomic_write
 from wanprobe.blocking import run_blocking
-from wanprobe.daemon import flow_probe, listener, ring_schedule, routes
+from wanprobe.daemon import flow_probe, job_ingest, listener, ring_schedule, routes
 from wanprobe.daemon import logging as dlog
 from wanprobe.daemon.auto_apply import check_plan, request_apply
 from wanprobe.daemon.baseline import BaselineTracker, Transition
@@ -150,7 +150,8 @@ class Daemon:
         self._tasks = [asyncio.create_task(self.maintain()),  # retention also right at start
                        asyncio.create_task(every(lambda: self.cfg.retention.maintenance_interval_s,
                                                  self.maintain)),
-                       asyncio.create_task(self._counter_loop()), ring_schedule.start(self)]
+                       asyncio.create_task(self._counter_loop()), ring_schedule.start(self),
+                       job_ingest.start(self)]
         wd = watchdog_interval_s()
         if wd:
             self._tasks.append(asyncio.create_task(every(lambda: wd, self._watchdog)))

@@ -223,6 +223,21 @@ def _daemon_alerts(s: RuleSettings) -> list[dict[str, Any]]:
     ]
 
 
+def _job_alerts(s: RuleSettings) -> list[dict[str, Any]]:
+    """Training steps a daemon put on the path (its ``[job]`` stream, daemon/job_ingest.py)."""
+    w = prom_duration(s.window_s)
+    slow = (f'label_replace(label_replace(increase(wanprobe_job_slow_steps_total'
+            f'{{attribution="path"}}[{w}]) > 0, "src_site", "$1", "site", "(.*)"), '
+            f'"src_host", "$1", "host", "(.*)")')
+    return [_alert("WanprobeJobSlowStepsOnPath", slow, s, "warning",
+                   "{{ $labels.training_job }} on {{ $labels.src_host }} ({{ $labels.src_site }}): "
+                   "{{ $value }} slow steps in " + w + " put on the path",
+                   "Steps of the training job ran slower than 1.3x its recent median while a "
+                   "probed path had a loss burst, a reroute or a queue. `wanprobe job explain "
+                   "--steps STEPS --daemon URL` on the host names the edge and the figures.",
+                   {"dst_site": "any"})]
+
+
 def rule_groups(s: RuleSettings) -> dict[str, Any]:
     """The whole rules file as a document (``groups: [...]``)."""
     def group(name: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
@@ -235,9 +250,9 @@ def rule_groups(s: RuleSettings) -> dict[str, Any]:
                for k, v in (site_pair_queries(s) | profile_queries(s)).items()]
     return {"groups": [group("wanprobe-site-pairs", records),
                        group("wanprobe-alerts", _loss_alerts(s) + _path_alerts(s)
-                             + _daemon_alerts(s))]}
+                             + _daemon_alerts(s) + _job_alerts(s))]}
 
 
 ALERT_NAMES = ("WanprobeLossForwardAboveSLO", "WanprobeLossReverseAboveSLO", "WanprobeRttFloorStep",
                "WanprobeReflectorNotAnswering", "WanprobeThroughputBelowBaseline",
-               "WanprobeDaemonDown", "WanprobeDaemonStale")
+               "WanprobeDaemonDown", "WanprobeDaemonStale", "WanprobeJobSlowStepsOnPath")

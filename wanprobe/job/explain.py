@@ -139,26 +139,26 @@ def _path(s: Step, events: Sequence[PathEvent]) -> PathEvent | None:
 def _slow(s: Step, baseline: float, base: _Baselines, events: Sequence[PathEvent],
           host_events: Sequence[HostEvent]) -> SlowStep:
     excess = s.duration_s - baseline
-    out = {"step": s.step, "start": s.start, "end": s.end, "duration_s": s.duration_s,
-           "baseline_s": baseline}
+
+    def out(attribution: str, cause: str, evidence: dict[str, Any]) -> SlowStep:
+        return SlowStep(s.step, s.start, s.end, s.duration_s, baseline, attribution, cause,
+                        evidence)
+
     hosts = [h for h in host_events if _overlap(s.start, s.end, h.start, h.end) > 0]
     straggler = _straggler(s, base, excess)
     if straggler is not None:
         cause, ev = straggler
-        return SlowStep(**out, attribution="host", cause=cause, evidence={
-            **ev, "host_events": [asdict(h) for h in hosts]})
+        return out("host", cause, {**ev, "host_events": [asdict(h) for h in hosts]})
     event = _path(s, events) if _in_comm(s, base, excess) else None
     if event is not None:
-        return SlowStep(**out, attribution="path", cause=f"{event.kind} toward {event.peer}: "
-                        f"{event.cause}", evidence={
-                            "peer": event.peer, "kind": event.kind, "event_start": event.start,
-                            "event_end": event.end, **event.evidence})
+        return out("path", f"{event.kind} toward {event.peer}: {event.cause}", {
+            "peer": event.peer, "kind": event.kind, "event_start": event.start,
+            "event_end": event.end, **event.evidence})
     if hosts:
-        return SlowStep(**out, attribution="host", cause=f"{hosts[0].host}: {hosts[0].cause}",
-                        evidence={"host_events": [asdict(h) for h in hosts]})
-    return SlowStep(**out, attribution="unexplained", cause="no path or host event in the "
-                    "step, and no rank computed longer than usual", evidence={
-                        "comm_s": {ln.rank: ln.comm_s for ln in s.ranks}})
+        return out("host", f"{hosts[0].host}: {hosts[0].cause}",
+                   {"host_events": [asdict(h) for h in hosts]})
+    return out("unexplained", "no path or host event in the step, and no rank computed "
+               "longer than usual", {"comm_s": {ln.rank: ln.comm_s for ln in s.ranks}})
 
 
 def explain(log: StepLog, events: Sequence[PathEvent],

@@ -20,8 +20,9 @@ step during a step does not change it (``end = start + duration``). Communicatio
 of the timed spans inside the step: overlapping DDP buckets count once.
 
 Cost per step: two clock reads per span and one ``write`` (file, line-buffered) or one
-non-blocking ``sendto`` (socket: a datagram the daemon may drop under load; ``dropped`` counts
-what the socket refused). bench/job_recorder_overhead.py measures it against the step.
+non-blocking ``sendto`` (socket: the daemon's socket queues ``net.unix.max_dgram_qlen``
+datagrams, 10 by default, so a daemon busy for ten steps loses the next ones; ``dropped``
+counts what the socket refused, and the job never waits). bench/job_recorder_overhead.py measures it against the step.
 """
 
 from __future__ import annotations

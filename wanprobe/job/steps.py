@@ -64,22 +64,28 @@ class StepLog:
     offsets_s: dict[int, float] = field(default_factory=dict)
 
 
-def _line(obj: Any) -> StepLine | None:
+def _num(v: Any) -> float | None:
+    """A finite JSON number as a float; None for anything else (bool included)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def parse_line(obj: Any) -> StepLine | None:
+    """One decoded JSON value as a step line; None when it is not one."""
     if not isinstance(obj, Mapping):
         return None
-    step, start, end = obj.get("step"), obj.get("start"), obj.get("end")
-    comm, rank = obj.get("comm_s"), obj.get("rank", 0)
+    step, rank, raw_comm = obj.get("step"), obj.get("rank", 0), obj.get("comm_s")
+    start, end = _num(obj.get("start")), _num(obj.get("end"))
+    comm = None if raw_comm is None else _num(raw_comm)
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        return None
-    nums = (start, end) + ((comm,) if comm is not None else ())
-    if any(isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
-           for v in nums):
         return None
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         return None
-    if end < start or (comm is not None and comm < 0):
+    if start is None or end is None or end < start or (raw_comm is not None and
+                                                       (comm is None or comm < 0)):
         return None
-    return StepLine(step, float(start), float(end), None if comm is None else float(comm), rank)
+    return StepLine(step, start, end, comm, rank)
 
 
 def parse_lines(lines: Iterable[str], source: str) -> StepLog:
@@ -92,7 +98,7 @@ def parse_lines(lines: Iterable[str], source: str) -> StepLog:
         if not text.strip():
             continue
         try:
-            line = _line(json.loads(text))
+            line = parse_line(json.loads(text))
         except (ValueError, RecursionError):
             line = None
         if line is None:

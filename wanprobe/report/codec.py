@@ -60,6 +60,13 @@ def parts_of(doc: Any) -> tuple[Measured, Host | None]:
     return measured_of(doc.get("measurements")), host_of(doc.get("host"))
 
 
+def ring_part(doc: Any) -> Any:
+    """A report's ``measurements.ring`` (a ring test's result, ``ring/model.RingResult``), or
+    ``doc`` itself when it is not a report holding one (``wanprobe ring --json`` output)."""
+    m = doc.get("measurements") if isinstance(doc, Mapping) else None
+    return m["ring"] if isinstance(m, Mapping) and "ring" in m else doc
+
+
 def measured_of(m: Any) -> Measured:
     """The typed measurements of a report's ``measurements`` dict: the one parser."""
     m = m if isinstance(m, Mapping) else {}
