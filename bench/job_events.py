@@ -21,7 +21,7 @@ steps to the daemon's ``[job]`` socket: the daemon's own live attribution is scr
 /metrics at the end. Also the recorders' own share of the step time, measured in the same steps
 (bench/job_worker.py). Needs root and torch's CPU wheel.
 
-Usage: python bench/job_events.py [--rounds 5] [--event 1.2] [--quiet 1.8] [--runs 1] [--json]
+Usage: python bench/job_events.py [--rounds 5] [--event 1.0] [--quiet 1.5] [--runs 1] [--json]
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ WORKER = REPO / "bench" / "job_worker.py"
 KINDS = ("loss", "queue", "reroute", "cpu")
 PATH_KINDS = {"loss", "queue", "reroute"}
 LINGER_S = 1.5
-WARMUP_S = 10.0
-QUIET_STRETCH_S = 8.0
+WARMUP_S = 8.0
+QUIET_STRETCH_S = 5.0
 RTT_MS, RATE_BPS = 35.0, 100e6
-PARAMS, BATCH = 1_000_000, 6144        # ~4 MB exchanged and ~0.2-0.3 s of compute per step
+PARAMS, BATCH = 1_000_000, 4096        # ~4 MB exchanged and ~0.15-0.2 s of compute per step
 DAEMON_TOML = """[daemon]
 state_dir = "{state}"
 metrics_listen = "127.0.0.1:9871"
@@ -235,7 +235,7 @@ def run(lab, work: Path, *, rounds: int = 5, event_s: float = 2.0, quiet_s: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser(__doc__, ("--rounds", 5), ("--event", 1.2), ("--quiet", 1.8), ("--runs", 1),
+    args = parser(__doc__, ("--rounds", 5), ("--event", 1.0), ("--quiet", 1.5), ("--runs", 1),
                   ("--json", False)).parse_args(argv)
     if lacks_root():
         return 1

@@ -74,7 +74,11 @@ def test_steps_over_the_socket_give_metrics_and_a_path_attribution(tmp_path):
         return ingest, got
 
     ingest, got = asyncio.run(main())
+    store.flush()
+    filed = [f for f in store.findings() if f["id"] == "job.slow_step"]
     store.close()
+    assert len(filed) == 1 and filed[0]["peer"] == "usw" and filed[0]["severity"] == "warning"
+    assert "llm: step 30 took 1.50 s" in filed[0]["title"] and "loss burst" in filed[0]["title"]
     assert set(ingest.jobs) == {"llm", "b"}          # "c" is a job too many (max_jobs 2)
     assert ingest.refused == 5
     assert got['wanprobe_job_steps_total{"training_job": "llm"}'] == 40

@@ -131,3 +131,36 @@ def test_the_recorder_never_blocks_on_a_missing_daemon(tmp_path):
         pass
     assert rec.dropped == 1
     rec.close()
+
+
+def test_the_ddp_hook_times_each_bucket_and_averages_like_ddp(tmp_path):
+    """A real DistributedDataParallel model (gloo, one rank on loopback) with the recorder's
+    hook: the gradients come out as DDP's own averaging gives them, and the step has comm_s."""
+    torch = pytest.importorskip("torch", reason="needs torch's CPU wheel (the test extra)")
+    import socket as sk
+
+    import torch.distributed as dist
+
+    with sk.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(64, 64)
+        plain = torch.nn.Linear(64, 64)
+        plain.load_state_dict(model.state_dict())
+        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
+        p = tmp_path / "steps.jsonl"
+        with StepRecorder(p, rank=0) as rec:
+            ddp.register_comm_hook(None, rec.ddp_hook())
+            x = torch.randn(8, 64)
+            with rec.step(0):
+                ddp(x).sum().backward()
+        plain(x).sum().backward()
+        assert torch.allclose(model.weight.grad, plain.weight.grad)
+        (line,) = parse_lines(p.read_text().splitlines(), str(p)).steps[0].ranks
+        assert line.comm_s is not None and 0 < line.comm_s <= line.end - line.start
+    finally:
+        dist.destroy_process_group()

@@ -18,7 +18,7 @@ def test_slow_steps_are_put_on_the_injected_events(lab_factory, tmp_path):
     bench = load_bench("job_events")
     lab = lab_factory(rtt_ms=bench.RTT_MS, rate_bps=bench.RATE_BPS)
     try:
-        got = bench.run(lab, tmp_path, rounds=5, event_s=1.2, quiet_s=1.8)
+        got = bench.run(lab, tmp_path, rounds=5, event_s=1.0, quiet_s=1.5)
     except FileNotFoundError as exc:   # iperf3 or taskset missing on a laptop
         require(str(exc))
     print(f"{got['events']} events, {got['slow']} slow of {got['steps']} steps "

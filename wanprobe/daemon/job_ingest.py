@@ -20,6 +20,9 @@ and this host's sessions (``job/explain.py``). Metrics:
 (``training_job``, not ``job``: Prometheus's own ``job`` label names the scrape job.)
 - ``wanprobe_job_datagrams_refused_total``.
 
+A slow step put on the path or a host is also filed as a finding (``job.slow_step``), so the
+daemon's page draws it on its time axis beside the path events.
+
 ``wanprobe fleet rules`` alerts on ``wanprobe_job_slow_steps_total{attribution="path"}``.
 """
 
@@ -145,10 +148,18 @@ class JobIngest:
         try:
             got = await run_blocking(self._explain, steps, line)
         except Exception:  # noqa: BLE001 - a broken history read leaves it unexplained
-            got = "unexplained"
-        job.slow[got] += 1
+            got = None
+        job.slow[got.attribution if got else "unexplained"] += 1
+        if got is not None and got.attribution != "unexplained" and self.daemon.store:
+            # on the page's time axis beside the path events (pictures: the findings table)
+            self.daemon.store.add_finding(got.start, {
+                "id": "job.slow_step", "severity": "warning" if got.attribution == "path"
+                else "info", "evidence": got.to_json(),
+                "title": f"{name}: step {got.step} took {got.duration_s:.2f} s (usually "
+                         f"{got.baseline_s:.2f} s), {got.attribution}: {got.cause}"},
+                peer=got.evidence.get("peer") if got.attribution == "path" else None)
 
-    def _explain(self, lines: list[StepLine], slow: StepLine) -> str:
+    def _explain(self, lines: list[StepLine], slow: StepLine) -> ex.SlowStep | None:
         store = self.daemon.store
         rows = [r for r in store.probes(None, since=lines[0].start - SESSIONS_BEFORE_S)
                 if r.error is None] if store is not None else []
@@ -159,7 +170,7 @@ class JobIngest:
                             sorted({x.step: x for x in lines}.values(), key=lambda x: x.step)))
         result = ex.explain(log, path_events(sessions, span))
         mine = [s for s in result.slow_steps if s.step == slow.step]
-        return mine[0].attribution if mine else "unexplained"
+        return mine[0] if mine else None
 
     def collect(self) -> Iterator[Any]:
         key = ["training_job"]
