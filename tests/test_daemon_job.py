@@ -117,3 +117,73 @@ def test_the_job_table_parses_and_each_bad_key_is_one_line():
         with pytest.raises(ConfigInvalid) as info:
             config(job)
         assert len(info.value.problems) == 1 and key in info.value.problems[0], info.value.problems
+
+
+def test_a_burst_of_slow_steps_runs_at_most_four_attributions_at_once(tmp_path):
+    from wanprobe.job.steps import StepLine
+
+    daemon = types.SimpleNamespace(store=None, cfg=types.SimpleNamespace(
+        probe=types.SimpleNamespace(interval_s=0.5)))
+
+    async def main():
+        ingest = JobIngest(daemon, JobSettings(socket=str(tmp_path / "j.sock")))
+        ingest.delay_s = 0.2
+        for n in range(30):
+            d = 0.5 if n < 20 else 5.0
+            ingest.add("j", StepLine(n, T0 + n, T0 + n + d, None, 0))
+        job = ingest.jobs["j"]
+        held = (job.pending, job.slow["unexplained"])
+        while job.pending:
+            await asyncio.sleep(0.05)
+        return held, dict(job.slow)
+
+    (pending, early), slow = asyncio.run(main())
+    assert pending == 4 and early == 6
+    assert slow == {"path": 0, "host": 0, "unexplained": 10}   # no history: nothing to put it on
+
+
+def test_job_explain_reads_the_daemon_over_its_listener(tmp_path):
+    """/api/sessions on a real bounded listener (loopback) with a real store; `wanprobe job
+    explain --daemon URL` puts the slow step on the loss burst; hostile queries are one 400."""
+    import subprocess
+    import sys
+    import threading
+    import urllib.error
+    import urllib.request
+
+    from wanprobe.daemon import routes
+    from wanprobe.httpd.server import BoundedHttpServer
+
+    store = _store(tmp_path, loss_at=T0 + 15.0)
+    daemon = types.SimpleNamespace(store=store)
+    loop = asyncio.new_event_loop()
+    http = BoundedHttpServer(name="test")
+    http.route("/api/sessions", lambda request: routes.sessions(daemon, request))
+    _, port = loop.run_until_complete(http.start("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text("".join(json.dumps({"step": n, "start": T0 + 0.5 * n + (0.25 if n == 30 else 0),
+                                         "end": T0 + 0.5 * n + (1.75 if n == 30 else 0.5),
+                                         "comm_s": 1.2 if n == 30 else 0.2}) + "\n"
+                             for n in range(40)))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        r = subprocess.run([sys.executable, "-m", "wanprobe", "job", "explain", "--steps",
+                            str(steps), "--daemon", url, "--json"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        (slow,) = doc["slow_steps"]
+        assert slow["step"] == 30 and slow["attribution"] == "path"
+        assert slow["evidence"]["peer"] == "usw" and doc["sessions"] == 80
+        for query in ("since=1&until=x", "since=5&until=1", "since=0&until=9e9", "peer=a",
+                      "since=1&until=2&since=3", "since=1&until=2&evil=1", "%ff=1"):
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(f"{url}/api/sessions?{query}", timeout=10)
+            assert info.value.code == 400 and b"error" in info.value.read()
+    finally:
+        asyncio.run_coroutine_threadsafe(http.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        store.close()

@@ -5,7 +5,8 @@ line). The daemon binds a UNIX datagram socket there (mode 0660; a stale socket 
 replaced, anything else at the path is refused), reads what arrives from the event loop
 (``add_reader``: at most ``BATCH`` datagrams a wake-up, never blocking), and keeps per job the
 last ``KEEP`` steps. A datagram that is not a step line, or names a job beyond ``max_jobs``,
-is counted and dropped: a sender can neither crash the daemon nor grow its memory.
+is counted and dropped: a sender can neither crash the daemon nor grow its memory, and at most
+``MAX_PENDING`` attributions per job run at once (a burst beyond stays unexplained).
 
 A step slower than ``explain.SLOW_FACTOR`` × the median of the ``explain.WINDOW`` normal steps
 before it is attributed in a worker thread, as ``wanprobe job explain`` does, once the probe
@@ -54,6 +55,7 @@ ATTRIBUTIONS = ("path", "host", "unexplained")
 SESSIONS_BEFORE_S = 120.0
 # a session is in the history one flush (1 s, main.FLUSH_INTERVAL_S) after it ends
 ATTRIBUTE_DELAY_S = 2.0
+MAX_PENDING = 4   # attributions in flight per job; beyond, a slow step stays unexplained
 
 
 class _Job:
@@ -62,6 +64,7 @@ class _Job:
         self.normal: deque[float] = deque(maxlen=ex.WINDOW)
         self.last: tuple[float, float | None] | None = None
         self.total = 0
+        self.pending = 0
         self.slow = dict.fromkeys(ATTRIBUTIONS, 0)
 
 
@@ -136,6 +139,10 @@ class JobIngest:
         base = statistics.median(job.normal) if len(job.normal) >= ex.MIN_BASELINE else None
         job.last = (duration, base)
         if base is not None and duration > ex.SLOW_FACTOR * base:
+            if job.pending >= MAX_PENDING:   # a burst of slow steps (or a hostile sender)
+                job.slow["unexplained"] += 1
+                return
+            job.pending += 1
             task = asyncio.get_running_loop().create_task(self._attribute(name, job, line))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -143,12 +150,13 @@ class JobIngest:
             job.normal.append(duration)
 
     async def _attribute(self, name: str, job: _Job, line: StepLine) -> None:
-        await asyncio.sleep(self.delay_s)   # the sessions around the step reach the history
-        steps = list(job.steps)
         try:
-            got = await run_blocking(self._explain, steps, line)
+            await asyncio.sleep(self.delay_s)   # the sessions around the step reach the history
+            got = await run_blocking(self._explain, list(job.steps), line)
         except Exception:  # noqa: BLE001 - a broken history read leaves it unexplained
             got = None
+        finally:
+            job.pending -= 1
         job.slow[got.attribution if got else "unexplained"] += 1
         if got is not None and got.attribution != "unexplained" and self.daemon.store:
             # on the page's time axis beside the path events (pictures: the findings table)
