@@ -220,17 +220,12 @@ def _needs_windows(windows: bool, size: str | None) -> str:
 
 
 def _history_windows(peer: str, state_dir: Path, req: views.Request) -> None:
-    from wanprobe.history.store import open_readonly
-    from wanprobe.windows.from_store import store_profile
+    from wanprobe.windows.from_store import state_dir_profile
     from wanprobe.windows.plan import answer
     from wanprobe.windows.profile import require_goodput
 
-    store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
-    try:
-        now = time.time()
-        profile = store_profile(store, peer, lookback_s=req.lookback_s, now_ts=now)
-    finally:
-        store.close()
+    now = time.time()
+    profile = state_dir_profile(state_dir, peer, lookback_s=req.lookback_s, now_ts=now)
     what = f"this host -> {shown(peer)}"
     require_goodput(profile, what)
     views.emit(answer(profile, req.size_bytes, now, top=req.top, deadline_s=req.deadline_s),

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from wanprobe import units
 from wanprobe.commands import windows_view as views
+from wanprobe.commands.options import http_url
 from wanprobe.errors import UsageError, shown
 from wanprobe.safe_text import SafeConsole as Console  # external text is data (issue 19)
 from wanprobe.windows.profile import require_goodput
@@ -251,8 +252,7 @@ def matrix(
     from wanprobe.fleet.matrix import site_matrix
     from wanprobe.fleet.rules import RuleSettings
 
-    if not prometheus.startswith(("http://", "https://")):
-        raise UsageError(f"--prometheus: {prometheus!r} is not an http(s) URL")
+    http_url("--prometheus", prometheus)
     pairs = site_matrix(prometheus, RuleSettings(window_s=_duration("--window", window,
                                                                     allow_zero=False)),
                         timeout_s=_duration("--timeout", timeout, allow_zero=False))
@@ -327,8 +327,7 @@ def windows(
     from wanprobe.windows.from_prometheus import check_site, prometheus_profile
     from wanprobe.windows.plan import answer
 
-    if not prometheus.startswith(("http://", "https://")):
-        raise UsageError(f"--prometheus: {shown(prometheus)} is not an http(s) URL")
+    http_url("--prometheus", prometheus)
     req = views.parse_request(size=size, deadline=deadline, lookback=lookback, top=top, fmt=fmt,
                               as_json=as_json, tz=tz, throttle=throttle, unit=unit)
     src, dst = check_site("--from-site", from_site), check_site("--to-site", to_site)

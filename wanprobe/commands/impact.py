@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Annotated
 
 import typer
 
+from wanprobe.commands.impact_sources import HourSource, RingInput
 from wanprobe.errors import UsageError
 from wanprobe.models import impact as model
 from wanprobe.models import strategy
@@ -105,8 +107,6 @@ def impact(
     lookback: Annotated[str, typer.Option("--lookback", help="History behind the hours (1h-90d).")] = "14d",
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
-    from wanprobe.commands.impact_sources import HourSource
-
     periods = list(sync_every or [500])
     ring_in = _ring(ring, report)
     job = _job(params, dtype, _sites(sites, ring_in), gpus_per_site, periods, compute_ms, overlap,
@@ -121,19 +121,17 @@ def impact(
     if util is not None and not hours.given:
         _inverse(job, options, util, rtt, report, ring_in, as_json, top)
         return
-    link = parse_rate_bps(bandwidth) if bandwidth is not None else None
+    flags = _PathFlags(report, ring_in, rtt, parse_rate_bps(bandwidth) if bandwidth is not None
+                       else None, loss, cc, rmem)
     if hours.given:
-        _hourly(job, options, lambda rtt_s: _base(report, ring_in, rtt_s, link, loss, cc, rmem,
-                                                  hourly=True),
-                rtt, hours, 0.9 if util is None else util,
-                as_json, flags_only=not report and ring_in is None)
+        _hourly(job, options, flags, hours, 0.9 if util is None else util, as_json)
         return
-    base, candidates = _base(report, ring_in, rtt, link, loss, cc, rmem)
+    base, candidates = flags.base()
     result = assess(job, options, path=base, candidates=candidates)
     if as_json:
         doc = result.to_json()
         doc["inputs"].update(reports=[str(p) for p in report or []],
-                             ring=ring_in[2] if ring_in else None)
+                             ring=ring_in.described if ring_in else None)
         typer.echo(json.dumps(doc, indent=2))
         return
     from wanprobe.commands.impact_view import render
@@ -141,7 +139,7 @@ def impact(
     render(result, top)
 
 
-def _ring(ring: FsPath | None, report: list[FsPath] | None) -> tuple | None:
+def _ring(ring: FsPath | None, report: list[FsPath] | None) -> RingInput | None:
     if ring is None:
         return None
     if report:
@@ -151,12 +149,12 @@ def _ring(ring: FsPath | None, report: list[FsPath] | None) -> tuple | None:
     return ring_input(ring)
 
 
-def _sites(sites: int | None, ring_in: tuple | None) -> int:
+def _sites(sites: int | None, ring_in: RingInput | None) -> int:
     if ring_in is None:
         return 2 if sites is None else sites
-    if sites is not None and sites != ring_in[1]:
-        raise UsageError(f"--sites {sites} but the ring test found {ring_in[1]} sites")
-    return int(ring_in[1])
+    if sites is not None and sites != ring_in.sites:
+        raise UsageError(f"--sites {sites} but the ring test found {ring_in.sites} sites")
+    return ring_in.sites
 
 
 def _lookback(text: str) -> float:
@@ -168,41 +166,54 @@ def _lookback(text: str) -> float:
         raise UsageError(f"--lookback: {e}") from None
 
 
-def _base(report: list[FsPath] | None, ring_in: tuple | None, rtt: str | None,
-          link: float | None, loss: str | None, cc: str, rmem: str,
-          hourly: bool = False) -> tuple[model.Path | None, list[Candidate]]:
-    """The path as measured (a ring test, flags) or the candidates of the reports."""
-    if (report or ring_in) and (rtt is not None or loss is not None):
-        raise UsageError("--rtt/--loss come from the report or the ring; give them or --rtt/--loss")
-    if report:
-        return None, _load_reports(report, link)
-    if ring_in is not None:
-        return ring_in[0], []
-    if hourly and link is None:
-        link = 1e9   # each hour's measured capacity replaces it (plan_hours.hour_path)
-    return _path_from_flags(rtt, link, loss, cc, rmem), []
+@dataclass(frozen=True)
+class _PathFlags:
+    """Where the path comes from: reports, a ring test, or the flags by hand."""
+
+    report: list[FsPath] | None
+    ring_in: RingInput | None
+    rtt: str | None
+    link: float | None
+    loss: str | None
+    cc: str
+    rmem: str
+
+    def base(self, hourly: bool = False,
+             default_rtt_s: float | None = None) -> tuple[model.Path | None, list[Candidate]]:
+        """The path as measured (a ring test, flags) or the candidates of the reports. For
+        hourly plans the link is each hour's capacity, and without ``--rtt`` the hours' median
+        RTT (``default_rtt_s``) stands in."""
+        if (self.report or self.ring_in) and (self.rtt is not None or self.loss is not None):
+            raise UsageError("--rtt/--loss come from the report or the ring; give them or "
+                             "--rtt/--loss")
+        if self.report:
+            return None, _load_reports(self.report, self.link)
+        if self.ring_in is not None:
+            return self.ring_in.path, []
+        rtt = self.rtt
+        if rtt is None and default_rtt_s is not None:
+            rtt = f"{default_rtt_s * 1e3:.6f}ms"
+        link = 1e9 if hourly and self.link is None else self.link  # each hour's replaces it
+        return _path_from_flags(rtt, link, self.loss, self.cc, self.rmem), []
 
 
-def _hourly(job: model.Job, options: model.Options, base_of, rtt: str | None, hours_src,
-            utilization: float, as_json: bool, flags_only: bool) -> None:
-    """The best plan for each hour of the week on that hour's measured capacity; without a
-    path's RTT (flags only, no --rtt) the hours' median RTT stands in."""
+def _hourly(job: model.Job, options: model.Options, flags: _PathFlags, hours_src: HourSource,
+            utilization: float, as_json: bool) -> None:
+    """The best plan for each hour of the week on that hour's measured capacity."""
     import statistics
 
     from wanprobe.commands.impact_sources import hour_capacities
     from wanprobe.commands.impact_view import render_hours
-    from wanprobe.models.impact_inputs import slowest
-    from wanprobe.models.impact_sites import options_for
+    from wanprobe.models.impact_sites import joint
     from wanprobe.models.plan_hours import plan_hours, summary
 
     hours, source = hour_capacities(hours_src)
     seen = [h.rtt_p50_s for h in hours if h.rtt_p50_s]
-    if rtt is None and seen and flags_only:
-        rtt = f"{statistics.median(seen) * 1e3:.6f}ms"
-    path, candidates = base_of(rtt)
+    path, candidates = flags.base(hourly=True,
+                                  default_rtt_s=statistics.median(seen) if seen else None)
     if candidates:
-        path = slowest(candidates) if len(candidates) > 1 else candidates[0].path
-        options = options_for(options, candidates[0] if len(candidates) == 1 else None)
+        path, options = joint(options, candidates)
+    assert path is not None
     plans = plan_hours(job, options, path, hours, utilization)
     if as_json:
         typer.echo(json.dumps({"source": source, "target_utilization": utilization,
@@ -241,7 +252,8 @@ def _job(params: float, dtype: str, sites: int, gpus_per_site: int, sync_every: 
 
 
 def _inverse(job: model.Job, options: model.Options, utilization: float, rtt: str | None,
-             report: list[FsPath] | None, ring_in: tuple | None, as_json: bool, top: int) -> None:
+             report: list[FsPath] | None, ring_in: RingInput | None, as_json: bool,
+             top: int) -> None:
     """``--target-utilization``: the WAN rate each combination needs (models/impact_inverse.py)."""
     from wanprobe.commands.impact_view import render_needs
     from wanprobe.models.impact_inverse import max_comm_s, needs
@@ -251,7 +263,7 @@ def _inverse(job: model.Job, options: model.Options, utilization: float, rtt: st
     if report:
         rtt_s = _load_reports(report[:1], None)[0].path.rtt_s
     elif ring_in is not None:
-        rtt_s = ring_in[0].rtt_s
+        rtt_s = ring_in.path.rtt_s
     elif rtt is None:
         raise UsageError("--target-utilization needs --rtt (p99, e.g. 130ms), --report or --ring")
     else:

@@ -9,11 +9,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path as FsPath
+from typing import Any, NamedTuple
 
+from wanprobe.commands.options import http_url
 from wanprobe.errors import ConfigError, UsageError, shown
 from wanprobe.models.impact import Path
 from wanprobe.models.plan_hours import HourCapacity
-from wanprobe.userfiles import check_path_text
 
 MAX_LOOKBACK_S = 90 * 86400.0
 
@@ -36,13 +37,21 @@ class HourSource:
                                            self.state_dir, self.peer))
 
 
-def ring_input(path: FsPath) -> tuple[Path, int, dict]:
-    """(the WAN path, the number of sites, a description) of a ring test's JSON (``wanprobe
-    ring --json``, or a report holding one in ``measurements.ring``)."""
+class RingInput(NamedTuple):
+    """A ring test as the planner's input: its WAN path, its number of sites, what it was."""
+
+    path: Path
+    sites: int
+    described: dict[str, Any]
+
+
+def ring_input(path: FsPath) -> RingInput:
+    """The ring test's JSON (``wanprobe ring --json``, or a report holding one in
+    ``measurements.ring``) as the planner's input."""
     from wanprobe.report.codec import ring_part
     from wanprobe.report.document import load_json
     from wanprobe.ring.model import RingResult
-    from wanprobe.ring.network import path_of, sites_of
+    from wanprobe.ring.network import path_of
 
     doc = ring_part(load_json(path, strict=False))
     if not isinstance(doc, Mapping) or "edges" not in doc:
@@ -50,10 +59,10 @@ def ring_input(path: FsPath) -> tuple[Path, int, dict]:
                           "--json) nor a report holding one")
     result = RingResult.from_json(doc)
     wan_path = path_of(result)
-    return wan_path, sites_of(result), {
+    return RingInput(wan_path, len(result.sites), {
         "source": str(path), "order": list(result.order),
         "ring_bits_per_second": result.ring_bits_per_second,
-        "note": "the ring's RTTs are TCP handshakes (medians), standing in for the p99"}
+        "note": "the ring's RTTs are TCP handshakes (medians), standing in for the p99"})
 
 
 def hour_capacities(src: HourSource) -> tuple[list[HourCapacity], dict]:
@@ -79,22 +88,16 @@ def _from_prometheus(src: HourSource):
 
     if src.prometheus is None or src.from_site is None or src.to_site is None:
         raise UsageError("the fleet's capacity needs --prometheus URL, --from-site and --to-site")
-    if not src.prometheus.startswith(("http://", "https://")):
-        raise UsageError(f"--prometheus: {shown(src.prometheus)} is not an http(s) URL")
+    http_url("--prometheus", src.prometheus)
     a, b = check_site("--from-site", src.from_site), check_site("--to-site", src.to_site)
     return prometheus_profile(src.prometheus, a, b, lookback_s=src.lookback_s,
                               now_ts=time.time(), timeout_s=src.timeout_s), f"{a} -> {b}"
 
 
 def _from_store(src: HourSource):
-    from wanprobe.history.store import open_readonly
-    from wanprobe.windows.from_store import store_profile
+    from wanprobe.windows.from_store import state_dir_profile
 
     if src.state_dir is None or src.peer is None:
         raise UsageError("the daemon's history needs --state-dir DIR and --peer NAME")
-    store = open_readonly(check_path_text(src.state_dir, "--state-dir") / "history.sqlite3")
-    try:
-        profile = store_profile(store, src.peer, lookback_s=src.lookback_s, now_ts=time.time())
-    finally:
-        store.close()
-    return profile, f"this host -> {shown(src.peer)}"
+    return (state_dir_profile(src.state_dir, src.peer, lookback_s=src.lookback_s,
+                              now_ts=time.time()), f"this host -> {shown(src.peer)}")

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from wanprobe.commands.options import http_url
 from wanprobe.errors import UsageError, shown
 
 app = typer.Typer(name="job", help="The training job's side: its steps (recorded by "
@@ -36,7 +37,7 @@ def explain(
     path (which edge, which event, with the figures), a host (a straggler rank) or nothing
     known (unexplained)."""
     from wanprobe.job.explain import explain as run_explain
-    from wanprobe.job.path_events import path_events
+    from wanprobe.job.path_events import path_events, probe_interval_s
     from wanprobe.job.steps import parse_lines
     from wanprobe.userfiles import check_path_text, read_bytes
 
@@ -46,13 +47,13 @@ def explain(
     text = read_bytes(path, "--steps").decode("utf-8", errors="replace")
     log = parse_lines(text.splitlines(), f"--steps {shown(str(path))}")
     since, until = log.steps[0].start - MARGIN_S, log.steps[-1].end + MARGIN_S
-    sessions, span_s, source = (_from_store(state_dir, peer, since, until) if state_dir
-                                else _from_daemon(str(daemon), peer, since, until))
+    sessions, source = (_from_store(state_dir, peer, since, until) if state_dir
+                        else _from_daemon(str(daemon), peer, since, until))
     notes = []
     if not sessions:
         notes.append(f"{source} has no probe session between the first and the last step: "
                      "no slow step can be put on the path")
-    result = run_explain(log, path_events(sessions, span_s))
+    result = run_explain(log, path_events(sessions, probe_interval_s(sessions)))
     doc = {**result.to_json(), "source": source, "sessions": len(sessions),
            "notes": list(result.notes) + notes}
     if as_json:
@@ -63,18 +64,16 @@ def explain(
 
 def _from_store(state_dir: FsPath, peers: list[str] | None, since: float, until: float):
     from wanprobe.history.store import open_readonly
-    from wanprobe.job.path_events import Session
+    from wanprobe.job.path_events import sessions_of
     from wanprobe.userfiles import check_path_text
 
     store = open_readonly(check_path_text(state_dir, "--state-dir") / "history.sqlite3")
     try:
-        names = peers or store.peers()
-        rows = [r for p in names for r in store.probes(p, since=since) if r.ts <= until]
+        sessions = [s for p in peers or store.peers()
+                    for s in sessions_of(store.probes(p, since=since), until)]
     finally:
         store.close()
-    sessions = [Session(r.ts, r.peer, r.sent, r.loss_forward_lost, r.loss_reverse_lost,
-                        r.rtt_min_ms, r.rtt_p50_ms) for r in rows if r.error is None]
-    return sessions, _span(sessions), f"history {shown(str(state_dir))}"
+    return sessions, f"history {shown(str(state_dir))}"
 
 
 def _from_daemon(url: str, peers: list[str] | None, since: float, until: float):
@@ -87,8 +86,7 @@ def _from_daemon(url: str, peers: list[str] | None, since: float, until: float):
     from wanprobe.job.path_events import Session
     from wanprobe.userfiles import parse_json
 
-    if not url.startswith(("http://", "https://")):
-        raise UsageError(f"--daemon: {shown(url)} is not an http(s) URL")
+    http_url("--daemon", url)
     rows = []
     for peer in peers or [None]:
         query = {"since": repr(since), "until": repr(until), **({"peer": peer} if peer else {})}
@@ -105,7 +103,7 @@ def _from_daemon(url: str, peers: list[str] | None, since: float, until: float):
             raise ConfigError(f"--daemon {shown(url)}: not a wanprobe daemon's /api/sessions")
         rows += [_session(x) for x in doc["sessions"]]
     sessions = [Session(**r) for r in rows if r is not None]
-    return sessions, _span(sessions), f"daemon {shown(url)}"
+    return sessions, f"daemon {shown(url)}"
 
 
 def _session(x: object) -> dict | None:
@@ -122,20 +120,6 @@ def _session(x: object) -> dict | None:
         if not isinstance(out[k], int | float) or isinstance(out[k], bool):
             out[k] = None
     return out
-
-
-def _span(sessions) -> float:
-    """The probe interval: the median gap between one peer's sessions (10 s without two)."""
-    import statistics
-
-    gaps = []
-    by_peer: dict[str, list[float]] = {}
-    for s in sessions:
-        by_peer.setdefault(s.peer, []).append(s.ts)
-    for ts in by_peer.values():
-        ts.sort()
-        gaps += [b - a for a, b in zip(ts, ts[1:], strict=False) if b > a]
-    return statistics.median(gaps) if gaps else 10.0
 
 
 def _render(doc: dict) -> None:

@@ -40,3 +40,12 @@ def enter_netns(name: str | None) -> None:
     from tuners.netns import enter
 
     enter(name)
+
+
+def http_url(option: str, url: str) -> str:
+    """``url`` when it is an http(s) URL (Prometheus, a daemon's listener), else one line."""
+    if not url.startswith(("http://", "https://")):
+        from wanprobe.errors import UsageError, shown
+
+        raise UsageError(f"{option}: {shown(url)} is not an http(s) URL")
+    return url

@@ -46,8 +46,8 @@ from wanprobe.blocking import run_blocking
 from wanprobe.daemon.config_job import JobSettings
 from wanprobe.errors import ConfigError
 from wanprobe.job import explain as ex
-from wanprobe.job.path_events import Session, path_events
-from wanprobe.job.steps import Step, StepLine, StepLog, parse_line
+from wanprobe.job.path_events import path_events, probe_interval_s, sessions_of
+from wanprobe.job.steps import StepLine, StepLog, merged, parse_line
 
 BATCH, KEEP, MAX_DATAGRAM = 256, 512, 4096
 JOB_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -169,14 +169,12 @@ class JobIngest:
 
     def _explain(self, lines: list[StepLine], slow: StepLine) -> ex.SlowStep | None:
         store = self.daemon.store
-        rows = [r for r in store.probes(None, since=lines[0].start - SESSIONS_BEFORE_S)
-                if r.error is None] if store is not None else []
-        sessions = [Session(r.ts, r.peer, r.sent, r.loss_forward_lost, r.loss_reverse_lost,
-                            r.rtt_min_ms, r.rtt_p50_ms) for r in rows]
-        span = max(self.daemon.cfg.probe.interval_s, 0.1)
-        log = StepLog(tuple(Step(x.step, x.start, x.end, (x,)) for x in
-                            sorted({x.step: x for x in lines}.values(), key=lambda x: x.step)))
-        result = ex.explain(log, path_events(sessions, span))
+        # the sessions around this step and the reference before them, not the whole window
+        # of kept steps: one slow step reads minutes of history, not the job's every step
+        sessions = sessions_of(store.probes(None, since=slow.start - SESSIONS_BEFORE_S),
+                               until=slow.end) if store is not None else []
+        result = ex.explain(StepLog(merged(lines)),
+                            path_events(sessions, probe_interval_s(sessions)))
         mine = [s for s in result.slow_steps if s.step == slow.step]
         return mine[0] if mine else None
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from wanprobe.blocking import run_blocking
 from wanprobe.httpd.server import BoundedHttpServer, Request, Response
+from wanprobe.job.path_events import sessions_of
 from wanprobe.pictures.routes import DaemonPages
 
 MAX_SPAN_S = 7 * 86400.0
@@ -58,11 +59,8 @@ def parse(query: str) -> tuple[float, float, str | None]:
 
 
 def _rows(store: Any, since: float, until: float, peer: str | None) -> dict[str, Any]:
-    rows = [r for r in store.probes(peer, since=since) if r.ts <= until and r.error is None]
-    out = [{"ts": r.ts, "peer": r.peer, "sent": r.sent, "lost_forward": r.loss_forward_lost,
-            "lost_reverse": r.loss_reverse_lost, "rtt_min_ms": r.rtt_min_ms,
-            "rtt_p50_ms": r.rtt_p50_ms} for r in rows[:MAX_ROWS]]
-    return {"sessions": out, "truncated": len(rows) > MAX_ROWS}
+    got = sessions_of(store.probes(peer, since=since), until)
+    return {"sessions": [s.to_json() for s in got[:MAX_ROWS]], "truncated": len(got) > MAX_ROWS}
 
 
 async def sessions(daemon: Any, request: Request) -> Response:

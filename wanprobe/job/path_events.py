@@ -18,9 +18,11 @@ An event covers its session: from its start (``ts``) to the next session's start
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from wanprobe.probe.stats import wilson_interval
@@ -42,6 +44,26 @@ class Session:
     lost_reverse: int | None
     rtt_min_ms: float | None
     rtt_p50_ms: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def sessions_of(rows: Iterable[Any], until: float = math.inf) -> list[Session]:
+    """The sessions of the daemon's history rows (``history.store.ProbeRow``, read by their
+    fields) that started by ``until``; a row with an error (no answer) is not a session."""
+    return [Session(r.ts, r.peer, r.sent, r.loss_forward_lost, r.loss_reverse_lost,
+                    r.rtt_min_ms, r.rtt_p50_ms) for r in rows if r.error is None and r.ts <= until]
+
+
+def probe_interval_s(sessions: Iterable[Session], default_s: float = 10.0) -> float:
+    """How long a session stands for: the median gap between one peer's sessions
+    (``default_s``, the daemon's default probe interval, without two)."""
+    by_peer: dict[str, list[float]] = {}
+    for s in sessions:
+        by_peer.setdefault(s.peer, []).append(s.ts)
+    gaps = [b - a for ts in by_peer.values() for a, b in itertools.pairwise(sorted(ts)) if b > a]
+    return statistics.median(gaps) if gaps else default_s
 
 
 @dataclass(frozen=True)

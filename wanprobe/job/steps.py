@@ -114,7 +114,7 @@ def parse_lines(lines: Iterable[str], source: str) -> StepLog:
                      f"{', …' if len(bad) > 5 else ''})")
     got, offsets, skew_notes = _aligned(got)
     notes += skew_notes + _overlaps(got)
-    return StepLog(_merged(got), tuple(notes), len(bad), offsets)
+    return StepLog(merged(got), tuple(notes), len(bad), offsets)
 
 
 def _aligned(lines: list[StepLine]) -> tuple[list[StepLine], dict[int, float], list[str]]:
@@ -151,7 +151,8 @@ def _overlaps(lines: list[StepLine]) -> list[str]:
     return notes
 
 
-def _merged(lines: list[StepLine]) -> tuple[Step, ...]:
+def merged(lines: Iterable[StepLine]) -> tuple[Step, ...]:
+    """The lines as steps, in step order, each across its ranks (the later line of a rank kept)."""
     by_step: dict[int, dict[int, StepLine]] = {}
     for ln in lines:
         by_step.setdefault(ln.step, {})[ln.rank] = ln

@@ -174,15 +174,3 @@ def collective_time_s(collective: str, size_bytes: float, job: Job, path: Path) 
         rate = path.flow_rate(1)
         return tree_allreduce_s(size_bytes, job.gpus, alpha, rate), rate
     raise UsageError(f"unknown collective {collective!r} (use {', '.join(COLLECTIVES)})")
-
-
-def topk_allgather_s(values: float, value_bytes: float, ratio: float, job: Job, path: Path) -> tuple[float, float]:
-    """Top-k exchanged as an all-gather of k values + indices across sites (DGC):
-    each site receives (D−1) messages of ``k·(value + 4) bytes`` over its G flows:
-    ``(D−1) · m·8/B_wan + (D−1)·α``."""
-    if not 0 < ratio <= 1:
-        raise UsageError(f"top-k ratio must lie in (0, 1], got {ratio!r}")
-    m = values * ratio * (value_bytes + INDEX_BYTES)
-    rate = path.flow_rate(job.gpus_per_site)
-    d = job.sites
-    return (d - 1) * m * 8.0 / rate + (d - 1) * path.rtt_s / 2.0, rate

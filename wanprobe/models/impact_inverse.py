@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from wanprobe.errors import UsageError
@@ -84,14 +84,14 @@ def rate_needed(job: model.Job, rtt_s: float, c: Components, utilization: float)
     return rate_for(_sync_at(job, rtt_s, c), sync_budget_s(job, utilization, c))
 
 
+def _net_at(job: model.Job, rtt_s: float, rate: float) -> PathNetwork:
+    """The path at ``rtt_s`` with every flow, tuned or not, at exactly ``rate``."""
+    at = model.Path(rtt_s=rtt_s, link_bps=rate, flow_rate_bps=rate)
+    return PathNetwork(job, at, at)
+
+
 def _sync_at(job: model.Job, rtt_s: float, c: Components) -> Callable[[float], float]:
-    base = model.Path(rtt_s=rtt_s, link_bps=1.0)
-
-    def sync_at(rate: float) -> float:
-        at = replace(base, link_bps=rate, flow_rate_bps=rate)
-        return sync_s(job, PathNetwork(job, at, at), c)[2]
-
-    return sync_at
+    return lambda rate: sync_s(job, _net_at(job, rtt_s, rate), c)[2]
 
 
 @dataclass(frozen=True)
@@ -120,11 +120,10 @@ def needs(job: model.Job, rtt_s: float, utilization: float,
     combos = combinations(job, options, tunings=("as-is",))
     out = []
     for c in combos:
-        sync_at = _sync_at(job, rtt_s, c)
         budget = sync_budget_s(job, utilization, c)
-        collective, size, _, _ = sync_s(job, PathNetwork(job, *(2 * (model.Path(rtt_s, 1e9),))), c)
-        out.append(Need(c.name(combos[0]), collective, size, c.sync_every, budget,
-                        sync_at(MAX_RATE_BPS), rate_for(sync_at, budget), c.to_json(),
+        collective, size, floor, _ = sync_s(job, _net_at(job, rtt_s, MAX_RATE_BPS), c)
+        out.append(Need(c.name(combos[0]), collective, size, c.sync_every, budget, floor,
+                        rate_for(_sync_at(job, rtt_s, c), budget), c.to_json(),
                         "rate summed over the G parallel flows" if c.topology == "hierarchical"
                         else ""))
     return [out[0], *sorted(out[1:], key=lambda n: (n.required_bits_per_second is None,

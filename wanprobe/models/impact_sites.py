@@ -117,7 +117,14 @@ def assess(job: model.Job, options: model.Options, *, path: model.Path | None = 
     scored = [(c, _strategies(job, c.path, options_for(options, c))) for c in candidates]
     scored.sort(key=lambda cr: getattr(cr[1][0], key))
     sites = tuple(RankedSite(rank, c, res) for rank, (c, res) in enumerate(scored, 1))
-    joint = slowest(candidates) if len(candidates) > 1 else candidates[0].path
-    only = options_for(options, candidates[0] if len(candidates) == 1 else None)
-    return Assessment(job, options, joint, _strategies(job, joint, only), sites,
-                      more_bandwidth=what_if(job, joint, only))
+    path, only = joint(options, candidates)
+    return Assessment(job, options, path, _strategies(job, path, only), sites,
+                      more_bandwidth=what_if(job, path, only))
+
+
+def joint(options: model.Options,
+          candidates: Sequence[Candidate]) -> tuple[model.Path, model.Options]:
+    """The path a job spanning every candidate waits for (``slowest``), and the options with
+    the tuning of the candidate when there is only one."""
+    path = slowest(candidates) if len(candidates) > 1 else candidates[0].path
+    return path, options_for(options, candidates[0] if len(candidates) == 1 else None)

@@ -70,9 +70,11 @@ def hour_path(base: model.Path, hour: HourCapacity, rate_bps: float) -> model.Pa
 
 
 def _at(job: model.Job, path: model.Path, options: model.Options,
-        name: str) -> model.StrategyResult:
-    results = strategy.strategies(job, strategy.network(job, path, options), options)
-    return next(r for r in results if r.name == name)
+        plan: model.StrategyResult) -> model.StrategyResult:
+    """``plan`` evaluated again on ``path``."""
+    c = strategy.Components.from_json(plan.components or {})
+    return strategy.evaluate(job, strategy.network(job, path, options), c,
+                             strategy.baseline(job, options))
 
 
 def plan_hours(job: model.Job, options: model.Options, base: model.Path,
@@ -88,20 +90,13 @@ def plan_hours(job: model.Job, options: model.Options, base: model.Path,
         results = strategy.strategies(job, strategy.network(job, path, options), options)
         top = strategy.best(results)
         p50 = h.p50_bits_per_second or h.p10_bits_per_second
-        at_p50 = _at(job, hour_path(base, h, p50), options, top.name)
-        needed = rate_needed(job, path.rtt_s, _components(top), utilization)
+        at_p50 = _at(job, hour_path(base, h, p50), options, top)
+        needed = rate_needed(job, path.rtt_s, strategy.Components.from_json(top.components or {}),
+                             utilization)
         out.append(HourPlan(h, top, at_p50, results[0], needed))
     if not out:
         raise UsageError("no hour of the week has a throughput test behind it: nothing to plan on")
     return out
-
-
-def _components(r: model.StrategyResult) -> strategy.Components:
-    c = r.components or {}
-    k = c.get("compression")
-    return strategy.Components(c["tuning"], c["topology"], c["dtype"],
-                               None if k is None else k["ratio"], c["sync_every"],
-                               c["streaming"])
 
 
 def summary(plans: Sequence[HourPlan]) -> dict[str, Any]:

@@ -78,9 +78,12 @@ class Components:
             parts.append("streamed")
         return " + ".join(parts) or "as-is"
 
-    @property
-    def changes(self) -> int:
-        return len(self.name(Components()).split(" + "))
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Components:
+        """The inverse of ``to_json`` (a strategy result's ``components``)."""
+        k = doc.get("compression")
+        return cls(doc["tuning"], doc["topology"], doc["dtype"],
+                   None if k is None else k["ratio"], doc["sync_every"], doc["streaming"])
 
     def to_json(self) -> dict[str, Any]:
         return {"tuning": self.tuning, "topology": self.topology, "dtype": self.dtype,
@@ -212,8 +215,6 @@ def combinations(job: model.Job, options: model.Options,
     with H > 1."""
     base = baseline(job, options)
     model.step_time_s(1.0, 0.0, job.overlap)
-    if options.topk_ratio is not None and not 0 < options.topk_ratio <= 1:
-        raise UsageError(f"top-k ratio must lie in (0, 1], got {options.topk_ratio!r}")
     topologies = list(dict.fromkeys([base.topology, "flat"]
                                     + (["hierarchical"] if job.gpus_per_site > 1 else [])))
     dtypes = [job.dtype] + [d for d in LOWER_DTYPES

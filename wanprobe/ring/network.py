@@ -40,10 +40,6 @@ def path_of(result: RingResult) -> Path:
     return Path(rtt_s=rtt_ms / 1e3, link_bps=ring, flow_rate_bps=min(flow, ring))
 
 
-def sites_of(result: RingResult) -> int:
-    return len(result.sites)
-
-
 @dataclass(frozen=True)
 class GlooRingNetwork:
     """``strategy.Network`` for gloo's ring all-reduce over the measured hops, one rank per

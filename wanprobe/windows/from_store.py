@@ -10,9 +10,11 @@ ratios: forward = ratio x sent, reverse = ratio x (sent - forward lost).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from wanprobe.errors import shown
-from wanprobe.history.store import ProbeRow, Store
+from wanprobe.history.store import ProbeRow, Store, open_readonly
+from wanprobe.userfiles import check_path_text
 from wanprobe.windows.profile import (
     GoodputSample,
     PathObservation,
@@ -52,3 +54,13 @@ def store_profile(store: Store, peer: str, *, lookback_s: float, now_ts: float |
     return build_profile(goodput, [observation(r) for r in rows], start_ts=start, end_ts=end,
                          source={"kind": "store", "path": str(store.path), "peer": peer,
                                  "method": method})
+
+
+def state_dir_profile(state_dir: str | Path, peer: str, *, lookback_s: float,
+                      now_ts: float | None = None, what: str = "--state-dir") -> Profile:
+    """``store_profile`` of the daemon history in ``state_dir`` (opened read-only for it)."""
+    store = open_readonly(check_path_text(state_dir, what) / "history.sqlite3")
+    try:
+        return store_profile(store, peer, lookback_s=lookback_s, now_ts=now_ts)
+    finally:
+        store.close()
